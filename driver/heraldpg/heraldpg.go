@@ -1,0 +1,110 @@
+// Package heraldpg is Herald's PostgreSQL driver: the outbox table's schema
+// and migrations, the relay's store on a pgx v5 pool, and writers that join a
+// caller's pgx.Tx or database/sql *sql.Tx (database/sql over pgx's stdlib).
+//
+// The driver's methods implement herald.Store and herald.Admin; they are not
+// a stable API of their own.
+package heraldpg
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Config names the outbox table. A nil *Config means the defaults.
+type Config struct {
+	// Schema holds the outbox table. Defaults to "public".
+	Schema string
+	// Table is the outbox table's name. Defaults to "herald_outbox".
+	Table string
+	// MaxPayloadBytes caps a message's payload in the writers. Defaults to
+	// 1 MiB.
+	MaxPayloadBytes int
+}
+
+// identifier is the strict pattern schema and table names must match before
+// any SQL runs: lower case, so that quoted and unquoted spellings agree.
+var identifier = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,39}$`)
+
+// names are the validated, quoted identifiers a driver's SQL uses.
+type names struct {
+	schema, table string // as configured
+	qualified     string // "schema"."table"
+	migrations    string // "schema"."table_migrations"
+}
+
+func (c *Config) names() (names, error) {
+	schema, table := "public", "herald_outbox"
+	if c != nil {
+		if c.Schema != "" {
+			schema = c.Schema
+		}
+		if c.Table != "" {
+			table = c.Table
+		}
+		if c.MaxPayloadBytes < 0 {
+			return names{}, errors.New("heraldpg: Config.MaxPayloadBytes must not be negative")
+		}
+	}
+	if !identifier.MatchString(schema) {
+		return names{}, fmt.Errorf("heraldpg: Config.Schema %q must match %s", schema, identifier)
+	}
+	if !identifier.MatchString(table) {
+		return names{}, fmt.Errorf("heraldpg: Config.Table %q must match %s", table, identifier)
+	}
+	return names{
+		schema:     schema,
+		table:      table,
+		qualified:  `"` + schema + `"."` + table + `"`,
+		migrations: `"` + schema + `"."` + table + `_migrations"`,
+	}, nil
+}
+
+// render fills a query template's {{.Table}} and {{.Name}}.
+func (n names) render(tmpl string) string {
+	return strings.NewReplacer("{{.Table}}", n.qualified, "{{.Name}}", n.table).Replace(tmpl)
+}
+
+// Driver is the relay's store and the operators' admin on PostgreSQL.
+type Driver struct {
+	pool  *pgxpool.Pool
+	names names
+	q     queries
+}
+
+// New returns a driver over a pool the caller owns (and closes).
+func New(pool *pgxpool.Pool, cfg *Config) (*Driver, error) {
+	if pool == nil {
+		return nil, errors.New("heraldpg: New: pool is nil")
+	}
+	n, err := cfg.names()
+	if err != nil {
+		return nil, err
+	}
+	return &Driver{pool: pool, names: n, q: newQueries(n)}, nil
+}
+
+// Table returns the schema-qualified, quoted outbox table name.
+func (d *Driver) Table() string { return d.names.qualified }
+
+// Ping checks the database is reachable and the schema is migrated to the
+// version this driver knows.
+func (d *Driver) Ping(ctx context.Context) error {
+	v, err := d.schemaVersion(ctx, d.pool)
+	if err != nil {
+		return err
+	}
+	latest := latestVersion()
+	switch {
+	case v < latest:
+		return fmt.Errorf("heraldpg: outbox table %s is at schema version %d, this Herald needs %d: run `herald migrate`", d.names.qualified, v, latest)
+	case v > latest:
+		return fmt.Errorf("heraldpg: outbox table %s is at schema version %d, newer than this Herald knows (%d): upgrade Herald", d.names.qualified, v, latest)
+	}
+	return nil
+}

@@ -1,0 +1,299 @@
+package heraldpg
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/herald-outbox/herald"
+)
+
+var (
+	_ herald.Store = (*Driver)(nil)
+	_ herald.Admin = (*Driver)(nil)
+)
+
+// Claim implements herald.Store.
+func (d *Driver) Claim(ctx context.Context, p herald.ClaimParams) ([]herald.Envelope, error) {
+	rows, err := d.pool.Query(ctx, d.q.claim, p.Limit, p.Token, p.Owner, p.Lease.Microseconds())
+	if err != nil {
+		return nil, fmt.Errorf("heraldpg: claiming: %w", err)
+	}
+	envs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (herald.Envelope, error) {
+		var (
+			e       herald.Envelope
+			headers []byte
+		)
+		err := row.Scan(&e.ID, &e.Seq, &e.Topic, &e.Key, &e.Type, &e.AggregateType, &e.AggregateID,
+			&e.Payload, &headers, &e.Attempt, &e.CreatedAt)
+		if err == nil {
+			e.Headers = decodeHeaders(headers)
+		}
+		return e, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("heraldpg: claiming: %w", err)
+	}
+	// RETURNING comes in no particular order; publish in write order.
+	slices.SortFunc(envs, func(a, b herald.Envelope) int { return int(a.Seq - b.Seq) })
+	return envs, nil
+}
+
+// decodeHeaders reads the headers column. Rows written by other programs may
+// hold any JSON object: string values are taken as they are, others as their
+// JSON text, so nothing is lost; the relay validates the result before
+// publishing and sends a row with unusable headers to the dead letters.
+func decodeHeaders(raw []byte) map[string]string {
+	if len(raw) == 0 {
+		return nil
+	}
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &m); err != nil || len(m) == 0 {
+		return nil
+	}
+	out := make(map[string]string, len(m))
+	for k, v := range m {
+		var s string
+		if json.Unmarshal(v, &s) == nil {
+			out[k] = s
+		} else {
+			out[k] = string(v)
+		}
+	}
+	return out
+}
+
+// Complete implements herald.Store in one statement.
+func (d *Driver) Complete(ctx context.Context, p herald.CompleteParams) (herald.CompleteResult, error) {
+	var res herald.CompleteResult
+	if len(p.Failed) == 0 {
+		if len(p.Published) == 0 {
+			return res, nil
+		}
+		tag, err := d.pool.Exec(ctx, d.q.publish, p.Published, p.Token)
+		if err != nil {
+			return res, fmt.Errorf("heraldpg: acknowledging batch: %w", err)
+		}
+		res.Published = int(tag.RowsAffected())
+		return res, nil
+	}
+	n := len(p.Published) + len(p.Failed)
+	var (
+		ids       = make([]string, 0, n)
+		ok        = make([]bool, 0, n)
+		errs      = make([]string, 0, n)
+		delays    = make([]int64, 0, n)
+		permanent = make([]bool, 0, n)
+		outage    = make([]bool, 0, n)
+	)
+	for _, id := range p.Published {
+		ids, ok, errs, delays, permanent, outage = append(ids, id), append(ok, true), append(errs, ""),
+			append(delays, 0), append(permanent, false), append(outage, false)
+	}
+	for _, f := range p.Failed {
+		ids, ok, errs, delays, permanent, outage = append(ids, f.ID), append(ok, false), append(errs, f.Error),
+			append(delays, f.Delay.Microseconds()), append(permanent, f.Permanent), append(outage, f.Outage)
+	}
+	rows, err := d.pool.Query(ctx, d.q.complete, ids, p.Token, ok, errs, delays, permanent, outage,
+		p.Policy.MaxAttempts, p.Policy.MaxAge.Microseconds())
+	if err != nil {
+		return res, fmt.Errorf("heraldpg: acknowledging batch: %w", err)
+	}
+	var id, state string
+	_, err = pgx.ForEachRow(rows, []any{&id, &state}, func() error {
+		switch herald.State(state) {
+		case herald.StatePublished:
+			res.Published++
+		case herald.StateDead:
+			res.Dead = append(res.Dead, id)
+		default:
+			res.Retried++
+		}
+		return nil
+	})
+	if err != nil {
+		return res, fmt.Errorf("heraldpg: acknowledging batch: %w", err)
+	}
+	return res, nil
+}
+
+// Release implements herald.Store.
+func (d *Driver) Release(ctx context.Context, token string, ids []string) (int, error) {
+	tag, err := d.pool.Exec(ctx, d.q.release, ids, token)
+	if err != nil {
+		return 0, fmt.Errorf("heraldpg: releasing rows: %w", err)
+	}
+	return int(tag.RowsAffected()), nil
+}
+
+// RescueExpired implements herald.Store.
+func (d *Driver) RescueExpired(ctx context.Context, limit int) (int, error) {
+	tag, err := d.pool.Exec(ctx, d.q.rescue, limit)
+	if err != nil {
+		return 0, fmt.Errorf("heraldpg: rescuing expired leases: %w", err)
+	}
+	return int(tag.RowsAffected()), nil
+}
+
+// DeletePublished implements herald.Store.
+func (d *Driver) DeletePublished(ctx context.Context, olderThan time.Duration, limit int) (int, error) {
+	tag, err := d.pool.Exec(ctx, d.q.deletePublished, olderThan.Microseconds(), limit)
+	if err != nil {
+		return 0, fmt.Errorf("heraldpg: deleting published rows: %w", err)
+	}
+	return int(tag.RowsAffected()), nil
+}
+
+// Status implements herald.Admin. It counts every row, so it reads the
+// whole table: an operator's tool, not something to poll every second.
+func (d *Driver) Status(ctx context.Context) (herald.Status, error) {
+	var st herald.Status
+	rows, err := d.pool.Query(ctx, d.q.status)
+	if err != nil {
+		return st, fmt.Errorf("heraldpg: reading status: %w", err)
+	}
+	var (
+		ts  herald.TopicStatus
+		age float64
+	)
+	_, err = pgx.ForEachRow(rows, []any{&ts.Topic, &ts.State, &ts.Count, &age}, func() error {
+		ts.Oldest = time.Duration(age * float64(time.Second))
+		st.Topics = append(st.Topics, ts)
+		if (ts.State == herald.StateReady || ts.State == herald.StateClaimed) && ts.Oldest > st.OldestPending {
+			st.OldestPending = ts.Oldest
+		}
+		return nil
+	})
+	if err != nil {
+		return st, fmt.Errorf("heraldpg: reading status: %w", err)
+	}
+	return st, nil
+}
+
+// filterSQL turns an EventFilter into a WHERE clause and its arguments.
+func filterSQL(f herald.EventFilter) (string, []any, error) {
+	state := f.State
+	if state == "" {
+		state = herald.StateDead
+	}
+	switch state {
+	case herald.StateReady, herald.StateClaimed, herald.StatePublished, herald.StateDead:
+	default:
+		return "", nil, fmt.Errorf("heraldpg: unknown state %q", state)
+	}
+	set := 0
+	for _, b := range []bool{len(f.IDs) > 0, f.Topic != "", f.All} {
+		if b {
+			set++
+		}
+	}
+	if set != 1 {
+		return "", nil, fmt.Errorf("heraldpg: select rows by ids, by topic, or all: exactly one")
+	}
+	where, args := "state = $1", []any{string(state)}
+	switch {
+	case len(f.IDs) > 0:
+		for _, id := range f.IDs {
+			if !validUUID(id) {
+				return "", nil, fmt.Errorf("heraldpg: %q is not an event id (a UUID)", id)
+			}
+		}
+		where += " AND id = ANY($2::uuid[])"
+		args = append(args, f.IDs)
+	case f.Topic != "":
+		where += " AND topic = $2"
+		args = append(args, f.Topic)
+	}
+	return where, args, nil
+}
+
+// ListEvents implements herald.Admin.
+func (d *Driver) ListEvents(ctx context.Context, f herald.EventFilter) ([]herald.EventRow, error) {
+	where, args, err := filterSQL(f)
+	if err != nil {
+		return nil, err
+	}
+	limit := f.Limit
+	if limit <= 0 {
+		limit = 100
+	}
+	sql := `SELECT ` + eventColumns + ` FROM ` + d.q.table + ` WHERE ` + where +
+		` ORDER BY seq LIMIT ` + strconv.Itoa(limit)
+	rows, err := d.pool.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, fmt.Errorf("heraldpg: listing events: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, scanEvent)
+	if err != nil {
+		return nil, fmt.Errorf("heraldpg: listing events: %w", err)
+	}
+	return out, nil
+}
+
+// GetEvent implements herald.Admin.
+func (d *Driver) GetEvent(ctx context.Context, id string) (herald.EventRow, error) {
+	if !validUUID(id) {
+		return herald.EventRow{}, fmt.Errorf("heraldpg: %q is not an event id (a UUID)", id)
+	}
+	rows, err := d.pool.Query(ctx, `SELECT `+eventColumns+` FROM `+d.q.table+` WHERE id = $1`, id)
+	if err != nil {
+		return herald.EventRow{}, fmt.Errorf("heraldpg: reading event: %w", err)
+	}
+	ev, err := pgx.CollectExactlyOneRow(rows, scanEvent)
+	if err == pgx.ErrNoRows {
+		return ev, fmt.Errorf("heraldpg: event %s: %w", id, herald.ErrNotFound)
+	}
+	if err != nil {
+		return ev, fmt.Errorf("heraldpg: reading event: %w", err)
+	}
+	return ev, nil
+}
+
+func scanEvent(row pgx.CollectableRow) (herald.EventRow, error) {
+	var (
+		e       herald.EventRow
+		headers []byte
+		state   string
+	)
+	err := row.Scan(&e.ID, &e.Seq, &e.Topic, &e.Key, &e.Type, &e.AggregateType, &e.AggregateID,
+		&e.Payload, &headers, &e.Attempt, &e.CreatedAt, &state, &e.AvailableAt, &e.LeaseUntil,
+		&e.ClaimedBy, &e.PublishedAt, &e.DeadAt, &e.LastError)
+	e.State = herald.State(state)
+	e.Headers = decodeHeaders(headers)
+	return e, err
+}
+
+// RequeueDead implements herald.Admin.
+func (d *Driver) RequeueDead(ctx context.Context, f herald.EventFilter) (int, error) {
+	f.State = herald.StateDead
+	where, args, err := filterSQL(f)
+	if err != nil {
+		return 0, err
+	}
+	tag, err := d.pool.Exec(ctx, `UPDATE `+d.q.table+`
+		SET state = 'ready', attempts = 0, available_at = now(), dead_at = NULL
+		WHERE `+where, args...)
+	if err != nil {
+		return 0, fmt.Errorf("heraldpg: requeueing dead events: %w", err)
+	}
+	return int(tag.RowsAffected()), nil
+}
+
+// DiscardDead implements herald.Admin.
+func (d *Driver) DiscardDead(ctx context.Context, f herald.EventFilter) (int, error) {
+	f.State = herald.StateDead
+	where, args, err := filterSQL(f)
+	if err != nil {
+		return 0, err
+	}
+	tag, err := d.pool.Exec(ctx, `DELETE FROM `+d.q.table+` WHERE `+where, args...)
+	if err != nil {
+		return 0, fmt.Errorf("heraldpg: discarding dead events: %w", err)
+	}
+	return int(tag.RowsAffected()), nil
+}

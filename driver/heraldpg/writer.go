@@ -1,0 +1,148 @@
+package heraldpg
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/herald-outbox/herald"
+)
+
+// NewWriter returns a writer that joins a caller's pgx transaction:
+//
+//	err := w.WriteTx(ctx, tx, herald.Message{Topic: "orders", Payload: body})
+func NewWriter(cfg *Config) (*herald.Writer[pgx.Tx], error) {
+	ins, err := newInserter(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return herald.NewWriter[pgx.Tx](pgxInserter{ins}, writerConfig(cfg))
+}
+
+// NewSQLWriter returns a writer that joins a caller's database/sql
+// transaction on a pgx stdlib connection (driver name "pgx").
+func NewSQLWriter(cfg *Config) (*herald.Writer[*sql.Tx], error) {
+	ins, err := newInserter(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return herald.NewWriter[*sql.Tx](sqlInserter{ins}, writerConfig(cfg))
+}
+
+func writerConfig(cfg *Config) *herald.WriterConfig {
+	if cfg == nil {
+		return nil
+	}
+	return &herald.WriterConfig{MaxPayloadBytes: cfg.MaxPayloadBytes}
+}
+
+type inserter struct{ one, many string }
+
+func newInserter(cfg *Config) (inserter, error) {
+	n, err := cfg.names()
+	if err != nil {
+		return inserter{}, err
+	}
+	q := newQueries(n)
+	return inserter{one: q.insertOne, many: q.insertMany}, nil
+}
+
+// statement returns the SQL and arguments that insert msgs in one round
+// trip: a plain VALUES insert for one message (the common case, cheapest to
+// plan), arrays for more.
+func (in inserter) statement(msgs []herald.Message) (string, []any, error) {
+	if len(msgs) == 1 {
+		m := msgs[0]
+		h, err := encodeHeaders(m.Headers)
+		if err != nil {
+			return "", nil, err
+		}
+		return in.one, []any{m.ID, m.Topic, m.Key, m.Type, m.AggregateType, m.AggregateID,
+			payload(m.Payload), h, availableAt(m.AvailableAt)}, nil
+	}
+	var (
+		ids, topics, keys, types, aggTypes, aggIDs, headers = make([]string, len(msgs)), make([]string, len(msgs)),
+			make([]string, len(msgs)), make([]string, len(msgs)), make([]string, len(msgs)), make([]string, len(msgs)),
+			make([]string, len(msgs))
+		payloads = make([][]byte, len(msgs))
+		avail    = make([]*time.Time, len(msgs))
+	)
+	for i, m := range msgs {
+		h, err := encodeHeaders(m.Headers)
+		if err != nil {
+			return "", nil, err
+		}
+		ids[i], topics[i], keys[i], types[i], aggTypes[i], aggIDs[i], headers[i] =
+			m.ID, m.Topic, m.Key, m.Type, m.AggregateType, m.AggregateID, h
+		payloads[i], avail[i] = payload(m.Payload), availableAt(m.AvailableAt)
+	}
+	return in.many, []any{ids, topics, keys, types, aggTypes, aggIDs, payloads, headers, avail}, nil
+}
+
+// payload keeps an empty payload from becoming NULL.
+func payload(p []byte) []byte {
+	if p == nil {
+		return []byte{}
+	}
+	return p
+}
+
+func availableAt(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return &t
+}
+
+func encodeHeaders(h map[string]string) (string, error) {
+	if len(h) == 0 {
+		return "{}", nil
+	}
+	b, err := json.Marshal(h)
+	if err != nil {
+		return "", fmt.Errorf("heraldpg: encoding headers: %w", err)
+	}
+	return string(b), nil
+}
+
+type pgxInserter struct{ inserter }
+
+func (p pgxInserter) InsertTx(ctx context.Context, tx pgx.Tx, msgs []herald.Message) error {
+	if tx == nil {
+		return fmt.Errorf("heraldpg: WriteTx: tx is nil")
+	}
+	sql, args, err := p.statement(msgs)
+	if err != nil {
+		return err
+	}
+	if _, err := tx.Exec(ctx, sql, args...); err != nil {
+		return fmt.Errorf("heraldpg: writing %d events: %w", len(msgs), err)
+	}
+	return nil
+}
+
+type sqlInserter struct{ inserter }
+
+func (s sqlInserter) InsertTx(ctx context.Context, tx *sql.Tx, msgs []herald.Message) error {
+	if tx == nil {
+		return fmt.Errorf("heraldpg: WriteTx: tx is nil")
+	}
+	q, args, err := s.statement(msgs)
+	if err != nil {
+		return err
+	}
+	if _, err := tx.ExecContext(ctx, q, args...); err != nil {
+		return fmt.Errorf("heraldpg: writing %d events: %w", len(msgs), err)
+	}
+	return nil
+}
+
+func validUUID(s string) bool {
+	_, err := uuid.Parse(s)
+	return err == nil
+}

@@ -1,0 +1,501 @@
+package herald
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// Relay publishes committed outbox events: it claims batches of ready rows,
+// publishes them outside any transaction, and acknowledges each batch in one
+// statement that checks the claim token. It also rescues rows whose relay
+// died and deletes published rows past retention.
+//
+// Several relays may run against one table; they divide the rows between
+// them with FOR UPDATE SKIP LOCKED and leases.
+type Relay struct {
+	cfg RelayConfig
+	log *slog.Logger
+
+	mu      sync.Mutex
+	state   relayState
+	stop    context.CancelFunc // stops claiming and the background loops
+	abort   context.CancelFunc // cancels in-flight publishes
+	pubCtx  context.Context
+	done    chan struct{} // closed when every goroutine has returned
+	wake    chan struct{}
+	loops   sync.WaitGroup
+	batches sync.WaitGroup
+
+	outageMu    sync.Mutex
+	outageUntil time.Time
+	outageDelay time.Duration
+
+	stats relayCounters
+}
+
+// maxStoredPayload is the payload cap applied to claimed rows: the writer's
+// cap is the writer's business; the relay refuses only what no broker takes.
+const maxStoredPayload = 64 << 20
+
+type relayState int
+
+const (
+	relayNew relayState = iota
+	relayRunning
+	relayStopped
+)
+
+// RelayStats are counters since the relay started.
+type RelayStats struct {
+	Claimed   int64 // rows claimed
+	Published int64 // rows acknowledged as published
+	Retried   int64 // rows rescheduled after a failure
+	Dead      int64 // rows made dead
+	Released  int64 // rows released on shutdown
+	Rescued   int64 // rows of dead relays returned to ready
+	Deleted   int64 // published rows removed by retention
+}
+
+type relayCounters struct {
+	claimed, published, retried, dead, released, rescued, deleted atomic.Int64
+}
+
+// NewRelay validates cfg and returns a relay ready to Start.
+func NewRelay(cfg *RelayConfig) (*Relay, error) {
+	if cfg == nil {
+		return nil, errors.New("herald: NewRelay: config is nil")
+	}
+	c := cfg.withDefaults()
+	if err := c.validate(); err != nil {
+		return nil, err
+	}
+	return &Relay{
+		cfg:  c,
+		log:  c.Logger.With("component", "herald.relay", "owner", c.Owner),
+		wake: make(chan struct{}, 1),
+		done: make(chan struct{}),
+	}, nil
+}
+
+// Start checks the database is reachable and starts the relay's loops. It
+// returns once they run. The relay runs until Stop; ctx bounds only the
+// start-up check.
+func (r *Relay) Start(ctx context.Context) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	switch r.state {
+	case relayRunning:
+		return nil
+	case relayStopped:
+		return ErrRelayStopped
+	}
+	if err := r.cfg.Store.Ping(ctx); err != nil {
+		return err
+	}
+	loopCtx, stop := context.WithCancel(context.Background())
+	pubCtx, abort := context.WithCancel(context.Background())
+	r.stop, r.abort, r.pubCtx = stop, abort, pubCtx
+	r.state = relayRunning
+
+	r.loops.Add(3)
+	go func() { defer r.loops.Done(); r.claimLoop(loopCtx) }()
+	go func() { defer r.loops.Done(); r.every(loopCtx, r.cfg.RescueInterval, r.rescue) }()
+	go func() {
+		defer r.loops.Done()
+		if r.cfg.Retention > 0 {
+			r.every(loopCtx, r.cfg.CleanupInterval, r.cleanup)
+		}
+	}()
+	go func() {
+		r.loops.Wait()
+		r.batches.Wait()
+		close(r.done)
+	}()
+	r.log.Info("relay started", "batch_size", r.cfg.BatchSize, "max_in_flight", r.cfg.MaxInFlight, "lease", r.cfg.Lease)
+	return nil
+}
+
+// Stop stops claiming and waits for in-flight batches to be published and
+// acknowledged. When ctx ends first, in-flight publishes are cancelled and
+// every row not confirmed by the broker is released at once, so no row waits
+// for its lease to expire. Stop is safe to call more than once, and before
+// Start.
+func (r *Relay) Stop(ctx context.Context) error {
+	r.mu.Lock()
+	switch r.state {
+	case relayNew:
+		r.state = relayStopped
+		r.mu.Unlock()
+		return nil
+	case relayStopped:
+		r.mu.Unlock()
+		if r.stop == nil {
+			return nil
+		}
+		<-r.done
+		return nil
+	}
+	r.state = relayStopped
+	r.stop()
+	r.mu.Unlock()
+
+	select {
+	case <-r.done:
+	case <-ctx.Done():
+		r.log.Warn("stop deadline reached; cancelling in-flight publishes and releasing their rows")
+		r.abort()
+		<-r.done
+	}
+	r.abort()
+	r.log.Info("relay stopped", "published", r.stats.published.Load())
+	return nil
+}
+
+// Wake makes the relay claim at once instead of waiting for its next poll.
+// A service that writes events and runs the relay in one process may call it
+// after committing.
+func (r *Relay) Wake() {
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Stats returns the relay's counters.
+func (r *Relay) Stats() RelayStats {
+	s := &r.stats
+	return RelayStats{
+		Claimed: s.claimed.Load(), Published: s.published.Load(), Retried: s.retried.Load(),
+		Dead: s.dead.Load(), Released: s.released.Load(), Rescued: s.rescued.Load(), Deleted: s.deleted.Load(),
+	}
+}
+
+// claimLoop claims batches while a publish slot is free. Polling adapts: a
+// full batch is followed by the next claim at once, a partial one by
+// PollInterval, and empty claims double the wait up to IdlePollInterval.
+func (r *Relay) claimLoop(ctx context.Context) {
+	slots := make(chan struct{}, r.cfg.MaxInFlight)
+	idle := r.cfg.PollInterval
+	claimErrDelay := r.cfg.PollInterval
+	for {
+		select {
+		case slots <- struct{}{}:
+		case <-ctx.Done():
+			return
+		}
+		if wait := r.outageWait(); wait > 0 {
+			if !r.sleep(ctx, wait) {
+				<-slots
+				return
+			}
+		}
+		if ctx.Err() != nil {
+			<-slots
+			return
+		}
+		token := uuid.NewString()
+		// The claim runs to completion even when Stop is called meanwhile:
+		// cancelling it could leave rows claimed that this relay never saw.
+		claimCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.Lease/2)
+		batch, err := r.cfg.Store.Claim(claimCtx, ClaimParams{
+			Token: token, Owner: r.cfg.Owner, Limit: r.cfg.BatchSize, Lease: r.cfg.Lease,
+		})
+		claimedAt := time.Now()
+		cancel()
+		if err != nil {
+			<-slots
+			r.log.Warn("claim failed; retrying", "error", Scrub(err.Error()), "retry_in", claimErrDelay)
+			if !r.sleep(ctx, claimErrDelay) {
+				return
+			}
+			claimErrDelay = min(claimErrDelay*2, r.cfg.OutageBackoffCap)
+			continue
+		}
+		claimErrDelay = r.cfg.PollInterval
+		if len(batch) == 0 {
+			<-slots
+			if !r.sleep(ctx, idle) {
+				return
+			}
+			idle = min(idle*2, r.cfg.IdlePollInterval)
+			continue
+		}
+		idle = r.cfg.PollInterval
+		r.stats.claimed.Add(int64(len(batch)))
+		r.log.Debug("claimed batch", "batch_size", len(batch), "claim_token", token)
+		r.batches.Add(1)
+		go func() {
+			defer r.batches.Done()
+			defer func() { <-slots }()
+			r.process(token, claimedAt, batch)
+		}()
+		if len(batch) < r.cfg.BatchSize && !r.sleep(ctx, r.cfg.PollInterval) {
+			return
+		}
+	}
+}
+
+// sleep waits d, or until a Wake; it returns false when ctx ended.
+func (r *Relay) sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-r.wake:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// process publishes one claimed batch and records the outcome.
+func (r *Relay) process(token string, claimedAt time.Time, batch []Envelope) {
+	// Rows written by other programs with plain SQL may break the rules
+	// WriteTx enforces (a reserved header, a topic with spaces). They go to
+	// the dead letters with the reason instead of reaching the broker.
+	var invalid map[int]error
+	valid := batch
+	for i := range batch {
+		if err := validate(i, &batch[i].Message, maxStoredPayload); err != nil {
+			if invalid == nil {
+				invalid = map[int]error{}
+				valid = make([]Envelope, 0, len(batch))
+				valid = append(valid, batch[:i]...)
+			}
+			invalid[i] = Permanent(fmt.Errorf("invalid row: %w", err))
+		} else if invalid != nil {
+			valid = append(valid, batch[i])
+		}
+	}
+
+	var err error
+	if len(valid) > 0 {
+		pubCtx, cancel := context.WithTimeout(r.pubCtx, r.cfg.PublishTimeout)
+		err = r.cfg.Publisher.Publish(pubCtx, valid)
+		cancel()
+	}
+	aborted := r.pubCtx.Err() != nil
+
+	errs := batchErrors(err, len(valid))
+	if invalid != nil {
+		all, j := make([]error, len(batch)), 0
+		for i := range batch {
+			if e, bad := invalid[i]; bad {
+				all[i] = e
+			} else {
+				all[i] = errs[j]
+				j++
+			}
+		}
+		errs = all
+	}
+	outage := err != nil && !isBatchError(err) && !IsPermanent(err)
+	var (
+		params  = CompleteParams{Token: token, Policy: r.cfg.Retry}
+		release []string
+	)
+	for i, env := range batch {
+		e := errs[i]
+		switch {
+		case e == nil:
+			params.Published = append(params.Published, env.ID)
+		case aborted && !IsPermanent(e):
+			// Shutting down: the broker did not confirm this event, so it
+			// goes back to ready at once with its attempt refunded.
+			release = append(release, env.ID)
+		default:
+			f := Failure{ID: env.ID, Error: Scrub(e.Error()), Permanent: IsPermanent(e)}
+			f.Outage = outage || errors.Is(e, context.DeadlineExceeded) || errors.Is(e, context.Canceled)
+			if f.Outage {
+				f.Delay = r.noteOutage()
+			} else {
+				f.Delay = r.cfg.Retry.Backoff(env.Attempt)
+			}
+			params.Failed = append(params.Failed, f)
+		}
+	}
+	if len(params.Failed) == 0 {
+		r.clearOutage()
+	} else {
+		r.log.Warn("publish failed", "failed", len(params.Failed), "batch_size", len(batch), "outage", outage,
+			"error", params.Failed[0].Error)
+	}
+
+	// Acknowledge before the lease runs out; past it another relay may own
+	// the rows and the token check would change nothing anyway.
+	deadline := claimedAt.Add(r.cfg.Lease)
+	if len(params.Published) > 0 || len(params.Failed) > 0 {
+		var res CompleteResult
+		err := r.retryStore(deadline, "acknowledging batch", func(ctx context.Context) (err error) {
+			res, err = r.cfg.Store.Complete(ctx, params)
+			return err
+		})
+		if err == nil {
+			r.stats.published.Add(int64(res.Published))
+			r.stats.retried.Add(int64(res.Retried))
+			r.stats.dead.Add(int64(len(res.Dead)))
+			for _, id := range res.Dead {
+				r.log.Error("event dead", "event_id", id, "error", lastErrorOf(params.Failed, id))
+			}
+			if lost := len(params.Published) + len(params.Failed) - res.Published - res.Retried - len(res.Dead); lost > 0 {
+				r.log.Warn("lease lost before acknowledgement; rows belong to another relay now", "rows", lost, "claim_token", token)
+			}
+		}
+	}
+	if len(release) > 0 {
+		var n int
+		err := r.retryStore(deadline, "releasing rows", func(ctx context.Context) (err error) {
+			n, err = r.cfg.Store.Release(ctx, token, release)
+			return err
+		})
+		if err == nil {
+			r.stats.released.Add(int64(n))
+		}
+	}
+}
+
+// retryStore runs op until it succeeds or the deadline passes. A database
+// restart makes a few attempts fail; the pool reconnects meanwhile.
+func (r *Relay) retryStore(deadline time.Time, what string, op func(context.Context) error) error {
+	delay := 50 * time.Millisecond
+	for {
+		ctx, cancel := context.WithDeadline(context.Background(), deadline)
+		err := op(ctx)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		if time.Until(deadline) < delay {
+			r.log.Error(what+" failed; the rows will be rescued when their lease expires",
+				"error", Scrub(err.Error()))
+			return err
+		}
+		r.log.Warn(what+" failed; retrying", "error", Scrub(err.Error()))
+		time.Sleep(delay)
+		delay = min(delay*2, 2*time.Second)
+	}
+}
+
+func lastErrorOf(fs []Failure, id string) string {
+	for _, f := range fs {
+		if f.ID == id {
+			return f.Error
+		}
+	}
+	return ""
+}
+
+func isBatchError(err error) bool {
+	var be *BatchError
+	return errors.As(err, &be)
+}
+
+// batchErrors spreads a Publish result over the batch.
+func batchErrors(err error, n int) []error {
+	errs := make([]error, n)
+	if err == nil {
+		return errs
+	}
+	var be *BatchError
+	if errors.As(err, &be) && len(be.Errs) == n {
+		copy(errs, be.Errs)
+		return errs
+	}
+	for i := range errs {
+		errs[i] = err
+	}
+	return errs
+}
+
+// noteOutage records that the destination failed as a whole and returns how
+// long to wait: doubling from the retry base up to OutageBackoffCap. Claims
+// pause for that long, so an outage costs a few cheap retries, not a storm.
+func (r *Relay) noteOutage() time.Duration {
+	r.outageMu.Lock()
+	defer r.outageMu.Unlock()
+	if r.outageDelay == 0 {
+		r.outageDelay = min(100*time.Millisecond, r.cfg.OutageBackoffCap)
+		r.log.Warn("destination unreachable; pausing claims")
+	} else if time.Now().After(r.outageUntil) {
+		r.outageDelay = min(r.outageDelay*2, r.cfg.OutageBackoffCap)
+	}
+	r.outageUntil = time.Now().Add(r.outageDelay)
+	return r.outageDelay
+}
+
+func (r *Relay) clearOutage() {
+	r.outageMu.Lock()
+	defer r.outageMu.Unlock()
+	if r.outageDelay != 0 {
+		r.log.Info("destination reachable again")
+	}
+	r.outageDelay = 0
+	r.outageUntil = time.Time{}
+}
+
+func (r *Relay) outageWait() time.Duration {
+	r.outageMu.Lock()
+	defer r.outageMu.Unlock()
+	return time.Until(r.outageUntil)
+}
+
+// every runs fn at once and then every interval until ctx ends.
+func (r *Relay) every(ctx context.Context, interval time.Duration, fn func(context.Context)) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		fn(ctx)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+func (r *Relay) rescue(ctx context.Context) {
+	const limit = 1000
+	for ctx.Err() == nil {
+		n, err := r.cfg.Store.RescueExpired(ctx, limit)
+		if err != nil {
+			if ctx.Err() == nil {
+				r.log.Warn("rescuing expired leases failed", "error", Scrub(err.Error()))
+			}
+			return
+		}
+		if n > 0 {
+			r.stats.rescued.Add(int64(n))
+			r.log.Info("lease rescued", "rows", n)
+		}
+		if n < limit {
+			return
+		}
+	}
+}
+
+func (r *Relay) cleanup(ctx context.Context) {
+	for ctx.Err() == nil {
+		n, err := r.cfg.Store.DeletePublished(ctx, r.cfg.Retention, r.cfg.CleanupBatchSize)
+		if err != nil {
+			if ctx.Err() == nil {
+				r.log.Warn("retention cleanup failed", "error", Scrub(err.Error()))
+			}
+			return
+		}
+		r.stats.deleted.Add(int64(n))
+		if n > 0 {
+			r.log.Debug("retention deleted published rows", "rows", n)
+		}
+		if n < r.cfg.CleanupBatchSize {
+			return
+		}
+	}
+}

@@ -1,0 +1,115 @@
+package herald
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+)
+
+// RelayConfig configures a Relay. Store and Publisher are required; every
+// other field has a default.
+type RelayConfig struct {
+	// Store is the outbox table, from a driver such as heraldpg.New.
+	Store Store
+	// Publisher delivers batches to the broker.
+	Publisher Publisher
+	// Logger receives the relay's logs. Defaults to slog.Default().
+	Logger *slog.Logger
+	// Owner names this relay in claimed rows (claimed_by), for operators.
+	// Defaults to "hostname/pid".
+	Owner string
+	// BatchSize is the most events claimed, published and acknowledged
+	// together. Defaults to 1000.
+	BatchSize int
+	// MaxInFlight is how many claimed batches may be publishing at once.
+	// Defaults to 4.
+	MaxInFlight int
+	// Lease is how long a claim holds its rows before any relay may rescue
+	// them. It must exceed PublishTimeout by a margin for the acknowledgement.
+	// Defaults to 1m.
+	Lease time.Duration
+	// PublishTimeout bounds one Publish call. Defaults to 20s.
+	PublishTimeout time.Duration
+	// PollInterval is the wait between claims while there is work but less
+	// than a full batch. A full batch is followed by the next claim at once.
+	// Defaults to 5ms.
+	PollInterval time.Duration
+	// IdlePollInterval is the longest wait between claims when the outbox is
+	// empty; the wait doubles from PollInterval up to it. Defaults to 250ms.
+	IdlePollInterval time.Duration
+	// Retry is the retry policy for failed events. Zero fields take the
+	// defaults of DefaultRetryPolicy.
+	Retry RetryPolicy
+	// OutageBackoffCap is the longest pause in claiming while the
+	// destination is unreachable. Defaults to 5s.
+	OutageBackoffCap time.Duration
+	// RescueInterval is how often this relay returns rows whose lease
+	// expired (their relay died) to ready. Defaults to 5s.
+	RescueInterval time.Duration
+	// Retention is how long published rows are kept. Zero means the
+	// default; a negative value keeps them forever. Dead rows are always
+	// kept until an operator acts. Defaults to 24h.
+	Retention time.Duration
+	// CleanupInterval is how often retention runs. Defaults to 1m.
+	CleanupInterval time.Duration
+	// CleanupBatchSize is the most rows one retention statement deletes, so
+	// no statement holds locks for long. Defaults to 1000.
+	CleanupBatchSize int
+}
+
+func (c *RelayConfig) withDefaults() RelayConfig {
+	out := *c
+	if out.Logger == nil {
+		out.Logger = slog.Default()
+	}
+	if out.Owner == "" {
+		host, _ := os.Hostname()
+		out.Owner = fmt.Sprintf("%s/%d", host, os.Getpid())
+	}
+	setDefault(&out.BatchSize, 1000)
+	setDefault(&out.MaxInFlight, 4)
+	setDefault(&out.Lease, time.Minute)
+	setDefault(&out.PublishTimeout, 20*time.Second)
+	setDefault(&out.PollInterval, 5*time.Millisecond)
+	setDefault(&out.IdlePollInterval, 250*time.Millisecond)
+	setDefault(&out.OutageBackoffCap, 5*time.Second)
+	setDefault(&out.RescueInterval, 5*time.Second)
+	setDefault(&out.Retention, 24*time.Hour)
+	setDefault(&out.CleanupInterval, time.Minute)
+	setDefault(&out.CleanupBatchSize, 1000)
+	out.Retry = out.Retry.withDefaults()
+	return out
+}
+
+func setDefault[T int | time.Duration](p *T, v T) {
+	if *p == 0 {
+		*p = v
+	}
+}
+
+func (c *RelayConfig) validate() error {
+	var errs []error
+	check := func(ok bool, field, rule string) {
+		if !ok {
+			errs = append(errs, fmt.Errorf("herald: RelayConfig.%s %s", field, rule))
+		}
+	}
+	check(c.Store != nil, "Store", "is required")
+	check(c.Publisher != nil, "Publisher", "is required")
+	check(c.BatchSize > 0, "BatchSize", "must be positive")
+	check(c.MaxInFlight > 0, "MaxInFlight", "must be positive")
+	check(c.PublishTimeout > 0, "PublishTimeout", "must be positive")
+	check(c.Lease >= c.PublishTimeout+time.Second, "Lease", "must exceed PublishTimeout by at least 1s")
+	check(c.PollInterval > 0, "PollInterval", "must be positive")
+	check(c.IdlePollInterval >= c.PollInterval, "IdlePollInterval", "must not be below PollInterval")
+	check(c.OutageBackoffCap > 0, "OutageBackoffCap", "must be positive")
+	check(c.RescueInterval > 0, "RescueInterval", "must be positive")
+	check(c.CleanupInterval > 0, "CleanupInterval", "must be positive")
+	check(c.CleanupBatchSize > 0, "CleanupBatchSize", "must be positive")
+	if err := c.Retry.validate(); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,134 @@
+package herald
+
+import (
+	"context"
+	"time"
+)
+
+// Store is the seam between the relay and a database driver. It is
+// implemented by the driver packages (driver/heraldpg) and is not a stable
+// API: methods may be added as the relay grows. Every method that changes a
+// claimed row checks the claim token, so a relay that lost its lease (paused,
+// cut off, past its lease) changes nothing.
+type Store interface {
+	// Migrate brings the schema up to date. Safe to run from several
+	// processes at once.
+	Migrate(ctx context.Context) error
+	// Claim marks up to p.Limit ready rows (available_at reached) as claimed
+	// by p.Token, with a lease of p.Lease from the database clock, in one
+	// short transaction that skips rows other claimers hold. The attempt
+	// count of each returned envelope includes this claim.
+	Claim(ctx context.Context, p ClaimParams) ([]Envelope, error)
+	// Complete acknowledges a batch: ids confirmed by the broker become
+	// published, failures are rescheduled or made dead, per FailParams. It
+	// changes only rows still claimed by token and returns the ids it made
+	// dead.
+	Complete(ctx context.Context, p CompleteParams) (CompleteResult, error)
+	// Release returns claimed rows to ready at once, refunding the attempt
+	// the claim counted. Used on graceful shutdown.
+	Release(ctx context.Context, token string, ids []string) (int, error)
+	// RescueExpired returns up to limit rows whose lease expired to ready.
+	RescueExpired(ctx context.Context, limit int) (int, error)
+	// DeletePublished deletes up to limit rows published more than
+	// olderThan ago, by the database clock.
+	DeletePublished(ctx context.Context, olderThan time.Duration, limit int) (int, error)
+	// Ping checks the database is reachable.
+	Ping(ctx context.Context) error
+}
+
+// ClaimParams are the arguments of Store.Claim.
+type ClaimParams struct {
+	Token string        // a fresh UUID per claim
+	Owner string        // who claims, for operators: host and pid
+	Limit int           // most rows to claim
+	Lease time.Duration // lease length, added to the database clock
+}
+
+// CompleteParams are the arguments of Store.Complete.
+type CompleteParams struct {
+	Token     string
+	Published []string  // ids the broker confirmed
+	Failed    []Failure // ids that failed, with what to do
+	Policy    RetryPolicy
+}
+
+// Failure is one failed publish.
+type Failure struct {
+	ID    string
+	Error string        // scrubbed of secrets, kept as last_error
+	Delay time.Duration // until the next attempt
+	// Permanent sends the row straight to dead.
+	Permanent bool
+	// Outage means the destination was unreachable: the attempt is refunded
+	// and only MaxAge can make the row dead.
+	Outage bool
+}
+
+// CompleteResult says what Complete changed.
+type CompleteResult struct {
+	Published int      // rows marked published
+	Retried   int      // rows rescheduled
+	Dead      []string // ids that became dead
+}
+
+// Admin is what operator tools need from a store, beyond the relay's Store.
+type Admin interface {
+	Status(ctx context.Context) (Status, error)
+	ListEvents(ctx context.Context, f EventFilter) ([]EventRow, error)
+	GetEvent(ctx context.Context, id string) (EventRow, error)
+	// RequeueDead makes the dead rows matched by f ready again, with their
+	// attempt counts reset; it returns how many rows changed.
+	RequeueDead(ctx context.Context, f EventFilter) (int, error)
+	// DiscardDead deletes the dead rows matched by f and returns how many.
+	DiscardDead(ctx context.Context, f EventFilter) (int, error)
+}
+
+// State is an outbox row's place in its life.
+type State string
+
+// The states of an outbox row.
+const (
+	StateReady     State = "ready"
+	StateClaimed   State = "claimed"
+	StatePublished State = "published"
+	StateDead      State = "dead"
+)
+
+// Status summarises an outbox table.
+type Status struct {
+	// Topics has one entry per topic and state present in the table.
+	Topics []TopicStatus
+	// OldestPending is the age of the oldest ready or claimed row, zero when
+	// there is none.
+	OldestPending time.Duration
+}
+
+// TopicStatus counts the rows of one topic in one state.
+type TopicStatus struct {
+	Topic  string
+	State  State
+	Count  int64
+	Oldest time.Duration // age of the oldest row in this state
+}
+
+// EventFilter selects rows for the operator tools. Exactly one of IDs, Topic
+// or All must be set; State narrows the selection.
+type EventFilter struct {
+	IDs   []string
+	Topic string
+	All   bool
+	State State // defaults to StateDead
+	Limit int   // for listings; defaults to 100
+}
+
+// EventRow is a whole outbox row, for operators.
+type EventRow struct {
+	Envelope
+	State       State
+	AvailableAt time.Time
+	LeaseUntil  *time.Time
+	ClaimedBy   string
+	PublishedAt *time.Time
+	DeadAt      *time.Time
+	LastError   string
+}
