@@ -1,0 +1,83 @@
+package heraldpg_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/herald-outbox/herald/driver/heraldpg"
+	"github.com/herald-outbox/herald/internal/heraldtest"
+)
+
+func TestMigrate(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+
+	t.Run("IsIdempotent", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		require.NoError(t, b.driver.Migrate(ctx))
+		require.NoError(t, b.driver.Migrate(ctx))
+		require.NoError(t, b.driver.Ping(ctx))
+		var versions int
+		require.NoError(t, b.pool.QueryRow(ctx, `SELECT count(*) FROM `+b.cfg.Schema+`.herald_outbox_migrations`).Scan(&versions))
+		require.Equal(t, 1, versions)
+	})
+
+	t.Run("ConcurrentMigrationsAllSucceed", func(t *testing.T) {
+		t.Parallel()
+		pool := heraldtest.PostgresPool(t)
+		cfg := &heraldpg.Config{Schema: heraldtest.Schema(t), Table: "events"}
+		var wg sync.WaitGroup
+		errs := make([]error, 8)
+		for i := range errs {
+			wg.Go(func() {
+				d, err := heraldpg.New(pool, cfg)
+				if err == nil {
+					err = d.Migrate(ctx)
+				}
+				errs[i] = err
+			})
+		}
+		wg.Wait()
+		for _, err := range errs {
+			require.NoError(t, err)
+		}
+		d, err := heraldpg.New(pool, cfg)
+		require.NoError(t, err)
+		require.NoError(t, d.Ping(ctx))
+	})
+
+	t.Run("PingRefusesAnUnmigratedTable", func(t *testing.T) {
+		t.Parallel()
+		d, err := heraldpg.New(heraldtest.PostgresPool(t), &heraldpg.Config{Schema: heraldtest.Schema(t)})
+		require.NoError(t, err)
+		require.ErrorContains(t, d.Ping(ctx), "herald migrate")
+	})
+
+	t.Run("RefusesASchemaNewerThanItKnows", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		_, err := b.pool.Exec(ctx, `INSERT INTO `+b.cfg.Schema+`.herald_outbox_migrations (version, name) VALUES (999, 'future')`)
+		require.NoError(t, err)
+		require.ErrorContains(t, b.driver.Migrate(ctx), "newer than this Herald knows")
+		require.ErrorContains(t, b.driver.Ping(ctx), "newer than this Herald knows")
+	})
+
+	t.Run("RefusesBadNamesBeforeAnySQL", func(t *testing.T) {
+		t.Parallel()
+		for _, cfg := range []heraldpg.Config{
+			{Schema: "Public"}, {Schema: "a-b"}, {Table: `x"; DROP TABLE y; --`}, {Table: "1abc"},
+			{Table: "a b"}, {Schema: "abcdefghijabcdefghijabcdefghijabcdefghijX"},
+		} {
+			_, err := heraldpg.New(heraldtest.PostgresPool(t), &cfg)
+			require.Error(t, err, "%+v", cfg)
+			_, err = heraldpg.NewWriter(&cfg)
+			require.Error(t, err, "%+v", cfg)
+		}
+		_, err := heraldpg.New(nil, nil)
+		require.Error(t, err)
+	})
+}

@@ -1,0 +1,16 @@
+//go:build !linux && !darwin
+
+package heraldtest
+
+import (
+	"errors"
+	"runtime"
+)
+
+type cluster struct{}
+
+func startCluster() (*cluster, string, error) {
+	return nil, "", errors.New("no throwaway cluster on " + runtime.GOOS)
+}
+
+func (*cluster) stop() {}

@@ -1,0 +1,352 @@
+// Package heraldnats publishes Herald events to NATS JetStream.
+//
+// Each event becomes one message on the subject named by its topic, with
+// Nats-Msg-Id set to the event id: a republished event (the relay delivers
+// at least once) that reaches the stream within its duplicate window is
+// dropped there, so consumers see it once.
+package heraldnats
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/herald-outbox/herald"
+)
+
+// Config configures a Publisher. A nil *Config means the defaults.
+type Config struct {
+	// SubjectPrefix is joined to every topic with a dot: with "prod", the
+	// topic "orders.placed" is published on "prod.orders.placed". Defaults
+	// to "" (the topic is the subject).
+	SubjectPrefix string
+	// MaxPending bounds the messages awaiting a PubAck, over all batches in
+	// flight, and with them the memory and broker load of a burst. Publish
+	// waits for a free slot. Defaults to 4096.
+	MaxPending int
+	// AckTimeout is how long a message waits for its PubAck before it
+	// counts as failed. It frees the slots of messages whose Publish gave
+	// up when its context ended. Defaults to 30s.
+	AckTimeout time.Duration
+	// CreateStream is a stream New creates, or updates to this config, so
+	// that it captures the published subjects before the first publish.
+	// Defaults to nil: streams are managed elsewhere and never created.
+	CreateStream *jetstream.StreamConfig
+	// Logger receives the publisher's logs. Defaults to slog.Default().
+	Logger *slog.Logger
+}
+
+const (
+	// stallPoll is how long one attempt waits for a free pending slot; the
+	// client's stall wait cannot be cancelled, so Publish re-checks its
+	// context between attempts.
+	stallPoll = 50 * time.Millisecond
+	// streamSetupTimeout bounds CreateStream in New, which has no context.
+	streamSetupTimeout = 10 * time.Second
+	// noStreamLogEvery limits the missing-stream warning per subject: one
+	// misconfigured subject must be visible without flooding the log.
+	noStreamLogEvery = time.Minute
+	// noStreamLogMax caps the subjects remembered for that limit.
+	noStreamLogMax = 1024
+)
+
+// Publisher is a herald.Publisher over a JetStream connection. It lives as
+// long as the connection it was given; it holds nothing to close.
+type Publisher struct {
+	nc         *nats.Conn
+	js         jetstream.JetStream
+	prefix     string // SubjectPrefix with its dot
+	ackTimeout time.Duration
+	pubOpts    []jetstream.PublishOpt
+	log        *slog.Logger
+
+	noStreamMu     sync.Mutex
+	noStreamLogged map[string]time.Time
+}
+
+var _ herald.Publisher = (*Publisher)(nil)
+
+// New returns a publisher over nc, a connection the caller owns (and
+// closes). When cfg.CreateStream is set, New creates or updates that stream
+// and fails if it cannot.
+func New(nc *nats.Conn, cfg *Config) (*Publisher, error) {
+	if nc == nil {
+		return nil, errors.New("heraldnats: New: nats connection is nil")
+	}
+	var c Config
+	if cfg != nil {
+		c = *cfg
+	}
+	if c.MaxPending == 0 {
+		c.MaxPending = 4096
+	}
+	if c.AckTimeout == 0 {
+		c.AckTimeout = 30 * time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	switch {
+	case c.MaxPending < 0:
+		return nil, errors.New("heraldnats: Config.MaxPending must not be negative")
+	case c.AckTimeout < 0:
+		return nil, errors.New("heraldnats: Config.AckTimeout must not be negative")
+	}
+	prefix := ""
+	if c.SubjectPrefix != "" {
+		if reason := checkSubject(c.SubjectPrefix); reason != "" {
+			return nil, fmt.Errorf("heraldnats: Config.SubjectPrefix %q %s", c.SubjectPrefix, reason)
+		}
+		prefix = c.SubjectPrefix + "."
+	}
+
+	js, err := jetstream.New(nc,
+		jetstream.WithPublishAsyncMaxPending(c.MaxPending),
+		jetstream.WithPublishAsyncTimeout(c.AckTimeout))
+	if err != nil {
+		return nil, fmt.Errorf("heraldnats: %w", err)
+	}
+	if c.CreateStream != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), streamSetupTimeout)
+		defer cancel()
+		if _, err := js.CreateOrUpdateStream(ctx, *c.CreateStream); err != nil {
+			return nil, fmt.Errorf("heraldnats: Config.CreateStream: creating or updating stream %q: %w", c.CreateStream.Name, err)
+		}
+	}
+	return &Publisher{
+		nc:             nc,
+		js:             js,
+		prefix:         prefix,
+		ackTimeout:     c.AckTimeout,
+		pubOpts:        []jetstream.PublishOpt{jetstream.WithStallWait(stallPoll)},
+		log:            c.Logger.With("component", "herald.nats"),
+		noStreamLogged: map[string]time.Time{},
+	}, nil
+}
+
+// Publish sends every envelope without waiting, then waits for all their
+// PubAcks. It returns nil only when each one arrived, a *herald.BatchError
+// when some envelopes failed, and a plain error when the connection is down
+// or was lost, so that the relay retries the batch without spending
+// attempts (events already stored are then dropped as duplicates).
+func (p *Publisher) Publish(ctx context.Context, batch []herald.Envelope) error {
+	// Listen before checking the status: a close in between would otherwise
+	// leave the wait for PubAcks blocked until ctx ends, since the client
+	// never fails pending acks when its connection closes.
+	closed := p.nc.StatusChanged(nats.CLOSED)
+	defer p.nc.RemoveStatusListener(closed)
+	if err := p.checkConnected(); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+
+	errs := make([]error, len(batch))
+	futures := make([]jetstream.PubAckFuture, len(batch))
+	for i := range batch {
+		if ctx.Err() != nil {
+			errs[i] = unconfirmed(ctx)
+			continue
+		}
+		f, err := p.publishAsync(ctx, &batch[i])
+		if connectionLost(err) {
+			return fmt.Errorf("heraldnats: connection lost during publish: %w", err)
+		}
+		futures[i], errs[i] = f, err
+	}
+
+	duplicates := 0
+	for i, f := range futures {
+		if f == nil {
+			continue
+		}
+		var err error
+		select {
+		case ack := <-f.Ok():
+			if ack.Duplicate {
+				duplicates++
+			}
+		case err = <-f.Err():
+		case <-closed:
+			return fmt.Errorf("heraldnats: connection lost awaiting PubAcks: %w", nats.ErrConnectionClosed)
+		case <-ctx.Done():
+			// Keep the PubAcks that already arrived: each spares the relay
+			// a republish.
+			select {
+			case <-f.Ok():
+			case err = <-f.Err():
+			default:
+				errs[i] = unconfirmed(ctx)
+				continue
+			}
+		}
+		if connectionLost(err) {
+			return fmt.Errorf("heraldnats: connection lost awaiting PubAcks: %w", err)
+		}
+		if err != nil {
+			errs[i] = p.classify(f.Msg().Subject, err)
+		}
+	}
+
+	for _, err := range errs {
+		if err != nil {
+			return &herald.BatchError{Errs: errs}
+		}
+	}
+	p.log.Debug("published batch", "batch_size", len(batch), "duplicates", duplicates)
+	return nil
+}
+
+func (p *Publisher) publishAsync(ctx context.Context, env *herald.Envelope) (jetstream.PubAckFuture, error) {
+	subj := p.prefix + env.Topic
+	if reason := checkSubject(subj); reason != "" {
+		return nil, herald.Permanent(fmt.Errorf("heraldnats: subject %q %s", subj, reason))
+	}
+	msg := message(subj, env)
+	for {
+		f, err := p.js.PublishMsgAsync(msg, p.pubOpts...)
+		if !errors.Is(err, jetstream.ErrTooManyStalledMsgs) {
+			if err != nil {
+				return nil, p.classify(subj, err)
+			}
+			return f, nil
+		}
+		if ctx.Err() != nil {
+			return nil, unconfirmed(ctx)
+		}
+	}
+}
+
+func message(subj string, env *herald.Envelope) *nats.Msg {
+	h := make(nats.Header, len(env.Headers)+6)
+	for name, v := range env.Headers {
+		// Writers refuse Nats-* names, but a row inserted with plain SQL
+		// must still not steer JetStream (Nats-Expected-Stream, Nats-TTL).
+		if len(name) >= 5 && strings.EqualFold(name[:5], "nats-") {
+			continue
+		}
+		h[name] = []string{v}
+	}
+	h[jetstream.MsgIDHeader] = []string{env.ID}
+	h[herald.HeaderID] = []string{env.ID}
+	for _, f := range [...]struct{ name, v string }{
+		{herald.HeaderType, env.Type},
+		{herald.HeaderKey, env.Key},
+		{herald.HeaderAggregateType, env.AggregateType},
+		{herald.HeaderAggregateID, env.AggregateID},
+	} {
+		if f.v != "" {
+			h[f.name] = []string{f.v}
+		}
+	}
+	return &nats.Msg{Subject: subj, Header: h, Data: env.Payload}
+}
+
+// classify wraps a publish or PubAck error for one envelope.
+func (p *Publisher) classify(subj string, err error) error {
+	var apiErr *jetstream.APIError
+	switch {
+	case errors.Is(err, jetstream.ErrNoStreamResponse), errors.Is(err, nats.ErrNoResponders):
+		// Not permanent: the stream may be created, or its subjects
+		// widened, after the events were written.
+		p.warnNoStream(subj)
+		return fmt.Errorf("heraldnats: no JetStream stream captures subject %q: %w", subj, err)
+	case errors.Is(err, nats.ErrMaxPayload),
+		errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamMessageExceedsMaximum:
+		return herald.Permanent(fmt.Errorf("heraldnats: publishing to %q: %w", subj, err))
+	case errors.Is(err, jetstream.ErrAsyncPublishTimeout):
+		return fmt.Errorf("heraldnats: no PubAck for %q within %s: %w (%w)", subj, p.ackTimeout, context.DeadlineExceeded, err)
+	}
+	return fmt.Errorf("heraldnats: publishing to %q: %w", subj, err)
+}
+
+func (p *Publisher) warnNoStream(subj string) {
+	now := time.Now()
+	p.noStreamMu.Lock()
+	if last, ok := p.noStreamLogged[subj]; ok && now.Sub(last) < noStreamLogEvery {
+		p.noStreamMu.Unlock()
+		return
+	}
+	if len(p.noStreamLogged) >= noStreamLogMax {
+		for s, last := range p.noStreamLogged {
+			if now.Sub(last) >= noStreamLogEvery {
+				delete(p.noStreamLogged, s)
+			}
+		}
+	}
+	p.noStreamLogged[subj] = now
+	p.noStreamMu.Unlock()
+	p.log.Warn("no JetStream stream captures subject; will retry", "subject", subj)
+}
+
+// checkConnected returns why the connection cannot publish now, or nil.
+func (p *Publisher) checkConnected() error {
+	var err error
+	switch p.nc.Status() {
+	case nats.CONNECTED:
+		return nil
+	case nats.CLOSED:
+		err = nats.ErrConnectionClosed
+	case nats.RECONNECTING:
+		err = nats.ErrConnectionReconnecting
+	case nats.DRAINING_SUBS, nats.DRAINING_PUBS:
+		// The PubAck subscription is being drained: acks would be lost.
+		err = nats.ErrConnectionDraining
+	default:
+		err = nats.ErrDisconnected
+	}
+	if last := p.nc.LastError(); last != nil {
+		// The last error may quote a server URL, and a URL may hold a password.
+		return fmt.Errorf("heraldnats: %w (last error: %s)", err, herald.Scrub(last.Error()))
+	}
+	return fmt.Errorf("heraldnats: %w", err)
+}
+
+// connectionLost reports whether err says the connection, not the message,
+// failed: the whole batch is then retried without spending attempts.
+func connectionLost(err error) bool {
+	if err == nil {
+		return false
+	}
+	for _, target := range [...]error{
+		nats.ErrConnectionClosed, nats.ErrConnectionDraining, nats.ErrConnectionReconnecting,
+		nats.ErrDisconnected, nats.ErrReconnectBufExceeded, jetstream.ErrJetStreamPublisherClosed,
+	} {
+		if errors.Is(err, target) {
+			return true
+		}
+	}
+	return false
+}
+
+func unconfirmed(ctx context.Context) error {
+	return fmt.Errorf("heraldnats: PubAck not received: %w", ctx.Err())
+}
+
+// checkSubject returns why s cannot be a publish subject, or "".
+func checkSubject(s string) string {
+	switch {
+	case s == "":
+		return "is empty"
+	case s[0] == '.' || s[len(s)-1] == '.' || strings.Contains(s, ".."):
+		return "has an empty token"
+	case strings.ContainsAny(s, "*>"):
+		// Wildcards are for subscribers; a stream filter could not tell such
+		// a subject from a pattern.
+		return "contains a wildcard (* or >)"
+	}
+	for _, c := range s {
+		if c <= ' ' || c == 0x7f {
+			return "contains whitespace or a control character"
+		}
+	}
+	return ""
+}
