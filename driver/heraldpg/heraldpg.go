@@ -8,6 +8,7 @@ package heraldpg
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"regexp"
@@ -72,21 +73,34 @@ func (n names) render(tmpl string) string {
 
 // Driver is the relay's store and the operators' admin on PostgreSQL.
 type Driver struct {
-	pool  *pgxpool.Pool
+	db    conn
 	names names
 	q     queries
 }
 
-// New returns a driver over a pool the caller owns (and closes).
+// New returns a driver over a pgx pool the caller owns (and closes).
 func New(pool *pgxpool.Pool, cfg *Config) (*Driver, error) {
 	if pool == nil {
 		return nil, errors.New("heraldpg: New: pool is nil")
 	}
+	return newDriver(pgxConn{pool}, cfg)
+}
+
+// NewSQL returns a driver over a database/sql pool the caller owns, opened
+// with pgx's stdlib driver ("pgx").
+func NewSQL(db *sql.DB, cfg *Config) (*Driver, error) {
+	if db == nil {
+		return nil, errors.New("heraldpg: NewSQL: db is nil")
+	}
+	return newDriver(sqlConn{db}, cfg)
+}
+
+func newDriver(c conn, cfg *Config) (*Driver, error) {
 	n, err := cfg.names()
 	if err != nil {
 		return nil, err
 	}
-	return &Driver{pool: pool, names: n, q: newQueries(n)}, nil
+	return &Driver{db: c, names: n, q: newQueries(n)}, nil
 }
 
 // Table returns the schema-qualified, quoted outbox table name.
@@ -95,7 +109,7 @@ func (d *Driver) Table() string { return d.names.qualified }
 // Ping checks the database is reachable and the schema is migrated to the
 // version this driver knows.
 func (d *Driver) Ping(ctx context.Context) error {
-	v, err := d.schemaVersion(ctx, d.pool)
+	v, err := d.schemaVersion(ctx, d.db)
 	if err != nil {
 		return err
 	}

@@ -10,7 +10,6 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
@@ -54,59 +53,52 @@ func latestVersion() int { return migrations[len(migrations)-1].version }
 // migrate at once: one applies, the others then find nothing to do. It
 // refuses a table whose schema is newer than this driver knows.
 func (d *Driver) Migrate(ctx context.Context) error {
-	tx, err := d.pool.Begin(ctx)
+	err := d.db.inTx(ctx, func(tx conn) error {
+		if _, err := tx.exec(ctx, `SELECT pg_advisory_xact_lock(hashtext($1))`, "herald:"+d.names.qualified); err != nil {
+			return fmt.Errorf("taking the migration lock: %w", err)
+		}
+		stmts := []string{
+			`CREATE SCHEMA IF NOT EXISTS "` + d.names.schema + `"`,
+			`CREATE TABLE IF NOT EXISTS ` + d.names.migrations + ` (
+				version    integer     PRIMARY KEY,
+				name       text        NOT NULL,
+				applied_at timestamptz NOT NULL DEFAULT now())`,
+		}
+		for _, s := range stmts {
+			if _, err := tx.exec(ctx, s); err != nil {
+				return err
+			}
+		}
+		current, err := d.schemaVersion(ctx, tx)
+		if err != nil {
+			return err
+		}
+		if current > latestVersion() {
+			return fmt.Errorf("outbox table %s is at schema version %d, newer than this Herald knows (%d): upgrade Herald", d.names.qualified, current, latestVersion())
+		}
+		for _, m := range migrations {
+			if m.version <= current {
+				continue
+			}
+			if _, err := tx.exec(ctx, d.names.render(m.sql)); err != nil {
+				return fmt.Errorf("migration %s: %w", m.name, err)
+			}
+			if _, err := tx.exec(ctx, `INSERT INTO `+d.names.migrations+` (version, name) VALUES ($1, $2)`, m.version, m.name); err != nil {
+				return fmt.Errorf("recording migration %s: %w", m.name, err)
+			}
+		}
+		return nil
+	})
 	if err != nil {
-		return fmt.Errorf("heraldpg: migrate: %w", err)
-	}
-	defer tx.Rollback(context.WithoutCancel(ctx))
-
-	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext($1))`, "herald:"+d.names.qualified); err != nil {
-		return fmt.Errorf("heraldpg: migrate: taking the migration lock: %w", err)
-	}
-	stmts := []string{
-		`CREATE SCHEMA IF NOT EXISTS "` + d.names.schema + `"`,
-		`CREATE TABLE IF NOT EXISTS ` + d.names.migrations + ` (
-			version    integer     PRIMARY KEY,
-			name       text        NOT NULL,
-			applied_at timestamptz NOT NULL DEFAULT now())`,
-	}
-	for _, s := range stmts {
-		if _, err := tx.Exec(ctx, s); err != nil {
-			return fmt.Errorf("heraldpg: migrate: %w", err)
-		}
-	}
-	current, err := d.schemaVersion(ctx, tx)
-	if err != nil {
-		return err
-	}
-	if current > latestVersion() {
-		return fmt.Errorf("heraldpg: outbox table %s is at schema version %d, newer than this Herald knows (%d): upgrade Herald", d.names.qualified, current, latestVersion())
-	}
-	for _, m := range migrations {
-		if m.version <= current {
-			continue
-		}
-		if _, err := tx.Exec(ctx, d.names.render(m.sql)); err != nil {
-			return fmt.Errorf("heraldpg: migration %s: %w", m.name, err)
-		}
-		if _, err := tx.Exec(ctx, `INSERT INTO `+d.names.migrations+` (version, name) VALUES ($1, $2)`, m.version, m.name); err != nil {
-			return fmt.Errorf("heraldpg: recording migration %s: %w", m.name, err)
-		}
-	}
-	if err := tx.Commit(ctx); err != nil {
 		return fmt.Errorf("heraldpg: migrate: %w", err)
 	}
 	return nil
 }
 
-type querier interface {
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}
-
 // schemaVersion returns the highest applied migration, 0 when none.
-func (d *Driver) schemaVersion(ctx context.Context, q querier) (int, error) {
+func (d *Driver) schemaVersion(ctx context.Context, c conn) (int, error) {
 	var v int
-	err := q.QueryRow(ctx, `SELECT coalesce(max(version), 0) FROM `+d.names.migrations).Scan(&v)
+	err := queryRow(ctx, c, `SELECT coalesce(max(version), 0) FROM `+d.names.migrations, nil, &v)
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == "42P01" { // undefined_table
 		return 0, nil

@@ -113,7 +113,7 @@ const (
 
 type queries struct {
 	insertOne, insertMany, claim, publish, complete, release, rescue, deletePublished, status string
-	table                                                                                        string
+	table                                                                                     string
 }
 
 func newQueries(n names) queries {

@@ -1,14 +1,13 @@
 package heraldpg
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
 	"slices"
 	"strconv"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/herald-outbox/herald"
 )
@@ -20,27 +19,26 @@ var (
 
 // Claim implements herald.Store.
 func (d *Driver) Claim(ctx context.Context, p herald.ClaimParams) ([]herald.Envelope, error) {
-	rows, err := d.pool.Query(ctx, d.q.claim, p.Limit, p.Token, p.Owner, p.Lease.Microseconds())
-	if err != nil {
-		return nil, fmt.Errorf("heraldpg: claiming: %w", err)
-	}
-	envs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (herald.Envelope, error) {
-		var (
-			e       herald.Envelope
-			headers []byte
-		)
-		err := row.Scan(&e.ID, &e.Seq, &e.Topic, &e.Key, &e.Type, &e.AggregateType, &e.AggregateID,
-			&e.Payload, &headers, &e.Attempt, &e.CreatedAt)
-		if err == nil {
+	envs := make([]herald.Envelope, 0, p.Limit)
+	err := d.db.query(ctx, d.q.claim, []any{p.Limit, p.Token, p.Owner, p.Lease.Microseconds()},
+		func(scan func(...any) error) error {
+			var (
+				e       herald.Envelope
+				headers []byte
+			)
+			if err := scan(&e.ID, &e.Seq, &e.Topic, &e.Key, &e.Type, &e.AggregateType, &e.AggregateID,
+				&e.Payload, &headers, &e.Attempt, &e.CreatedAt); err != nil {
+				return err
+			}
 			e.Headers = decodeHeaders(headers)
-		}
-		return e, err
-	})
+			envs = append(envs, e)
+			return nil
+		})
 	if err != nil {
 		return nil, fmt.Errorf("heraldpg: claiming: %w", err)
 	}
 	// RETURNING comes in no particular order; publish in write order.
-	slices.SortFunc(envs, func(a, b herald.Envelope) int { return int(a.Seq - b.Seq) })
+	slices.SortFunc(envs, func(a, b herald.Envelope) int { return cmp.Compare(a.Seq, b.Seq) })
 	return envs, nil
 }
 
@@ -75,11 +73,11 @@ func (d *Driver) Complete(ctx context.Context, p herald.CompleteParams) (herald.
 		if len(p.Published) == 0 {
 			return res, nil
 		}
-		tag, err := d.pool.Exec(ctx, d.q.publish, p.Published, p.Token)
+		n, err := d.db.exec(ctx, d.q.publish, p.Published, p.Token)
 		if err != nil {
 			return res, fmt.Errorf("heraldpg: acknowledging batch: %w", err)
 		}
-		res.Published = int(tag.RowsAffected())
+		res.Published = int(n)
 		return res, nil
 	}
 	n := len(p.Published) + len(p.Failed)
@@ -99,13 +97,12 @@ func (d *Driver) Complete(ctx context.Context, p herald.CompleteParams) (herald.
 		ids, ok, errs, delays, permanent, outage = append(ids, f.ID), append(ok, false), append(errs, f.Error),
 			append(delays, f.Delay.Microseconds()), append(permanent, f.Permanent), append(outage, f.Outage)
 	}
-	rows, err := d.pool.Query(ctx, d.q.complete, ids, p.Token, ok, errs, delays, permanent, outage,
-		p.Policy.MaxAttempts, p.Policy.MaxAge.Microseconds())
-	if err != nil {
-		return res, fmt.Errorf("heraldpg: acknowledging batch: %w", err)
-	}
-	var id, state string
-	_, err = pgx.ForEachRow(rows, []any{&id, &state}, func() error {
+	err := d.db.query(ctx, d.q.complete, []any{ids, p.Token, ok, errs, delays, permanent, outage,
+		p.Policy.MaxAttempts, p.Policy.MaxAge.Microseconds()}, func(scan func(...any) error) error {
+		var id, state string
+		if err := scan(&id, &state); err != nil {
+			return err
+		}
 		switch herald.State(state) {
 		case herald.StatePublished:
 			res.Published++
@@ -124,44 +121,45 @@ func (d *Driver) Complete(ctx context.Context, p herald.CompleteParams) (herald.
 
 // Release implements herald.Store.
 func (d *Driver) Release(ctx context.Context, token string, ids []string) (int, error) {
-	tag, err := d.pool.Exec(ctx, d.q.release, ids, token)
+	n, err := d.db.exec(ctx, d.q.release, ids, token)
 	if err != nil {
 		return 0, fmt.Errorf("heraldpg: releasing rows: %w", err)
 	}
-	return int(tag.RowsAffected()), nil
+	return int(n), nil
 }
 
 // RescueExpired implements herald.Store.
 func (d *Driver) RescueExpired(ctx context.Context, limit int) (int, error) {
-	tag, err := d.pool.Exec(ctx, d.q.rescue, limit)
+	n, err := d.db.exec(ctx, d.q.rescue, limit)
 	if err != nil {
 		return 0, fmt.Errorf("heraldpg: rescuing expired leases: %w", err)
 	}
-	return int(tag.RowsAffected()), nil
+	return int(n), nil
 }
 
 // DeletePublished implements herald.Store.
 func (d *Driver) DeletePublished(ctx context.Context, olderThan time.Duration, limit int) (int, error) {
-	tag, err := d.pool.Exec(ctx, d.q.deletePublished, olderThan.Microseconds(), limit)
+	n, err := d.db.exec(ctx, d.q.deletePublished, olderThan.Microseconds(), limit)
 	if err != nil {
 		return 0, fmt.Errorf("heraldpg: deleting published rows: %w", err)
 	}
-	return int(tag.RowsAffected()), nil
+	return int(n), nil
 }
 
 // Status implements herald.Admin. It counts every row, so it reads the
 // whole table: an operator's tool, not something to poll every second.
 func (d *Driver) Status(ctx context.Context) (herald.Status, error) {
 	var st herald.Status
-	rows, err := d.pool.Query(ctx, d.q.status)
-	if err != nil {
-		return st, fmt.Errorf("heraldpg: reading status: %w", err)
-	}
-	var (
-		ts  herald.TopicStatus
-		age float64
-	)
-	_, err = pgx.ForEachRow(rows, []any{&ts.Topic, &ts.State, &ts.Count, &age}, func() error {
+	err := d.db.query(ctx, d.q.status, nil, func(scan func(...any) error) error {
+		var (
+			ts    herald.TopicStatus
+			state string
+			age   float64
+		)
+		if err := scan(&ts.Topic, &state, &ts.Count, &age); err != nil {
+			return err
+		}
+		ts.State = herald.State(state)
 		ts.Oldest = time.Duration(age * float64(time.Second))
 		st.Topics = append(st.Topics, ts)
 		if (ts.State == herald.StateReady || ts.State == herald.StateClaimed) && ts.Oldest > st.OldestPending {
@@ -224,11 +222,12 @@ func (d *Driver) ListEvents(ctx context.Context, f herald.EventFilter) ([]herald
 	}
 	sql := `SELECT ` + eventColumns + ` FROM ` + d.q.table + ` WHERE ` + where +
 		` ORDER BY seq LIMIT ` + strconv.Itoa(limit)
-	rows, err := d.pool.Query(ctx, sql, args...)
-	if err != nil {
-		return nil, fmt.Errorf("heraldpg: listing events: %w", err)
-	}
-	out, err := pgx.CollectRows(rows, scanEvent)
+	var out []herald.EventRow
+	err = d.db.query(ctx, sql, args, func(scan func(...any) error) error {
+		ev, err := scanEvent(scan)
+		out = append(out, ev)
+		return err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("heraldpg: listing events: %w", err)
 	}
@@ -240,27 +239,33 @@ func (d *Driver) GetEvent(ctx context.Context, id string) (herald.EventRow, erro
 	if !validUUID(id) {
 		return herald.EventRow{}, fmt.Errorf("heraldpg: %q is not an event id (a UUID)", id)
 	}
-	rows, err := d.pool.Query(ctx, `SELECT `+eventColumns+` FROM `+d.q.table+` WHERE id = $1`, id)
-	if err != nil {
-		return herald.EventRow{}, fmt.Errorf("heraldpg: reading event: %w", err)
-	}
-	ev, err := pgx.CollectExactlyOneRow(rows, scanEvent)
-	if err == pgx.ErrNoRows {
-		return ev, fmt.Errorf("heraldpg: event %s: %w", id, herald.ErrNotFound)
-	}
+	var (
+		ev    herald.EventRow
+		found bool
+	)
+	err := d.db.query(ctx, `SELECT `+eventColumns+` FROM `+d.q.table+` WHERE id = $1`, []any{id},
+		func(scan func(...any) error) error {
+			var err error
+			ev, err = scanEvent(scan)
+			found = true
+			return err
+		})
 	if err != nil {
 		return ev, fmt.Errorf("heraldpg: reading event: %w", err)
+	}
+	if !found {
+		return ev, fmt.Errorf("heraldpg: event %s: %w", id, herald.ErrNotFound)
 	}
 	return ev, nil
 }
 
-func scanEvent(row pgx.CollectableRow) (herald.EventRow, error) {
+func scanEvent(scan func(...any) error) (herald.EventRow, error) {
 	var (
 		e       herald.EventRow
 		headers []byte
 		state   string
 	)
-	err := row.Scan(&e.ID, &e.Seq, &e.Topic, &e.Key, &e.Type, &e.AggregateType, &e.AggregateID,
+	err := scan(&e.ID, &e.Seq, &e.Topic, &e.Key, &e.Type, &e.AggregateType, &e.AggregateID,
 		&e.Payload, &headers, &e.Attempt, &e.CreatedAt, &state, &e.AvailableAt, &e.LeaseUntil,
 		&e.ClaimedBy, &e.PublishedAt, &e.DeadAt, &e.LastError)
 	e.State = herald.State(state)
@@ -275,13 +280,13 @@ func (d *Driver) RequeueDead(ctx context.Context, f herald.EventFilter) (int, er
 	if err != nil {
 		return 0, err
 	}
-	tag, err := d.pool.Exec(ctx, `UPDATE `+d.q.table+`
+	n, err := d.db.exec(ctx, `UPDATE `+d.q.table+`
 		SET state = 'ready', attempts = 0, available_at = now(), dead_at = NULL
 		WHERE `+where, args...)
 	if err != nil {
 		return 0, fmt.Errorf("heraldpg: requeueing dead events: %w", err)
 	}
-	return int(tag.RowsAffected()), nil
+	return int(n), nil
 }
 
 // DiscardDead implements herald.Admin.
@@ -291,9 +296,9 @@ func (d *Driver) DiscardDead(ctx context.Context, f herald.EventFilter) (int, er
 	if err != nil {
 		return 0, err
 	}
-	tag, err := d.pool.Exec(ctx, `DELETE FROM `+d.q.table+` WHERE `+where, args...)
+	n, err := d.db.exec(ctx, `DELETE FROM `+d.q.table+` WHERE `+where, args...)
 	if err != nil {
 		return 0, fmt.Errorf("heraldpg: discarding dead events: %w", err)
 	}
-	return int(tag.RowsAffected()), nil
+	return int(n), nil
 }
