@@ -279,7 +279,7 @@ func (r *Relay) process(token string, claimedAt time.Time, batch []Envelope) {
 	var err error
 	if len(valid) > 0 {
 		pubCtx, cancel := context.WithTimeout(r.pubCtx, r.cfg.PublishTimeout)
-		err = r.cfg.Publisher.Publish(pubCtx, valid)
+		err = r.publish(pubCtx, valid)
 		cancel()
 	}
 	aborted := r.pubCtx.Err() != nil
@@ -360,6 +360,21 @@ func (r *Relay) process(token string, claimedAt time.Time, batch []Envelope) {
 			r.stats.released.Add(int64(n))
 		}
 	}
+}
+
+// publish calls the publisher. A panic in it fails the batch's events (an
+// attempt each) instead of taking down the relay and everything it relays.
+func (r *Relay) publish(ctx context.Context, batch []Envelope) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			errs := make([]error, len(batch))
+			for i := range errs {
+				errs[i] = fmt.Errorf("publisher panicked: %v", p)
+			}
+			err = &BatchError{Errs: errs}
+		}
+	}()
+	return r.cfg.Publisher.Publish(ctx, batch)
 }
 
 // retryStore runs op until it succeeds or the deadline passes. A database

@@ -434,3 +434,22 @@ func TestRelayLifecycle(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+func TestRelaySurvivesAPanickingPublisher(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ids := b.write(t, herald.Message{Topic: "t"})
+	rec := newRecorder()
+	rec.Fail = func(_ herald.Envelope, attempt int) error {
+		if attempt == 1 {
+			panic("publisher bug")
+		}
+		return nil
+	}
+	b.startRelay(t, herald.PublisherFunc(func(ctx context.Context, batch []herald.Envelope) error {
+		return rec.Publish(ctx, batch)
+	}), nil)
+	requireAllDeliveredOnce(t, rec, ids)
+	require.Eventually(t, func() bool { return b.row(t, ids[0]).State == herald.StatePublished }, 10*time.Second, 5*time.Millisecond)
+	require.Equal(t, 2, b.row(t, ids[0]).Attempt, "the panic cost one attempt")
+}
