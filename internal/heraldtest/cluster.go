@@ -57,7 +57,7 @@ func startCluster() (*cluster, string, error) {
 	// Not t.TempDir: the cluster outlives the test that happened to start it.
 	dir, err := os.MkdirTemp("", clusterDirPrefix+"*")
 	if err != nil {
-		return nil, "", err
+		return nil, "", fmt.Errorf("creating cluster directory: %w", err)
 	}
 	c := &cluster{dir: dir}
 	started := false
@@ -71,7 +71,7 @@ func startCluster() (*cluster, string, error) {
 	}
 	if cred != nil {
 		if err := os.Chown(dir, int(cred.Uid), int(cred.Gid)); err != nil {
-			return nil, "", err
+			return nil, "", fmt.Errorf("handing cluster directory to user postgres: %w", err)
 		}
 	}
 
@@ -94,7 +94,7 @@ func startCluster() (*cluster, string, error) {
 	for attempt := 1; ; attempt++ {
 		port, err := freePort()
 		if err != nil {
-			return nil, "", err
+			return nil, "", fmt.Errorf("finding a free port: %w", err)
 		}
 		dsn, err := c.run(postgres, data, port, cred)
 		if err == nil {
@@ -112,7 +112,7 @@ func (c *cluster) run(postgres, data string, port int, cred *syscall.Credential)
 	logPath := filepath.Join(c.dir, "postgres.log")
 	logf, err := os.OpenFile(logPath, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
-		return "", err
+		return "", fmt.Errorf("creating postgres log: %w", err)
 	}
 	cmd := exec.Command(postgres, "-D", data, "-p", strconv.Itoa(port),
 		"-c", "listen_addresses=127.0.0.1",

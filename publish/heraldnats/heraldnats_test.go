@@ -15,14 +15,14 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
-	"go.uber.org/goleak"
 
 	"github.com/herald-outbox/herald"
+	"github.com/herald-outbox/herald/internal/heraldtest"
 	"github.com/herald-outbox/herald/publish/heraldnats"
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	heraldtest.Main(m)
 }
 
 const (
