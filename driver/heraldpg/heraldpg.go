@@ -122,3 +122,10 @@ func (d *Driver) Ping(ctx context.Context) error {
 	}
 	return nil
 }
+
+// Validate checks the configuration without connecting: the schema and
+// table names and the payload cap.
+func (c *Config) Validate() error {
+	_, err := c.names()
+	return err
+}

@@ -1,0 +1,304 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/herald-outbox/herald"
+	"github.com/herald-outbox/herald/publish/heraldnats"
+)
+
+// DrainTarget is one drain of the backlog to one publisher.
+type DrainTarget struct {
+	Name           string  `json:"name"`
+	Events         int     `json:"events"`
+	LoadSeconds    float64 `json:"load_seconds"`
+	Seconds        float64 `json:"seconds"`
+	EventsPerSec   float64 `json:"events_per_sec"`
+	Target         float64 `json:"target_events_per_sec"`
+	TargetMet      bool    `json:"target_met"`
+	Published      int64   `json:"published"`
+	Retried        int64   `json:"retried"`
+	Dead           int64   `json:"dead"`
+	StreamMessages *uint64 `json:"stream_messages,omitempty"`
+	Verified       bool    `json:"verified"`
+	// Where the time went: calls and mean duration of the relay's store
+	// and publisher calls. Batches overlap (MaxInFlight), so the sums may
+	// exceed Seconds.
+	Breakdown Breakdown `json:"breakdown"`
+}
+
+// Breakdown times the relay's calls to its store and publisher.
+type Breakdown struct {
+	Claims          int64   `json:"claims"`
+	ClaimMeanMS     float64 `json:"claim_mean_ms"`
+	Publishes       int64   `json:"publishes"`
+	PublishMeanMS   float64 `json:"publish_mean_ms"`
+	Completes       int64   `json:"completes"`
+	CompleteMeanMS  float64 `json:"complete_mean_ms"`
+	ClaimBusyPct    float64 `json:"claim_busy_pct"`    // share of the drain's wall time spent claiming
+	PublishBusyPct  float64 `json:"publish_busy_pct"`  // summed over batches in flight
+	CompleteBusyPct float64 `json:"complete_busy_pct"` // summed over batches in flight
+}
+
+// DrainResult is the relay's drain rate of a backlog.
+type DrainResult struct {
+	Events      int           `json:"events"`
+	Keys        int           `json:"keys"`
+	BatchSize   int           `json:"batch_size"`
+	MaxInFlight int           `json:"max_in_flight"`
+	Targets     []DrainTarget `json:"targets"`
+}
+
+func runDrain(ctx context.Context, e *env, out io.Writer) (*DrainResult, []string, error) {
+	o := e.o
+	fmt.Fprintf(out, "\ndrain: backlog of %d events, %d keys, %d-byte payloads; batch size %d, %d batches in flight\n",
+		o.events, o.keys, payloadSize, o.batchSize, o.maxInFlight)
+	res := &DrainResult{Events: o.events, Keys: o.keys, BatchSize: o.batchSize, MaxInFlight: o.maxInFlight}
+	var failures []string
+
+	jsPub, err := heraldnats.New(e.nats.pub, &heraldnats.Config{Logger: e.log})
+	if err != nil {
+		return res, nil, err
+	}
+	discard := herald.PublisherFunc(func(context.Context, []herald.Envelope) error { return nil })
+	for _, t := range []struct {
+		name   string
+		pub    herald.Publisher
+		target float64
+	}{
+		{"jetstream", jsPub, targetDrainJetStream},
+		{"discard", discard, targetDrainDiscard},
+	} {
+		r, err := drainOnce(ctx, e, t.name, t.pub)
+		if err != nil {
+			return res, failures, fmt.Errorf("%s: %w", t.name, err)
+		}
+		r.Target, r.TargetMet = t.target, r.EventsPerSec >= t.target
+		// Verify: every row published once, by the relay's count and the
+		// table's; for JetStream, the stream holds exactly the backlog.
+		var problems []string
+		if r.Published != int64(o.events) || r.Dead != 0 {
+			problems = append(problems, fmt.Sprintf("relay acknowledged %d published and %d dead, want %d and 0", r.Published, r.Dead, o.events))
+		}
+		n, err := e.countState(ctx, string(herald.StatePublished))
+		if err != nil {
+			return res, failures, err
+		}
+		if n != o.events {
+			problems = append(problems, fmt.Sprintf("%d rows published in the table, want %d", n, o.events))
+		}
+		if t.name == "jetstream" {
+			st, err := e.nats.js.Stream(ctx, drainStream)
+			if err != nil {
+				return res, failures, fmt.Errorf("reading stream %s: %w", drainStream, err)
+			}
+			info, err := st.Info(ctx)
+			if err != nil {
+				return res, failures, fmt.Errorf("reading stream %s: %w", drainStream, err)
+			}
+			msgs := info.State.Msgs
+			r.StreamMessages = &msgs
+			if msgs != uint64(o.events) {
+				problems = append(problems, fmt.Sprintf("stream %s holds %d messages, want %d", drainStream, msgs, o.events))
+			}
+		}
+		r.Verified = len(problems) == 0
+		for _, p := range problems {
+			failures = append(failures, "drain "+t.name+": "+p)
+		}
+		res.Targets = append(res.Targets, *r)
+
+		fmt.Fprintf(out, "  to %-10s %7.2fs %9s events/s   (target >= %s/s): %s\n",
+			t.name, r.Seconds, fmtRate(r.EventsPerSec), fmtRate(t.target), verdict(r.TargetMet))
+		b := r.Breakdown
+		fmt.Fprintf(out, "     claim %d x %.1fms (%.0f%% of wall time), publish %d x %.1fms, acknowledge %d x %.1fms\n",
+			b.Claims, b.ClaimMeanMS, b.ClaimBusyPct, b.Publishes, b.PublishMeanMS, b.Completes, b.CompleteMeanMS)
+		if r.StreamMessages != nil {
+			fmt.Fprintf(out, "     stream %s holds %d messages (want %d)\n", drainStream, *r.StreamMessages, o.events)
+		}
+		if !r.Verified {
+			fmt.Fprintf(out, "     VERIFICATION FAILED: %v\n", problems)
+		}
+	}
+	return res, failures, nil
+}
+
+// drainOnce loads a fresh backlog and times a relay draining it to pub.
+func drainOnce(ctx context.Context, e *env, name string, pub herald.Publisher) (*DrainTarget, error) {
+	o := e.o
+	if err := e.truncate(ctx); err != nil {
+		return nil, err
+	}
+	loadStart := time.Now()
+	if err := loadBacklog(ctx, e, o.events, o.keys); err != nil {
+		return nil, err
+	}
+	if _, err := e.admin.Exec(ctx, `ANALYZE `+e.outbox); err != nil {
+		return nil, fmt.Errorf("analyzing: %w", err)
+	}
+	loadSecs := time.Since(loadStart).Seconds()
+	e.checkpoint(ctx)
+
+	// The relay's own pool: a claim, MaxInFlight acknowledgements, the
+	// rescuer and the cleaner.
+	pool, err := e.newPool(ctx, o.maxInFlight+4)
+	if err != nil {
+		return nil, err
+	}
+	defer e.closePool(pool)
+	d, err := e.newDriver(pool)
+	if err != nil {
+		return nil, err
+	}
+	store := &timedStore{Store: d}
+	tpub := &timedPublisher{Publisher: pub}
+	relay, err := herald.NewRelay(&herald.RelayConfig{
+		Store: store, Publisher: tpub, Logger: e.log, Owner: "herald-bench-" + name,
+		BatchSize: o.batchSize, MaxInFlight: o.maxInFlight,
+	})
+	if err != nil {
+		return nil, err
+	}
+
+	start := time.Now()
+	if err := relay.Start(ctx); err != nil {
+		return nil, fmt.Errorf("starting relay: %w", err)
+	}
+	elapsed, waitErr := waitPublished(ctx, relay, start, int64(o.events))
+	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	_ = relay.Stop(stopCtx)
+	if waitErr != nil {
+		return nil, waitErr
+	}
+	st := relay.Stats()
+	r := &DrainTarget{
+		Name: name, Events: o.events, LoadSeconds: round(loadSecs, 3),
+		Seconds: round(elapsed.Seconds(), 3), EventsPerSec: round2(float64(o.events) / elapsed.Seconds()),
+		Published: st.Published, Retried: st.Retried, Dead: st.Dead,
+	}
+	r.Breakdown = breakdown(store, tpub, elapsed)
+	return r, nil
+}
+
+// waitPublished checks the relay's count every 50ms until want events are
+// published, and returns the time since start. It fails when the count
+// stops moving for 30s.
+func waitPublished(ctx context.Context, relay *herald.Relay, start time.Time, want int64) (time.Duration, error) {
+	const stall = 30 * time.Second
+	t := time.NewTicker(50 * time.Millisecond)
+	defer t.Stop()
+	last, lastMove := int64(-1), time.Now()
+	for {
+		select {
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case now := <-t.C:
+			n := relay.Stats().Published
+			if n >= want {
+				return now.Sub(start), nil
+			}
+			if n != last {
+				last, lastMove = n, now
+			} else if now.Sub(lastMove) > stall {
+				return 0, fmt.Errorf("relay stalled: %d of %d events published, none for %s", n, want, stall)
+			}
+		}
+	}
+}
+
+// loadBacklog writes n ready events with COPY: the rows WriteTx would
+// write (UUIDv7 ids, the same fields and payload size), without going
+// through the relay or a transaction per event.
+func loadBacklog(ctx context.Context, e *env, n, keys int) error {
+	conn, err := e.admin.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Release()
+	i := 0
+	rows := pgx.CopyFromFunc(func() ([]any, error) {
+		if i >= n {
+			return nil, nil
+		}
+		i++
+		id, err := uuid.NewV7()
+		if err != nil {
+			return nil, err
+		}
+		customer := "customer-" + strconv.Itoa(i%keys)
+		aggID := strconv.Itoa(i)
+		return []any{id, drainSubject, customer, eventType, aggregateType, aggID,
+			payload(int64(i), customer), headersJSON}, nil
+	})
+	_, err = conn.Conn().CopyFrom(ctx, pgx.Identifier{e.schema, "herald_outbox"},
+		[]string{"id", "topic", "key", "type", "aggregate_type", "aggregate_id", "payload", "headers"}, rows)
+	if err != nil {
+		return fmt.Errorf("loading the backlog: %w", err)
+	}
+	return nil
+}
+
+// timedStore times the relay's claims and acknowledgements.
+type timedStore struct {
+	herald.Store
+	claims, claimNanos       atomic.Int64
+	completes, completeNanos atomic.Int64
+}
+
+func (s *timedStore) Claim(ctx context.Context, p herald.ClaimParams) ([]herald.Envelope, error) {
+	t := time.Now()
+	envs, err := s.Store.Claim(ctx, p)
+	if len(envs) > 0 {
+		s.claims.Add(1)
+		s.claimNanos.Add(int64(time.Since(t)))
+	}
+	return envs, err
+}
+
+func (s *timedStore) Complete(ctx context.Context, p herald.CompleteParams) (herald.CompleteResult, error) {
+	t := time.Now()
+	r, err := s.Store.Complete(ctx, p)
+	s.completes.Add(1)
+	s.completeNanos.Add(int64(time.Since(t)))
+	return r, err
+}
+
+// timedPublisher times the relay's publishes.
+type timedPublisher struct {
+	herald.Publisher
+	calls, nanos atomic.Int64
+}
+
+func (p *timedPublisher) Publish(ctx context.Context, batch []herald.Envelope) error {
+	t := time.Now()
+	err := p.Publisher.Publish(ctx, batch)
+	p.calls.Add(1)
+	p.nanos.Add(int64(time.Since(t)))
+	return err
+}
+
+func breakdown(s *timedStore, p *timedPublisher, wall time.Duration) Breakdown {
+	mean := func(nanos, n int64) float64 {
+		if n == 0 {
+			return 0
+		}
+		return ms(time.Duration(nanos / n))
+	}
+	pct := func(nanos int64) float64 { return round(100*float64(nanos)/float64(wall), 1) }
+	return Breakdown{
+		Claims: s.claims.Load(), ClaimMeanMS: mean(s.claimNanos.Load(), s.claims.Load()),
+		Publishes: p.calls.Load(), PublishMeanMS: mean(p.nanos.Load(), p.calls.Load()),
+		Completes: s.completes.Load(), CompleteMeanMS: mean(s.completeNanos.Load(), s.completes.Load()),
+		ClaimBusyPct: pct(s.claimNanos.Load()), PublishBusyPct: pct(p.nanos.Load()),
+		CompleteBusyPct: pct(s.completeNanos.Load()),
+	}
+}

@@ -1,0 +1,328 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/herald-outbox/herald"
+	"github.com/herald-outbox/herald/driver/heraldpg"
+	"github.com/herald-outbox/herald/publish/heraldnats"
+)
+
+// seqHeader carries an event's index in the run, so that the consumer and
+// the publisher wrapper find its commit time without a shared map.
+const seqHeader = "Bench-Seq"
+
+// Percentiles of a latency distribution, in milliseconds.
+type Percentiles struct {
+	Count int     `json:"count"`
+	P50   float64 `json:"p50_ms"`
+	P90   float64 `json:"p90_ms"`
+	P99   float64 `json:"p99_ms"`
+	Max   float64 `json:"max_ms"`
+}
+
+// LatencyResult is commit-to-receive latency at a fixed rate.
+type LatencyResult struct {
+	Rate            int     `json:"rate"`
+	DurationSeconds float64 `json:"duration_seconds"`
+	PollIntervalMS  float64 `json:"poll_interval_ms"`
+	Producers       int     `json:"producer_goroutines"`
+	Committed       int     `json:"committed"`
+	Received        int     `json:"received"`
+	Duplicates      int     `json:"duplicates"`
+	EventsPerSec    float64 `json:"events_per_sec"`
+	// CommitToReceive runs from tx.Commit returning in the producer to a
+	// JetStream ordered consumer receiving the event from the stream.
+	CommitToReceive Percentiles `json:"commit_to_receive"`
+	// CommitToClaim runs from tx.Commit returning to the relay's claim
+	// returning the event: poll wait plus the claim statement.
+	CommitToClaim Percentiles `json:"commit_to_claim"`
+	// CommitToAck runs from tx.Commit returning to the publisher's Publish
+	// returning with the event's PubAck (a batch at a time).
+	CommitToAck Percentiles `json:"commit_to_ack"`
+	TargetP99MS float64     `json:"target_p99_ms"`
+	TargetMet   bool        `json:"target_met"`
+}
+
+func runLatency(ctx context.Context, e *env, out io.Writer) (*LatencyResult, []string, error) {
+	o := e.o
+	total := int(int64(o.rate) * int64(o.duration) / int64(time.Second))
+	if total < 1 {
+		total = 1
+	}
+	// Enough producers that a slow commit does not hold up the schedule.
+	workers := min(max(o.rate/100, 4), 32)
+	fmt.Fprintf(out, "\nlatency: %d events/s for %s, one event per transaction (WriteTx), %d producer goroutines; relay poll interval %s\n",
+		o.rate, o.duration, workers, o.pollInterval)
+	res := &LatencyResult{Rate: o.rate, DurationSeconds: o.duration.Seconds(), PollIntervalMS: ms(o.pollInterval),
+		Producers: workers, TargetP99MS: targetLatencyP99Milli}
+	if err := e.truncate(ctx); err != nil {
+		return res, nil, err
+	}
+
+	committed := make([]atomic.Int64, total) // unix nanos; 0 when not committed
+	received := make([]atomic.Int64, total)
+	acked := make([]atomic.Int64, total)
+	claimed := make([]atomic.Int64, total)
+	var nReceived, nDup atomic.Int64
+
+	// The consumer: an ordered consumer reading the stream, on its own
+	// connection.
+	cons, err := e.nats.js.OrderedConsumer(ctx, latencyStream, jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		return res, nil, fmt.Errorf("creating consumer: %w", err)
+	}
+	cc, err := cons.Consume(func(m jetstream.Msg) {
+		now := time.Now().UnixNano()
+		i, ok := seqOf(m.Headers().Get(seqHeader), total)
+		if !ok {
+			return
+		}
+		if received[i].CompareAndSwap(0, now) {
+			nReceived.Add(1)
+		} else {
+			nDup.Add(1)
+		}
+	})
+	if err != nil {
+		return res, nil, fmt.Errorf("consuming: %w", err)
+	}
+	defer cc.Stop()
+
+	// The relay, publishing to JetStream, on its own pool.
+	relayPool, err := e.newPool(ctx, e.o.maxInFlight+4)
+	if err != nil {
+		return res, nil, err
+	}
+	defer e.closePool(relayPool)
+	d, err := e.newDriver(relayPool)
+	if err != nil {
+		return res, nil, err
+	}
+	store := claimClock{Store: d, total: total, claimed: claimed}
+	jsPub, err := heraldnats.New(e.nats.pub, &heraldnats.Config{Logger: e.log})
+	if err != nil {
+		return res, nil, err
+	}
+	pub := herald.PublisherFunc(func(ctx context.Context, batch []herald.Envelope) error {
+		err := jsPub.Publish(ctx, batch)
+		now := time.Now().UnixNano()
+		var be *herald.BatchError
+		isBatch := errors.As(err, &be) && len(be.Errs) == len(batch)
+		for k := range batch {
+			if err == nil || (isBatch && be.Errs[k] == nil) {
+				if i, ok := seqOf(batch[k].Headers[seqHeader], total); ok {
+					acked[i].CompareAndSwap(0, now)
+				}
+			}
+		}
+		return err
+	})
+	relay, err := herald.NewRelay(&herald.RelayConfig{
+		Store: store, Publisher: pub, Logger: e.log, Owner: "herald-bench-latency",
+		BatchSize: o.batchSize, MaxInFlight: o.maxInFlight,
+		PollInterval: o.pollInterval, IdlePollInterval: max(250*time.Millisecond, o.pollInterval),
+	})
+	if err != nil {
+		return res, nil, err
+	}
+	if err := relay.Start(ctx); err != nil {
+		return res, nil, fmt.Errorf("starting relay: %w", err)
+	}
+	defer func() {
+		stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		_ = relay.Stop(stopCtx)
+	}()
+
+	// The producers.
+	prodPool, err := e.newPool(ctx, workers)
+	if err != nil {
+		return res, nil, err
+	}
+	defer e.closePool(prodPool)
+	w, err := heraldpg.NewWriter(e.pgCfg)
+	if err != nil {
+		return res, nil, err
+	}
+	nCommitted, elapsed, err := produceAtRate(ctx, e, prodPool, w, o.rate, total, workers, committed)
+	if err != nil {
+		return res, nil, err
+	}
+	res.Committed = nCommitted
+	res.EventsPerSec = round2(float64(nCommitted) / elapsed.Seconds())
+
+	// Wait for the tail to arrive.
+	var failures []string
+	deadline := time.Now().Add(15 * time.Second)
+	for nReceived.Load() < int64(nCommitted) && time.Now().Before(deadline) && ctx.Err() == nil {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := ctx.Err(); err != nil {
+		return res, nil, err
+	}
+	res.Received, res.Duplicates = int(nReceived.Load()), int(nDup.Load())
+	if res.Received != nCommitted {
+		failures = append(failures, fmt.Sprintf("latency: consumer received %d of %d committed events within 15s", res.Received, nCommitted))
+	}
+
+	var toReceive, toClaim, toAck []time.Duration
+	for i := range total {
+		c := committed[i].Load()
+		if c == 0 {
+			continue
+		}
+		if r := received[i].Load(); r != 0 {
+			toReceive = append(toReceive, time.Duration(r-c))
+		}
+		if cl := claimed[i].Load(); cl != 0 {
+			toClaim = append(toClaim, time.Duration(cl-c))
+		}
+		if a := acked[i].Load(); a != 0 {
+			toAck = append(toAck, time.Duration(a-c))
+		}
+	}
+	res.CommitToReceive = percentiles(toReceive)
+	res.CommitToClaim = percentiles(toClaim)
+	res.CommitToAck = percentiles(toAck)
+	res.TargetMet = res.CommitToReceive.Count > 0 && res.CommitToReceive.P99 <= targetLatencyP99Milli
+
+	fmt.Fprintf(out, "  %d events committed, %s events/s achieved; %d received", nCommitted, fmtRate(res.EventsPerSec), res.Received)
+	if res.Duplicates > 0 {
+		fmt.Fprintf(out, " (+%d duplicates)", res.Duplicates)
+	}
+	fmt.Fprintln(out)
+	p := res.CommitToReceive
+	fmt.Fprintf(out, "  commit-to-receive  p50 %6.2fms  p90 %6.2fms  p99 %6.2fms  max %7.2fms   (target p99 <= %.0fms): %s\n",
+		p.P50, p.P90, p.P99, p.Max, targetLatencyP99Milli, verdict(res.TargetMet))
+	p = res.CommitToClaim
+	fmt.Fprintf(out, "  commit-to-claim    p50 %6.2fms  p90 %6.2fms  p99 %6.2fms  max %7.2fms\n", p.P50, p.P90, p.P99, p.Max)
+	p = res.CommitToAck
+	fmt.Fprintf(out, "  commit-to-PubAck   p50 %6.2fms  p90 %6.2fms  p99 %6.2fms  max %7.2fms\n", p.P50, p.P90, p.P99, p.Max)
+	for _, f := range failures {
+		fmt.Fprintf(out, "  VERIFICATION FAILED: %s\n", f)
+	}
+	return res, failures, nil
+}
+
+// produceAtRate commits total events, one per transaction, at rate per
+// second: a ticker releases the events that are due, and workers commit
+// them. It records each commit time and returns how many committed and how
+// long it took.
+func produceAtRate(ctx context.Context, e *env, pool *pgxpool.Pool, w *herald.Writer[pgx.Tx],
+	rate, total, workers int, committed []atomic.Int64) (int, time.Duration, error) {
+	insertOrder := `INSERT INTO ` + e.orders + ` (id, customer_id, amount_cents, status) VALUES ($1, $2, $3, 'placed')`
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	jobs := make(chan int, total)
+	var (
+		wg       sync.WaitGroup
+		n        atomic.Int64
+		errOnce  sync.Once
+		firstErr error
+	)
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range jobs {
+				if runCtx.Err() != nil {
+					return
+				}
+				id := int64(i + 1)
+				customer := "customer-" + strconv.Itoa(i%1000)
+				aggID := strconv.FormatInt(id, 10)
+				err := pgx.BeginFunc(runCtx, pool, func(tx pgx.Tx) error {
+					if _, err := tx.Exec(runCtx, insertOrder, id, customer, id%10000); err != nil {
+						return err
+					}
+					return w.WriteTx(runCtx, tx, herald.Message{
+						Topic: latencySubject, Type: eventType, AggregateType: aggregateType, AggregateID: aggID,
+						Payload: payload(id, customer),
+						Headers: map[string]string{"source": "herald-bench", seqHeader: strconv.Itoa(i)},
+					})
+				})
+				if err != nil {
+					errOnce.Do(func() { firstErr = err; cancel() })
+					return
+				}
+				committed[i].Store(time.Now().UnixNano())
+				n.Add(1)
+			}
+		}()
+	}
+
+	start := time.Now()
+	tick := time.NewTicker(time.Millisecond)
+	sent := 0
+	for sent < total && runCtx.Err() == nil {
+		select {
+		case <-tick.C:
+		case <-runCtx.Done():
+		}
+		due := min(int(float64(time.Since(start))/float64(time.Second)*float64(rate)), total)
+		for ; sent < due; sent++ {
+			jobs <- sent
+		}
+	}
+	tick.Stop()
+	close(jobs)
+	wg.Wait()
+	elapsed := time.Since(start)
+	if firstErr != nil {
+		return 0, 0, firstErr
+	}
+	if err := ctx.Err(); err != nil {
+		return 0, 0, err
+	}
+	return int(n.Load()), elapsed, nil
+}
+
+// claimClock records when the relay's claims return each event.
+type claimClock struct {
+	herald.Store
+	total   int
+	claimed []atomic.Int64
+}
+
+func (s claimClock) Claim(ctx context.Context, p herald.ClaimParams) ([]herald.Envelope, error) {
+	envs, err := s.Store.Claim(ctx, p)
+	now := time.Now().UnixNano()
+	for k := range envs {
+		if i, ok := seqOf(envs[k].Headers[seqHeader], s.total); ok {
+			s.claimed[i].CompareAndSwap(0, now)
+		}
+	}
+	return envs, err
+}
+
+func seqOf(s string, total int) (int, bool) {
+	i, err := strconv.Atoi(s)
+	return i, err == nil && i >= 0 && i < total
+}
+
+// percentiles uses the nearest-rank method.
+func percentiles(ds []time.Duration) Percentiles {
+	if len(ds) == 0 {
+		return Percentiles{}
+	}
+	slices.Sort(ds)
+	at := func(q float64) float64 {
+		k := int(math.Ceil(q*float64(len(ds)))) - 1
+		return ms(ds[min(max(k, 0), len(ds)-1)])
+	}
+	return Percentiles{Count: len(ds), P50: at(0.50), P90: at(0.90), P99: at(0.99), Max: ms(ds[len(ds)-1])}
+}
