@@ -3,8 +3,10 @@ package main
 import (
 	"context"
 	"fmt"
-	"io"
+	"log/slog"
 	"net/url"
+	"os"
+	"regexp"
 	"strings"
 	"time"
 
@@ -15,145 +17,281 @@ import (
 	"github.com/herald-outbox/herald/publish/heraldnats"
 )
 
-func cmdRelay(ctx context.Context, args []string, getenv env, stdout, stderr io.Writer) error {
-	var c common
-	f := newFlags("relay", getenv, stderr)
-	c.register(f)
-	d := herald.DefaultRetryPolicy()
-	var (
-		publisher       = f.String("publisher", "", "broker URL: nats://user:pass@host:4222 (env HERALD_PUBLISHER)")
-		batchSize       = f.Int("batch-size", 1000, "events claimed, published and acknowledged together")
-		maxInFlight     = f.Int("max-in-flight", 4, "batches publishing at once")
-		lease           = f.Duration("lease", time.Minute, "how long a claim holds its rows")
-		publishTimeout  = f.Duration("publish-timeout", 20*time.Second, "bound on one batch's publish")
-		pollInterval    = f.Duration("poll-interval", 5*time.Millisecond, "wait after a partial batch")
-		idlePoll        = f.Duration("idle-poll-interval", 250*time.Millisecond, "longest wait while the outbox is empty")
-		retryBase       = f.Duration("retry-base", d.Base, "first retry delay")
-		retryCap        = f.Duration("retry-cap", d.Cap, "longest retry delay")
-		maxAttempts     = f.Int("max-attempts", d.MaxAttempts, "failed attempts before an event is dead")
-		maxAge          = f.Duration("max-age", d.MaxAge, "age after which a failure makes an event dead")
-		retention       = f.String("retention", "24h", `how long published rows are kept ("forever" keeps them)`)
-		rescueInterval  = f.Duration("rescue-interval", 5*time.Second, "how often expired leases are rescued")
-		cleanupInterval = f.Duration("cleanup-interval", time.Minute, "how often retention runs")
-		shutdownTimeout = f.Duration("shutdown-timeout", 30*time.Second, "how long a first signal lets in-flight batches finish")
-		natsStream      = f.String("nats-create-stream", "", "create or update this JetStream stream at start")
-		natsSubjects    = f.String("nats-stream-subjects", "", "comma-separated subjects of --nats-create-stream")
-	)
-	if err := f.parse(args); err != nil {
-		return err
+// relayFlags are the flags of `herald relay` beyond the database's.
+type relayFlags struct {
+	publisher                                        *string
+	batchSize, maxInFlight, maxAttempts              *int
+	lease, publishTimeout, pollInterval, idlePoll    *time.Duration
+	retryBase, retryCap, maxAge, retention           *time.Duration
+	rescueInterval, cleanupInterval, shutdownTimeout *time.Duration
+	natsStream, natsSubjects, natsPrefix             *string
+	natsMaxPending                                   *int
+	natsAckTimeout                                   *time.Duration
+}
+
+func addRelayFlags(f *flagSet) *relayFlags {
+	retry := herald.DefaultRetryPolicy()
+	return &relayFlags{
+		publisher:       f.String("publisher", "", "NATS server `URL`: nats://[user:password@]host:4222; a comma-separated list for a cluster (required)"),
+		batchSize:       f.Int("batch-size", 1000, "claim, publish and acknowledge up to `N` events together"),
+		maxInFlight:     f.Int("max-in-flight", 4, "publish up to `N` claimed batches at once"),
+		lease:           f.Duration("lease", time.Minute, "a claim holds its rows for this `duration`; must exceed --publish-timeout by 1s"),
+		publishTimeout:  f.Duration("publish-timeout", 20*time.Second, "publishing one batch may take up to this `duration`"),
+		pollInterval:    f.Duration("poll-interval", 5*time.Millisecond, "wait this `duration` between claims while there is work"),
+		idlePoll:        f.Duration("idle-poll-interval", 250*time.Millisecond, "wait up to this `duration` between claims while the outbox is empty"),
+		retryBase:       f.Duration("retry-base", retry.Base, "wait this `duration` before the first retry of a failed event; doubles each attempt"),
+		retryCap:        f.Duration("retry-cap", retry.Cap, "wait at most this `duration` between two attempts"),
+		maxAttempts:     f.Int("max-attempts", retry.MaxAttempts, "`N` failed attempts make an event dead"),
+		maxAge:          f.Duration("max-age", retry.MaxAge, "a failure this `duration` or more after the write makes an event dead"),
+		retention:       f.Retention("retention", "keep published rows for this `duration`; 0 means the default, \"forever\" or a negative duration keeps them"),
+		rescueInterval:  f.Duration("rescue-interval", 5*time.Second, "every `duration`, return the rows of dead relays (lease expired) to ready"),
+		cleanupInterval: f.Duration("cleanup-interval", time.Minute, "every `duration`, delete the published rows past --retention"),
+		shutdownTimeout: f.Duration("shutdown-timeout", 30*time.Second, "on the first SIGINT/SIGTERM, let in-flight batches finish for up to this `duration`"),
+		natsStream:      f.String("nats-create-stream", "", "create or update the JetStream stream of this `name` at start; needs --nats-stream-subjects"),
+		natsSubjects:    f.String("nats-stream-subjects", "", "comma-separated `subjects` the created stream captures, such as orders.>"),
+		natsPrefix:      f.String("nats-subject-prefix", "", "`prefix` joined to every topic with a dot to make the subject"),
+		natsMaxPending:  f.Int("nats-max-pending", 4096, "at most `N` messages await a PubAck"),
+		natsAckTimeout:  f.Duration("nats-ack-timeout", 30*time.Second, "a message waits this `duration` for its PubAck"),
 	}
-	if f.NArg() > 0 {
-		return usagef("relay takes no arguments")
+}
+
+// relayConfig checks the relay flags and maps them to the relay's and the
+// publisher's configurations. Every error is bad input.
+func (r *relayFlags) relayConfig(inv *invocation) (*herald.RelayConfig, *heraldnats.Config, error) {
+	label := inv.flags.label
+	for name, v := range map[string]int{"batch-size": *r.batchSize, "max-in-flight": *r.maxInFlight,
+		"max-attempts": *r.maxAttempts, "nats-max-pending": *r.natsMaxPending} {
+		if v < 1 {
+			return nil, nil, usagef("%s: %d is not positive", label(name), v)
+		}
 	}
-	for name, v := range map[string]time.Duration{"lease": *lease, "publish-timeout": *publishTimeout,
-		"poll-interval": *pollInterval, "idle-poll-interval": *idlePoll, "retry-base": *retryBase,
-		"retry-cap": *retryCap, "max-age": *maxAge, "rescue-interval": *rescueInterval,
-		"cleanup-interval": *cleanupInterval, "shutdown-timeout": *shutdownTimeout} {
+	for name, v := range map[string]time.Duration{"lease": *r.lease, "publish-timeout": *r.publishTimeout,
+		"poll-interval": *r.pollInterval, "idle-poll-interval": *r.idlePoll, "retry-cap": *r.retryCap,
+		"max-age": *r.maxAge, "rescue-interval": *r.rescueInterval, "cleanup-interval": *r.cleanupInterval,
+		"shutdown-timeout": *r.shutdownTimeout, "nats-ack-timeout": *r.natsAckTimeout} {
 		if v <= 0 {
-			return usagef("--%s must be positive", name)
+			return nil, nil, usagef("%s: %s is not positive", label(name), v)
 		}
 	}
-	var keep time.Duration
-	switch *retention {
-	case "forever":
-		keep = -1
-	default:
-		r, err := time.ParseDuration(*retention)
-		if err != nil || r <= 0 {
-			return usagef(`--retention: %q is not a positive duration or "forever"`, *retention)
-		}
-		keep = r
+	switch {
+	case *r.retryBase < 0:
+		return nil, nil, usagef("%s: %s is negative", label("retry-base"), *r.retryBase)
+	case *r.lease < *r.publishTimeout+time.Second:
+		return nil, nil, usagef("%s (%s) must exceed %s (%s) by at least 1s", label("lease"), *r.lease,
+			label("publish-timeout"), *r.publishTimeout)
+	case *r.idlePoll < *r.pollInterval:
+		return nil, nil, usagef("%s (%s) must not be below %s (%s)", label("idle-poll-interval"), *r.idlePoll,
+			label("poll-interval"), *r.pollInterval)
+	case *r.retryCap < *r.retryBase:
+		return nil, nil, usagef("%s (%s) must not be below %s (%s)", label("retry-cap"), *r.retryCap,
+			label("retry-base"), *r.retryBase)
 	}
-	log, err := c.logger(stderr)
+	rc := &herald.RelayConfig{
+		BatchSize: *r.batchSize, MaxInFlight: *r.maxInFlight, Lease: *r.lease,
+		PublishTimeout: *r.publishTimeout, PollInterval: *r.pollInterval, IdlePollInterval: *r.idlePoll,
+		Retry: herald.RetryPolicy{
+			Base: *r.retryBase, Cap: *r.retryCap, MaxAttempts: *r.maxAttempts, MaxAge: *r.maxAge,
+		},
+		RescueInterval: *r.rescueInterval, Retention: *r.retention, CleanupInterval: *r.cleanupInterval,
+	}
+	nc := &heraldnats.Config{
+		SubjectPrefix: *r.natsPrefix, MaxPending: *r.natsMaxPending, AckTimeout: *r.natsAckTimeout,
+	}
+	if *r.natsPrefix != "" && !natsSubject.MatchString(*r.natsPrefix) {
+		return nil, nil, usagef("%s: %q is not a subject prefix (tokens separated by dots, no wildcards)",
+			label("nats-subject-prefix"), clean(*r.natsPrefix))
+	}
+	switch {
+	case *r.natsStream != "":
+		if !streamName.MatchString(*r.natsStream) {
+			return nil, nil, usagef("%s: %q is not a stream name (letters, digits, - and _)",
+				label("nats-create-stream"), clean(*r.natsStream))
+		}
+		var subjects []string
+		for _, s := range strings.Split(*r.natsSubjects, ",") {
+			if s = strings.TrimSpace(s); s != "" {
+				subjects = append(subjects, s)
+			}
+		}
+		if len(subjects) == 0 {
+			return nil, nil, usagef("%s needs --nats-stream-subjects (or HERALD_NATS_STREAM_SUBJECTS)", label("nats-create-stream"))
+		}
+		nc.CreateStream = &jetstream.StreamConfig{
+			Name: *r.natsStream, Subjects: subjects, Storage: jetstream.FileStorage,
+			// Republished events are dropped by id within this window.
+			Duplicates: 2 * time.Minute,
+		}
+	case *r.natsSubjects != "":
+		return nil, nil, usagef("%s is only used with --nats-create-stream", label("nats-stream-subjects"))
+	}
+	return rc, nc, nil
+}
+
+var (
+	streamName  = regexp.MustCompile(`^[A-Za-z0-9_-]{1,255}$`)
+	natsSubject = regexp.MustCompile(`^[^.*>\s]+(\.[^.*>\s]+)*$`)
+)
+
+// parseNATSURLs checks --publisher: one or more nats:// (tls://, ws://,
+// wss://) URLs with a host. It returns the list for nats.Connect and its
+// display form, without password or token. Errors never repeat a secret.
+func parseNATSURLs(inv *invocation, raw string) (connect, display string, err error) {
+	label := inv.flags.label("publisher")
+	raw = strings.TrimSpace(raw)
+	if raw == "" {
+		return "", "", usagef("--publisher (or HERALD_PUBLISHER) is required: a nats://host:4222 URL")
+	}
+	var shown []string
+	for _, one := range strings.Split(raw, ",") {
+		one = strings.TrimSpace(one)
+		inv.stderr.add(userinfoSecrets(one, true)...)
+		u, err := url.Parse(one)
+		if err != nil {
+			return "", "", usagef("%s: not a URL: %s", label, inv.stderr.scrub(err.Error()))
+		}
+		inv.stderr.add(urlSecrets(u)...)
+		switch strings.ToLower(u.Scheme) {
+		case "nats", "tls", "ws", "wss":
+		case "":
+			return "", "", usagef("%s: %s has no scheme: use nats://host:4222", label, inv.stderr.scrub(redactURL(u, true)))
+		default:
+			return "", "", usagef("%s: scheme %q is not supported: use nats://", label, u.Scheme)
+		}
+		if u.Hostname() == "" {
+			return "", "", usagef("%s: %s has no host", label, inv.stderr.scrub(redactURL(u, true)))
+		}
+		if p := u.Port(); p != "" {
+			var n int
+			if _, err := fmt.Sscanf(p, "%d", &n); err != nil || n < 1 || n > 65535 {
+				return "", "", usagef("%s: port %q is not a port number", label, p)
+			}
+		}
+		shown = append(shown, redactURL(u, true))
+	}
+	return raw, strings.Join(shown, ","), nil
+}
+
+// urlSecrets returns the password of u, or its user when it is a token.
+func urlSecrets(u *url.URL) []string {
+	if u.User == nil {
+		return nil
+	}
+	if p, ok := u.User.Password(); ok {
+		return []string{p}
+	}
+	return []string{u.User.Username()}
+}
+
+func setupRelay(f *flagSet) func(context.Context, *invocation) error {
+	d := addDBFlags(f)
+	r := addRelayFlags(f)
+	return func(ctx context.Context, inv *invocation) error {
+		// Every input is checked before anything connects.
+		log, err := d.logger(inv)
+		if err != nil {
+			return err
+		}
+		db, err := d.parseDB(inv)
+		if err != nil {
+			return err
+		}
+		natsURLs, natsShown, err := parseNATSURLs(inv, *r.publisher)
+		if err != nil {
+			return err
+		}
+		relayCfg, natsCfg, err := r.relayConfig(inv)
+		if err != nil {
+			return err
+		}
+		if err := noArgs(inv); err != nil {
+			return err
+		}
+		return runRelay(ctx, inv, log, db, natsURLs, natsShown, relayCfg, natsCfg, *r.shutdownTimeout)
+	}
+}
+
+// stopGrace is how long the relay waits, after a second signal cancelled
+// its drain, for the in-flight rows to be released.
+const stopGrace = 2 * time.Second
+
+func runRelay(ctx context.Context, inv *invocation, log *slog.Logger, db *database, natsURLs, natsShown string,
+	relayCfg *herald.RelayConfig, natsCfg *heraldnats.Config, shutdownTimeout time.Duration) (err error) {
+	pool, store, err := db.connect(ctx)
 	if err != nil {
 		return err
 	}
-	natsURL, err := parsePublisherURL(*publisher)
-	if err != nil {
-		return err
-	}
-	var stream *jetstream.StreamConfig
-	if *natsStream != "" {
-		if *natsSubjects == "" {
-			return usagef("--nats-create-stream needs --nats-stream-subjects")
+	// After an abort the relay may still hold connections; pool.Close would
+	// wait for them, and the process is exiting anyway.
+	abandoned := false
+	defer func() {
+		if !abandoned {
+			pool.Close()
 		}
-		stream = &jetstream.StreamConfig{Name: *natsStream, Subjects: strings.Split(*natsSubjects, ","),
-			Storage: jetstream.FileStorage, Duplicates: 2 * time.Minute}
-	}
+	}()
 
-	relayCfg := &herald.RelayConfig{
-		Logger: log, BatchSize: *batchSize, MaxInFlight: *maxInFlight, Lease: *lease,
-		PublishTimeout: *publishTimeout, PollInterval: *pollInterval, IdlePollInterval: *idlePoll,
-		Retry:          herald.RetryPolicy{Base: *retryBase, Cap: *retryCap, MaxAttempts: *maxAttempts, MaxAge: *maxAge},
-		RescueInterval: *rescueInterval, Retention: keep, CleanupInterval: *cleanupInterval,
-		// Placeholders so that the configuration is validated before
-		// anything connects; replaced below.
-		Store: placeholderStore{}, Publisher: herald.PublisherFunc(nil),
-	}
-	if _, err := herald.NewRelay(relayCfg); err != nil {
-		return usagef("%s", strings.ReplaceAll(err.Error(), "herald: RelayConfig.", "--"))
-	}
-
-	ob, closeDB, err := openOutbox(ctx, &c)
+	host, _ := os.Hostname()
+	owner := fmt.Sprintf("%s/%d", host, os.Getpid())
+	nlog := log.With("component", "nats")
+	nc, err := nats.Connect(natsURLs,
+		nats.Name("herald relay "+owner),
+		nats.MaxReconnects(-1),
+		nats.ReconnectWait(250*time.Millisecond),
+		nats.Timeout(5*time.Second),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			if err != nil {
+				nlog.Warn("disconnected from NATS; reconnecting", "error", inv.stderr.scrub(err.Error()))
+			}
+		}),
+		nats.ReconnectHandler(func(c *nats.Conn) {
+			nlog.Info("reconnected to NATS", "server", c.ConnectedUrlRedacted())
+		}),
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+			nlog.Warn("NATS error", "error", inv.stderr.scrub(err.Error()))
+		}),
+	)
 	if err != nil {
-		return err
-	}
-	defer closeDB()
-
-	secret := passwordOf(*publisher)
-	nc, err := nats.Connect(natsURL, nats.Name("herald-relay"), nats.MaxReconnects(-1),
-		nats.ReconnectWait(250*time.Millisecond), nats.Timeout(5*time.Second))
-	if err != nil {
-		return fmt.Errorf("cannot reach the broker at %s: %s", redactURL(natsURL), scrubSecret(err.Error(), secret))
+		return fmt.Errorf("cannot reach the broker at %s: %w", natsShown, err)
 	}
 	defer nc.Close()
-	pub, err := heraldnats.New(nc, &heraldnats.Config{CreateStream: stream, Logger: log})
-	if err != nil {
-		return fmt.Errorf("%s", scrubSecret(err.Error(), secret))
-	}
-	relayCfg.Store, relayCfg.Publisher = ob, pub
-	relay, err := herald.NewRelay(relayCfg)
+
+	natsCfg.Logger = log
+	pub, err := heraldnats.New(nc, natsCfg)
 	if err != nil {
 		return err
+	}
+	relayCfg.Store, relayCfg.Publisher, relayCfg.Logger, relayCfg.Owner = store, pub, log, owner
+	relay, err := herald.NewRelay(relayCfg)
+	if err != nil {
+		return usagef("%s", err)
 	}
 	if err := relay.Start(ctx); err != nil {
 		return err
 	}
-	log.Info("relaying", "publisher", redactURL(natsURL))
+	log.Info("relaying", "table", db.names.Schema+"."+db.names.Table, "database", db.where, "publisher", natsShown)
+
 	<-ctx.Done()
-	log.Info("signal received: draining in-flight batches", "deadline", *shutdownTimeout)
-	stopCtx, cancel := context.WithTimeout(context.Background(), *shutdownTimeout)
+	log.Info("shutting down: finishing in-flight batches; a second signal aborts", "shutdown_timeout", shutdownTimeout)
+	stopCtx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
 	defer cancel()
-	if err := relay.Stop(stopCtx); err != nil {
+	stopped := make(chan error, 1)
+	go func() { stopped <- relay.Stop(stopCtx) }()
+	select {
+	case err = <-stopped:
+	case <-inv.abort:
+		log.Warn("second signal: aborting; unconfirmed rows are released, or rescued when their lease expires")
+		cancel()
+		select {
+		case <-stopped:
+		case <-time.After(stopGrace):
+			abandoned = true
+		}
+		return errAborted
+	}
+	if err != nil {
 		return err
 	}
 	st := relay.Stats()
-	fmt.Fprintf(stdout, "relay stopped: %d published, %d retried, %d dead, %d released\n",
+	fmt.Fprintf(inv.stdout, "relay stopped: %d published, %d retried, %d dead, %d released\n",
 		st.Published, st.Retried, st.Dead, st.Released)
 	return nil
 }
-
-// parsePublisherURL checks --publisher: a nats:// (or tls://) URL with a
-// host. The error never repeats the password.
-func parsePublisherURL(raw string) (string, error) {
-	if raw == "" {
-		return "", usagef("--publisher is required (or HERALD_PUBLISHER): a nats://host:4222 URL")
-	}
-	u, err := url.Parse(raw)
-	if err != nil {
-		return "", usagef("--publisher: not a URL: %s", scrubSecret(err.Error(), passwordOf(raw)))
-	}
-	switch u.Scheme {
-	case "nats", "tls":
-	default:
-		return "", usagef("--publisher: scheme %q is not supported: use nats://", u.Scheme)
-	}
-	if u.Host == "" {
-		return "", usagef("--publisher: %s has no host", redactURL(raw))
-	}
-	return raw, nil
-}
-
-// placeholderStore lets the relay's configuration be validated before the
-// database is opened.
-type placeholderStore struct{ herald.Store }

@@ -46,7 +46,7 @@ const (
 		) AS x JOIN {{.Table}} AS r ON r.id = x.id
 	) AS f
 	WHERE o.id = f.id AND o.claim_token = ?1 AND o.state = 'claimed'
-	RETURNING o.id, o.state`
+	RETURNING id, state`
 
 	releaseSQL = `UPDATE {{.Table}}
 	SET state = 'ready', attempts = max(attempts - 1, 0), claim_token = NULL, lease_until = NULL

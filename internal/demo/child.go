@@ -42,7 +42,9 @@ func runRelayChild() error {
 	if err != nil {
 		return err
 	}
-	nc, err := nats.Connect(os.Getenv("HERALD_DEMO_NATS"), nats.MaxReconnects(-1),
+	// The relay may start while the broker is down (the demo restarts it
+	// during the outage): it must wait for the broker, not give up.
+	nc, err := nats.Connect(os.Getenv("HERALD_DEMO_NATS"), nats.MaxReconnects(-1), nats.RetryOnFailedConnect(true),
 		nats.ReconnectWait(100*time.Millisecond), nats.Name("herald-demo-relay"))
 	if err != nil {
 		return err

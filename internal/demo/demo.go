@@ -243,10 +243,16 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		}
 	}
 
-	// Drain: wait until the consumer has every committed event, or give up
-	// after a bound that covers a lease expiry and an outage.
+	// Drain: wait until the consumer has every committed event and every
+	// row is acknowledged as published (events the killed relay published
+	// but never acknowledged are rescued when its lease expires), or give
+	// up after a bound that covers a lease expiry and an outage.
 	deadline := time.Now().Add(30*time.Second + cfg.Outage)
-	for cons.distinct() < shop.committedCount() && time.Now().Before(deadline) {
+	drained := func() bool {
+		n := shop.committedCount()
+		return cons.distinct() >= n && publishedCount(ctx, store) >= n
+	}
+	for !drained() && time.Now().Before(deadline) {
 		select {
 		case <-time.After(50 * time.Millisecond):
 		case <-ctx.Done():
@@ -260,6 +266,20 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	relay.stop()
 	return report(ctx, shop, cons, store, time.Since(start))
+}
+
+func publishedCount(ctx context.Context, store *heraldsqlite.Driver) int {
+	st, err := store.Status(ctx)
+	if err != nil {
+		return 0
+	}
+	n := 0
+	for _, ts := range st.Topics {
+		if ts.State == herald.StatePublished {
+			n += int(ts.Count)
+		}
+	}
+	return n
 }
 
 func progress(ctx context.Context, w io.Writer, s *shop, c *consumer, store *heraldsqlite.Driver) {

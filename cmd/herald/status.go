@@ -1,0 +1,146 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"text/tabwriter"
+	"time"
+
+	"github.com/herald-outbox/herald"
+)
+
+func setupMigrate(f *flagSet) func(context.Context, *invocation) error {
+	d := addDBFlags(f)
+	return func(ctx context.Context, inv *invocation) error {
+		if _, err := d.logger(inv); err != nil {
+			return err
+		}
+		db, err := d.parseDB(inv)
+		if err != nil {
+			return err
+		}
+		if err := noArgs(inv); err != nil {
+			return err
+		}
+		pool, driver, err := db.connect(ctx)
+		if err != nil {
+			return err
+		}
+		defer pool.Close()
+		if err := driver.Migrate(ctx); err != nil {
+			return err
+		}
+		// Ping checks the version the table is now at is the one this
+		// herald knows.
+		if err := driver.Ping(ctx); err != nil {
+			return err
+		}
+		fmt.Fprintf(inv.stdout, "migrated: outbox table %s is up to date\n", driver.Table())
+		return nil
+	}
+}
+
+// statusJSON is the documented shape of `herald status --json`.
+type statusJSON struct {
+	Schema string `json:"schema"`
+	Table  string `json:"table"`
+	// Topics has one entry per topic and state present, ordered by topic
+	// then state; never null.
+	Topics []topicStatusJSON `json:"topics"`
+	// Totals counts rows by state; every state is present.
+	Totals map[herald.State]int64 `json:"totals"`
+	// OldestPendingSeconds is the age of the oldest ready or claimed row,
+	// 0 when there is none.
+	OldestPendingSeconds float64 `json:"oldest_pending_seconds"`
+}
+
+type topicStatusJSON struct {
+	Topic         string       `json:"topic"`
+	State         herald.State `json:"state"`
+	Count         int64        `json:"count"`
+	OldestSeconds float64      `json:"oldest_seconds"`
+}
+
+var states = []herald.State{herald.StateReady, herald.StateClaimed, herald.StatePublished, herald.StateDead}
+
+func setupStatus(f *flagSet) func(context.Context, *invocation) error {
+	d := addDBFlags(f)
+	asJSON := f.LocalBool("json", "print JSON instead of a table")
+	return func(ctx context.Context, inv *invocation) error {
+		if err := noArgs(inv); err != nil {
+			return err
+		}
+		pool, driver, err := d.open(ctx, inv)
+		if err != nil {
+			return err
+		}
+		defer pool.Close()
+		st, err := driver.Status(ctx)
+		if err != nil {
+			return err
+		}
+		out := statusJSON{
+			Schema: *d.schema, Table: *d.table,
+			Topics:               []topicStatusJSON{},
+			Totals:               map[herald.State]int64{},
+			OldestPendingSeconds: st.OldestPending.Seconds(),
+		}
+		for _, s := range states {
+			out.Totals[s] = 0
+		}
+		for _, t := range st.Topics {
+			out.Topics = append(out.Topics, topicStatusJSON{t.Topic, t.State, t.Count, t.Oldest.Seconds()})
+			out.Totals[t.State] += t.Count
+		}
+		if *asJSON {
+			return writeJSON(inv.stdout, out)
+		}
+		printStatus(inv.stdout, out, st)
+		return nil
+	}
+}
+
+func printStatus(w io.Writer, out statusJSON, st herald.Status) {
+	fmt.Fprintf(w, "outbox %s.%s\n\n", out.Schema, out.Table)
+	if len(st.Topics) == 0 {
+		fmt.Fprintln(w, "no rows")
+		return
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "TOPIC\tSTATE\tCOUNT\tOLDEST")
+	for _, t := range st.Topics {
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\n", clean(t.Topic), t.State, t.Count, fmtAge(t.Oldest))
+	}
+	tw.Flush()
+	fmt.Fprintf(w, "\ntotal: %d ready, %d claimed, %d published, %d dead\n",
+		out.Totals[herald.StateReady], out.Totals[herald.StateClaimed],
+		out.Totals[herald.StatePublished], out.Totals[herald.StateDead])
+	if st.OldestPending > 0 {
+		fmt.Fprintf(w, "oldest pending: %s\n", fmtAge(st.OldestPending))
+	} else {
+		fmt.Fprintln(w, "oldest pending: none")
+	}
+}
+
+// fmtAge prints an age to a precision an operator can read.
+func fmtAge(d time.Duration) string {
+	switch {
+	case d <= 0:
+		return "-"
+	case d < time.Second:
+		return d.Round(time.Millisecond).String()
+	case d < time.Minute:
+		return d.Round(100 * time.Millisecond).String()
+	case d < time.Hour:
+		return fmtDuration(d.Round(time.Second))
+	}
+	return fmtDuration(d.Round(time.Minute))
+}
+
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
