@@ -10,8 +10,25 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/herald-outbox/herald"
 	"github.com/herald-outbox/herald/driver/heraldpg"
+	"github.com/herald-outbox/herald/driver/heraldsqlite"
 )
+
+// outbox is an opened outbox table on either database: the relay's store
+// and the operators' admin.
+type outbox interface {
+	herald.Store
+	herald.Admin
+	Table() string
+}
+
+// closer releases a database's connections.
+type closer interface{ Close() }
+
+type closerFunc func()
+
+func (f closerFunc) Close() { f() }
 
 // dbFlags are the flags of every command that opens the outbox table.
 type dbFlags struct {
@@ -20,8 +37,8 @@ type dbFlags struct {
 
 func addDBFlags(f *flagSet) *dbFlags {
 	return &dbFlags{
-		db:        f.String("db", "", "PostgreSQL `DSN`: postgres://user:password@host:5432/db?sslmode=... (required)"),
-		schema:    f.String("schema", "public", "`schema` of the outbox table"),
+		db:        f.String("db", "", "database `DSN`: postgres://user:password@host:5432/db?sslmode=... or sqlite:path/to/file.db (required)"),
+		schema:    f.String("schema", "public", "`schema` of the outbox table (PostgreSQL only)"),
 		table:     f.String("table", "herald_outbox", "`name` of the outbox table"),
 		logFormat: f.String("log-format", "text", "log format on stderr: `text|json`"),
 		logLevel:  f.String("log-level", "info", "log level: `debug|info|warn|error`"),
@@ -56,11 +73,14 @@ func (d *dbFlags) logger(inv *invocation) (*slog.Logger, error) {
 
 var schemeLike = regexp.MustCompile(`^[a-zA-Z][a-zA-Z0-9+.-]*$`)
 
-// database is a parsed, not yet connected, database configuration.
+// database is a parsed, not yet connected, database configuration: a
+// PostgreSQL pool, or a SQLite file.
 type database struct {
-	pool  *pgxpool.Config
-	names *heraldpg.Config
-	where string // user@host:port/db, for messages
+	pool       *pgxpool.Config
+	names      *heraldpg.Config
+	sqlitePath string
+	sqlite     *heraldsqlite.Config
+	where      string // user@host:port/db or the file, for messages
 }
 
 // parseDB checks --db and the table names without connecting. Every error
@@ -71,13 +91,16 @@ func (d *dbFlags) parseDB(inv *invocation) (*database, error) {
 	if raw == "" {
 		return nil, usagef("--db (or HERALD_DB) is required: a postgres://user:password@host:5432/db DSN")
 	}
+	if path, ok := strings.CutPrefix(raw, "sqlite:"); ok {
+		return d.parseSQLite(inv, path)
+	}
 	inv.stderr.add(userinfoSecrets(raw, false)...)
 	scheme, _, found := strings.Cut(raw, "://")
 	switch {
 	case !found || !schemeLike.MatchString(scheme):
-		return nil, usagef("%s: not a postgres:// or postgresql:// URL", label)
+		return nil, usagef("%s: not a postgres:// or postgresql:// URL, nor sqlite:path", label)
 	case !strings.EqualFold(scheme, "postgres") && !strings.EqualFold(scheme, "postgresql"):
-		return nil, usagef("%s: scheme %q is not supported: use postgres:// or postgresql://", label, scheme)
+		return nil, usagef("%s: scheme %q is not supported: use postgres://, postgresql:// or sqlite:path", label, scheme)
 	}
 	// pgx takes the scheme in lower case only.
 	raw = strings.ToLower(scheme) + raw[len(scheme):]
@@ -107,9 +130,36 @@ func (d *dbFlags) parseDB(inv *invocation) (*database, error) {
 // database is reported instead of waited for.
 const connectTimeout = 10 * time.Second
 
-// connect opens a pool and checks the database answers. The caller closes
-// the pool.
-func (db *database) connect(ctx context.Context) (*pgxpool.Pool, *heraldpg.Driver, error) {
+// parseSQLite checks a sqlite:path DSN and the table name.
+func (d *dbFlags) parseSQLite(inv *invocation, path string) (*database, error) {
+	path = strings.TrimPrefix(path, "//")
+	if path == "" {
+		return nil, usagef("%s: sqlite: needs a file path, as in sqlite:path/to/file.db", inv.flags.label("db"))
+	}
+	if *d.schema != "public" {
+		return nil, usagef("%s: SQLite has no schemas; name the table with --table", inv.flags.label("schema"))
+	}
+	cfg := &heraldsqlite.Config{Table: *d.table}
+	if err := cfg.Validate(); err != nil {
+		return nil, usagef("%s", strings.ReplaceAll(err.Error(), "heraldsqlite: Config.Table", inv.flags.label("table")))
+	}
+	return &database{sqlitePath: path, sqlite: cfg, where: path}, nil
+}
+
+// connect opens the database and checks it answers. The caller closes it.
+func (db *database) connect(ctx context.Context) (closer, outbox, error) {
+	if db.sqlite != nil {
+		sdb, err := heraldsqlite.Open(db.sqlitePath)
+		if err != nil {
+			return nil, nil, err
+		}
+		driver, err := heraldsqlite.New(sdb, db.sqlite)
+		if err != nil {
+			sdb.Close()
+			return nil, nil, err
+		}
+		return closerFunc(func() { sdb.Close() }), driver, nil
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, db.pool)
 	if err != nil {
 		return nil, nil, fmt.Errorf("opening the database %s: %w", db.where, err)
@@ -130,7 +180,7 @@ func (db *database) connect(ctx context.Context) (*pgxpool.Pool, *heraldpg.Drive
 
 // open parses the flags, connects, and checks the outbox table is migrated
 // to the version this herald knows.
-func (d *dbFlags) open(ctx context.Context, inv *invocation) (*pgxpool.Pool, *heraldpg.Driver, error) {
+func (d *dbFlags) open(ctx context.Context, inv *invocation) (closer, outbox, error) {
 	if _, err := d.logger(inv); err != nil {
 		return nil, nil, err
 	}

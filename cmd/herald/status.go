@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -44,7 +45,7 @@ func setupMigrate(f *flagSet) func(context.Context, *invocation) error {
 
 // statusJSON is the documented shape of `herald status --json`.
 type statusJSON struct {
-	Schema string `json:"schema"`
+	Schema string `json:"schema"` // empty on SQLite
 	Table  string `json:"table"`
 	// Topics has one entry per topic and state present, ordered by topic
 	// then state; never null.
@@ -82,7 +83,7 @@ func setupStatus(f *flagSet) func(context.Context, *invocation) error {
 			return err
 		}
 		out := statusJSON{
-			Schema: *d.schema, Table: *d.table,
+			Schema: schemaOf(d), Table: *d.table,
 			Topics:               []topicStatusJSON{},
 			Totals:               map[herald.State]int64{},
 			OldestPendingSeconds: st.OldestPending.Seconds(),
@@ -103,7 +104,7 @@ func setupStatus(f *flagSet) func(context.Context, *invocation) error {
 }
 
 func printStatus(w io.Writer, out statusJSON, st herald.Status) {
-	fmt.Fprintf(w, "outbox %s.%s\n\n", out.Schema, out.Table)
+	fmt.Fprintf(w, "outbox %s\n\n", strings.TrimPrefix(out.Schema+"."+out.Table, "."))
 	if len(st.Topics) == 0 {
 		fmt.Fprintln(w, "no rows")
 		return
@@ -143,4 +144,12 @@ func writeJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(v)
+}
+
+// schemaOf is the schema shown for the outbox: none on SQLite.
+func schemaOf(d *dbFlags) string {
+	if strings.HasPrefix(strings.TrimSpace(*d.db), "sqlite:") {
+		return ""
+	}
+	return *d.schema
 }

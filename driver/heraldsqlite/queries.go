@@ -1,57 +1,89 @@
 package heraldsqlite
 
-// The driver's SQL. {{.Table}} is the quoted outbox table, {{.Now}} the
-// database clock in microseconds. Claims are single statements: SQLite has
-// one writer at a time, so a claim never sees rows another claim holds and
-// needs no SKIP LOCKED.
+// The driver's SQL. {{.Table}} is the quoted outbox table, filled in once per
+// driver from a validated name; {{.Now}} is the database clock in integer
+// microseconds. Durations travel as microseconds so that every timestamp is
+// computed by the database clock.
+//
+// Lists of ids and batch outcomes travel as one JSON array parameter,
+// unpacked by json_each: SQLite has no array type, and one parameter keeps
+// each statement one prepared plan whatever the batch size.
+//
+// Every statement that changes rows is a single statement: SQLite runs it
+// atomically under the database's write lock, which it takes before reading
+// (a write statement outside BEGIN is an immediate transaction of its own).
+// That is why the claim needs no SKIP LOCKED: no other writer can run
+// between its SELECT and its UPDATE.
 
-const nowSQL = `CAST((julianday('now') - 2440587.5) * 86400000000.0 AS INTEGER)`
+// nowMicros is the database clock in microseconds. 'now' has millisecond
+// resolution and stays the same for every use within one statement; the
+// rounding keeps the float's last bits out of the integer.
+const nowMicros = `(CAST(round(unixepoch('subsec') * 1000) AS INTEGER) * 1000)`
 
 const (
+	// One tuple per message; insertPrefix + n tuples is one statement.
 	insertPrefixSQL = `INSERT INTO {{.Table}}
 	(id, topic, key, type, aggregate_type, aggregate_id, payload, headers, available_at) VALUES `
 	insertTupleSQL = `(?, ?, ?, ?, ?, ?, ?, ?, coalesce(?, {{.Now}}))`
 
+	// The claim: the oldest ready rows by the ready index, marked in the
+	// same statement. The lease ends by the database clock.
 	claimSQL = `UPDATE {{.Table}}
-	SET state = 'claimed', claim_token = ?1, claimed_by = ?2, lease_until = {{.Now}} + ?3,
-	    attempts = attempts + 1
+	SET state = 'claimed', claim_token = ?2, claimed_by = ?3,
+	    lease_until = {{.Now}} + ?4, attempts = attempts + 1
 	WHERE seq IN (
 		SELECT seq FROM {{.Table}}
 		WHERE state = 'ready' AND available_at <= {{.Now}}
 		ORDER BY available_at, seq
-		LIMIT ?4
+		LIMIT ?1
 	)
-	RETURNING id, seq, topic, key, type, aggregate_type, aggregate_id, payload, headers, attempts, created_at`
+	RETURNING id, seq, topic, key, type, aggregate_type, aggregate_id,
+	          payload, headers, attempts, created_at`
 
+	// Acknowledgement when every event of a batch was confirmed: the
+	// common case, kept to one JSON array of ids.
 	publishSQL = `UPDATE {{.Table}}
 	SET state = 'published', published_at = {{.Now}}, claim_token = NULL, lease_until = NULL
-	WHERE claim_token = ?1 AND state = 'claimed' AND id IN (SELECT value FROM json_each(?2))`
+	WHERE id IN (SELECT value FROM json_each(?1)) AND claim_token = ?2 AND state = 'claimed'`
 
-	// Failures travel as one JSON array of objects, so that a batch's
-	// outcome is one statement whatever its size.
-	failSQL = `UPDATE {{.Table}} AS o
-	SET state = CASE WHEN f.dead THEN 'dead' ELSE 'ready' END,
-	    dead_at = CASE WHEN f.dead THEN {{.Now}} END,
-	    available_at = CASE WHEN f.dead THEN o.available_at ELSE {{.Now}} + f.delay END,
-	    attempts = CASE WHEN f.outage THEN o.attempts - 1 ELSE o.attempts END,
-	    last_error = f.err, claim_token = NULL, lease_until = NULL
-	FROM (
-		SELECT x.id, x.err, x.delay, x.outage,
-		       (x.permanent OR (NOT x.outage AND r.attempts >= ?3) OR r.created_at < {{.Now}} - ?4) AS dead
-		FROM (
-			SELECT json_extract(value, '$.id') AS id, json_extract(value, '$.err') AS err,
-			       json_extract(value, '$.delay') AS delay, json_extract(value, '$.permanent') AS permanent,
-			       json_extract(value, '$.outage') AS outage
-			FROM json_each(?2)
-		) AS x JOIN {{.Table}} AS r ON r.id = x.id
-	) AS f
-	WHERE o.id = f.id AND o.claim_token = ?1 AND o.state = 'claimed'
+	// Acknowledgement of a batch with failures, still one statement. ?1 is
+	// a JSON array of [id, ok, error, delay_us, permanent, outage]. An
+	// outage refunds the claim's attempt; a failure is dead when permanent,
+	// out of attempts or past the max age. SET expressions see the row as
+	// it was before the update.
+	completeSQL = `WITH f AS (
+		SELECT json_extract(value, '$[0]') AS id,
+		       json_extract(value, '$[1]') AS ok,
+		       json_extract(value, '$[2]') AS err,
+		       json_extract(value, '$[3]') AS delay_us,
+		       json_extract(value, '$[4]') AS permanent,
+		       json_extract(value, '$[5]') AS outage
+		FROM json_each(?1)
+	), r AS (
+		SELECT o.seq, f.ok, f.err, f.delay_us, f.outage,
+		       NOT f.ok AND (f.permanent
+		                     OR (NOT f.outage AND o.attempts >= ?3)
+		                     OR o.created_at < {{.Now}} - ?4) AS dead
+		FROM f JOIN {{.Table}} o ON o.id = f.id
+		WHERE o.claim_token = ?2 AND o.state = 'claimed'
+	)
+	UPDATE {{.Table}} AS o
+	SET state = CASE WHEN r.ok THEN 'published' WHEN r.dead THEN 'dead' ELSE 'ready' END,
+	    published_at = CASE WHEN r.ok THEN {{.Now}} END,
+	    dead_at = CASE WHEN r.dead THEN {{.Now}} END,
+	    available_at = CASE WHEN r.ok OR r.dead THEN o.available_at ELSE {{.Now}} + r.delay_us END,
+	    attempts = CASE WHEN r.outage THEN o.attempts - 1 ELSE o.attempts END,
+	    last_error = CASE WHEN r.ok THEN o.last_error ELSE r.err END,
+	    claim_token = NULL, lease_until = NULL
+	FROM r
+	WHERE o.seq = r.seq AND o.claim_token = ?2 AND o.state = 'claimed'
 	RETURNING id, state`
 
 	releaseSQL = `UPDATE {{.Table}}
 	SET state = 'ready', attempts = max(attempts - 1, 0), claim_token = NULL, lease_until = NULL
-	WHERE claim_token = ?1 AND state = 'claimed' AND id IN (SELECT value FROM json_each(?2))`
+	WHERE id IN (SELECT value FROM json_each(?1)) AND claim_token = ?2 AND state = 'claimed'`
 
+	// Rows whose lease ran out belong to a relay that died or stalled.
 	rescueSQL = `UPDATE {{.Table}}
 	SET state = 'ready', claim_token = NULL, lease_until = NULL,
 	    last_error = 'lease expired: relay ' || coalesce(claimed_by, 'unknown') || ' did not acknowledge in time'
@@ -62,6 +94,8 @@ const (
 		LIMIT ?1
 	)`
 
+	// Retention in small batches: each statement holds the write lock for
+	// at most ?2 rows.
 	deletePublishedSQL = `DELETE FROM {{.Table}}
 	WHERE seq IN (
 		SELECT seq FROM {{.Table}}
@@ -70,7 +104,7 @@ const (
 		LIMIT ?2
 	)`
 
-	statusSQL = `SELECT topic, state, count(*), {{.Now}} - min(created_at)
+	statusSQL = `SELECT topic, state, count(*), max({{.Now}} - min(created_at), 0)
 	FROM {{.Table}}
 	GROUP BY topic, state
 	ORDER BY topic, state`
@@ -78,4 +112,42 @@ const (
 	eventColumns = `id, seq, topic, key, type, aggregate_type, aggregate_id, payload, headers,
 	attempts, created_at, state, available_at, lease_until, coalesce(claimed_by, ''),
 	published_at, dead_at, coalesce(last_error, '')`
+
+	// The admin's row selections, with positional parameters so that the
+	// listing's limit simply follows them: the state, then the ids (a JSON
+	// array) or the topic.
+	whereAllSQL   = ` WHERE state = ?`
+	whereIDsSQL   = ` WHERE state = ? AND id IN (SELECT value FROM json_each(?))`
+	whereTopicSQL = ` WHERE state = ? AND topic = ?`
+
+	getEventSQL   = `SELECT ` + eventColumns + ` FROM {{.Table}} WHERE id = ?1`
+	listEventsSQL = `SELECT ` + eventColumns + ` FROM {{.Table}}`
+	listOrderSQL  = ` ORDER BY seq LIMIT ?`
+	requeueSQL    = `UPDATE {{.Table}}
+	SET state = 'ready', attempts = 0, available_at = {{.Now}}, dead_at = NULL`
+	discardSQL = `DELETE FROM {{.Table}}`
 )
+
+type queries struct {
+	insertPrefix, insertTuple                                          string
+	claim, publish, complete, release, rescue, deletePublished, status string
+	getEvent, listEvents, requeue, discard                             string
+}
+
+func newQueries(n names) queries {
+	return queries{
+		insertPrefix:    n.render(insertPrefixSQL),
+		insertTuple:     n.render(insertTupleSQL),
+		claim:           n.render(claimSQL),
+		publish:         n.render(publishSQL),
+		complete:        n.render(completeSQL),
+		release:         n.render(releaseSQL),
+		rescue:          n.render(rescueSQL),
+		deletePublished: n.render(deletePublishedSQL),
+		status:          n.render(statusSQL),
+		getEvent:        n.render(getEventSQL),
+		listEvents:      n.render(listEventsSQL),
+		requeue:         n.render(requeueSQL),
+		discard:         n.render(discardSQL),
+	}
+}

@@ -1,12 +1,12 @@
 package heraldsqlite
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"encoding/json"
 	"fmt"
 	"slices"
-	"strconv"
 	"time"
 
 	"github.com/google/uuid"
@@ -19,24 +19,12 @@ var (
 	_ herald.Admin = (*Driver)(nil)
 )
 
-func micros(us int64) time.Time { return time.UnixMicro(us).UTC() }
-
-func microsPtr(us sql.NullInt64) *time.Time {
-	if !us.Valid {
-		return nil
-	}
-	t := micros(us.Int64)
-	return &t
-}
-
-func jsonList(ids []string) string {
-	b, _ := json.Marshal(ids) // strings always marshal
-	return string(b)
-}
-
 // Claim implements herald.Store.
 func (d *Driver) Claim(ctx context.Context, p herald.ClaimParams) ([]herald.Envelope, error) {
-	rows, err := d.db.QueryContext(ctx, d.q.claim, p.Token, p.Owner, p.Lease.Microseconds(), p.Limit)
+	if err := checkLimit(p.Limit); err != nil {
+		return nil, err
+	}
+	rows, err := d.db.QueryContext(ctx, d.q.claim, p.Limit, p.Token, p.Owner, p.Lease.Microseconds())
 	if err != nil {
 		return nil, fmt.Errorf("heraldsqlite: claiming: %w", err)
 	}
@@ -45,28 +33,44 @@ func (d *Driver) Claim(ctx context.Context, p herald.ClaimParams) ([]herald.Enve
 	for rows.Next() {
 		var (
 			e       herald.Envelope
-			headers string
+			headers []byte
 			created int64
 		)
 		if err := rows.Scan(&e.ID, &e.Seq, &e.Topic, &e.Key, &e.Type, &e.AggregateType, &e.AggregateID,
 			&e.Payload, &headers, &e.Attempt, &created); err != nil {
 			return nil, fmt.Errorf("heraldsqlite: claiming: %w", err)
 		}
-		e.CreatedAt, e.Headers = micros(created), decodeHeaders(headers)
+		e.Headers = decodeHeaders(headers)
+		e.CreatedAt = time.UnixMicro(created)
 		envs = append(envs, e)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("heraldsqlite: claiming: %w", err)
 	}
-	slices.SortFunc(envs, func(a, b herald.Envelope) int { return int(a.Seq - b.Seq) })
+	// RETURNING comes in no particular order; publish in write order.
+	slices.SortFunc(envs, func(a, b herald.Envelope) int { return cmp.Compare(a.Seq, b.Seq) })
 	return envs, nil
 }
 
-// decodeHeaders reads the headers column: string values as they are,
-// others as their JSON text. The relay validates the result.
-func decodeHeaders(raw string) map[string]string {
+// checkLimit refuses a negative limit, which SQLite would take as no limit
+// at all.
+func checkLimit(limit int) error {
+	if limit < 0 {
+		return fmt.Errorf("heraldsqlite: negative limit %d", limit)
+	}
+	return nil
+}
+
+// decodeHeaders reads the headers column. Rows written by other programs may
+// hold any JSON object: string values are taken as they are, others as their
+// JSON text, so nothing is lost; the relay validates the result before
+// publishing and sends a row with unusable headers to the dead letters.
+func decodeHeaders(raw []byte) map[string]string {
+	if len(raw) == 0 {
+		return nil
+	}
 	var m map[string]json.RawMessage
-	if err := json.Unmarshal([]byte(raw), &m); err != nil || len(m) == 0 {
+	if err := json.Unmarshal(raw, &m); err != nil || len(m) == 0 {
 		return nil
 	}
 	out := make(map[string]string, len(m))
@@ -81,74 +85,73 @@ func decodeHeaders(raw string) map[string]string {
 	return out
 }
 
-type failure struct {
-	ID        string `json:"id"`
-	Err       string `json:"err"`
-	Delay     int64  `json:"delay"`
-	Permanent bool   `json:"permanent"`
-	Outage    bool   `json:"outage"`
+// jsonArray encodes a parameter unpacked in SQL by json_each.
+func jsonArray(v any) string {
+	b, err := json.Marshal(v)
+	if err != nil {
+		// Only strings, numbers and booleans are ever encoded.
+		panic(fmt.Sprintf("heraldsqlite: encoding parameter: %v", err))
+	}
+	return string(b)
 }
 
-// Complete implements herald.Store: confirmed and failed rows change in one
-// transaction, each kind in one statement.
+// Complete implements herald.Store in one statement.
 func (d *Driver) Complete(ctx context.Context, p herald.CompleteParams) (herald.CompleteResult, error) {
 	var res herald.CompleteResult
-	if len(p.Published) == 0 && len(p.Failed) == 0 {
+	if len(p.Published)+len(p.Failed) == 0 {
 		return res, nil
 	}
-	tx, err := d.db.BeginTx(ctx, nil)
+	if len(p.Failed) == 0 {
+		r, err := d.db.ExecContext(ctx, d.q.publish, jsonArray(p.Published), p.Token)
+		if err != nil {
+			return res, fmt.Errorf("heraldsqlite: acknowledging batch: %w", err)
+		}
+		n, err := r.RowsAffected()
+		if err != nil {
+			return res, fmt.Errorf("heraldsqlite: acknowledging batch: %w", err)
+		}
+		res.Published = int(n)
+		return res, nil
+	}
+	// One [id, ok, error, delay_us, permanent, outage] per event.
+	outcomes := make([][6]any, 0, len(p.Published)+len(p.Failed))
+	for _, id := range p.Published {
+		outcomes = append(outcomes, [6]any{id, true, "", 0, false, false})
+	}
+	for _, f := range p.Failed {
+		outcomes = append(outcomes, [6]any{f.ID, false, f.Error, f.Delay.Microseconds(), f.Permanent, f.Outage})
+	}
+	rows, err := d.db.QueryContext(ctx, d.q.complete, jsonArray(outcomes), p.Token,
+		p.Policy.MaxAttempts, p.Policy.MaxAge.Microseconds())
 	if err != nil {
 		return res, fmt.Errorf("heraldsqlite: acknowledging batch: %w", err)
 	}
-	defer tx.Rollback()
-	if len(p.Published) > 0 {
-		r, err := tx.ExecContext(ctx, d.q.publish, p.Token, jsonList(p.Published))
-		if err != nil {
+	defer rows.Close()
+	for rows.Next() {
+		var id, state string
+		if err := rows.Scan(&id, &state); err != nil {
 			return res, fmt.Errorf("heraldsqlite: acknowledging batch: %w", err)
 		}
-		n, _ := r.RowsAffected()
-		res.Published = int(n)
-	}
-	if len(p.Failed) > 0 {
-		fs := make([]failure, len(p.Failed))
-		for i, f := range p.Failed {
-			fs[i] = failure{f.ID, f.Error, f.Delay.Microseconds(), f.Permanent, f.Outage}
-		}
-		b, err := json.Marshal(fs)
-		if err != nil {
-			return res, fmt.Errorf("heraldsqlite: acknowledging batch: %w", err)
-		}
-		rows, err := tx.QueryContext(ctx, d.q.fail, p.Token, string(b), p.Policy.MaxAttempts, p.Policy.MaxAge.Microseconds())
-		if err != nil {
-			return res, fmt.Errorf("heraldsqlite: acknowledging batch: %w", err)
-		}
-		for rows.Next() {
-			var id, state string
-			if err := rows.Scan(&id, &state); err != nil {
-				rows.Close()
-				return res, fmt.Errorf("heraldsqlite: acknowledging batch: %w", err)
-			}
-			if herald.State(state) == herald.StateDead {
-				res.Dead = append(res.Dead, id)
-			} else {
-				res.Retried++
-			}
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return res, fmt.Errorf("heraldsqlite: acknowledging batch: %w", err)
+		switch herald.State(state) {
+		case herald.StatePublished:
+			res.Published++
+		case herald.StateDead:
+			res.Dead = append(res.Dead, id)
+		default:
+			res.Retried++
 		}
 	}
-	if err := tx.Commit(); err != nil {
-		return herald.CompleteResult{}, fmt.Errorf("heraldsqlite: acknowledging batch: %w", err)
+	if err := rows.Err(); err != nil {
+		return res, fmt.Errorf("heraldsqlite: acknowledging batch: %w", err)
 	}
 	return res, nil
 }
 
-func (d *Driver) exec(ctx context.Context, what, query string, args ...any) (int, error) {
+// exec runs a statement and returns how many rows it changed.
+func (d *Driver) exec(ctx context.Context, query string, args ...any) (int, error) {
 	r, err := d.db.ExecContext(ctx, query, args...)
 	if err != nil {
-		return 0, fmt.Errorf("heraldsqlite: %s: %w", what, err)
+		return 0, err
 	}
 	n, err := r.RowsAffected()
 	return int(n), err
@@ -156,20 +159,42 @@ func (d *Driver) exec(ctx context.Context, what, query string, args ...any) (int
 
 // Release implements herald.Store.
 func (d *Driver) Release(ctx context.Context, token string, ids []string) (int, error) {
-	return d.exec(ctx, "releasing rows", d.q.release, token, jsonList(ids))
+	if len(ids) == 0 {
+		return 0, nil
+	}
+	n, err := d.exec(ctx, d.q.release, jsonArray(ids), token)
+	if err != nil {
+		return 0, fmt.Errorf("heraldsqlite: releasing rows: %w", err)
+	}
+	return n, nil
 }
 
 // RescueExpired implements herald.Store.
 func (d *Driver) RescueExpired(ctx context.Context, limit int) (int, error) {
-	return d.exec(ctx, "rescuing expired leases", d.q.rescue, limit)
+	if err := checkLimit(limit); err != nil {
+		return 0, err
+	}
+	n, err := d.exec(ctx, d.q.rescue, limit)
+	if err != nil {
+		return 0, fmt.Errorf("heraldsqlite: rescuing expired leases: %w", err)
+	}
+	return n, nil
 }
 
 // DeletePublished implements herald.Store.
 func (d *Driver) DeletePublished(ctx context.Context, olderThan time.Duration, limit int) (int, error) {
-	return d.exec(ctx, "deleting published rows", d.q.deletePublished, olderThan.Microseconds(), limit)
+	if err := checkLimit(limit); err != nil {
+		return 0, err
+	}
+	n, err := d.exec(ctx, d.q.deletePublished, olderThan.Microseconds(), limit)
+	if err != nil {
+		return 0, fmt.Errorf("heraldsqlite: deleting published rows: %w", err)
+	}
+	return n, nil
 }
 
-// Status implements herald.Admin.
+// Status implements herald.Admin. It counts every row, so it reads the
+// whole table: an operator's tool, not something to poll every second.
 func (d *Driver) Status(ctx context.Context) (herald.Status, error) {
 	var st herald.Status
 	rows, err := d.db.QueryContext(ctx, d.q.status)
@@ -181,20 +206,25 @@ func (d *Driver) Status(ctx context.Context) (herald.Status, error) {
 		var (
 			ts    herald.TopicStatus
 			state string
-			age   int64
+			ageUS int64
 		)
-		if err := rows.Scan(&ts.Topic, &state, &ts.Count, &age); err != nil {
+		if err := rows.Scan(&ts.Topic, &state, &ts.Count, &ageUS); err != nil {
 			return st, fmt.Errorf("heraldsqlite: reading status: %w", err)
 		}
-		ts.State, ts.Oldest = herald.State(state), time.Duration(max(age, 0))*time.Microsecond
+		ts.State = herald.State(state)
+		ts.Oldest = time.Duration(ageUS) * time.Microsecond
 		st.Topics = append(st.Topics, ts)
 		if (ts.State == herald.StateReady || ts.State == herald.StateClaimed) && ts.Oldest > st.OldestPending {
 			st.OldestPending = ts.Oldest
 		}
 	}
-	return st, rows.Err()
+	if err := rows.Err(); err != nil {
+		return st, fmt.Errorf("heraldsqlite: reading status: %w", err)
+	}
+	return st, nil
 }
 
+// filterSQL turns an EventFilter into a WHERE clause and its arguments.
 func filterSQL(f herald.EventFilter) (string, []any, error) {
 	state := f.State
 	if state == "" {
@@ -214,51 +244,29 @@ func filterSQL(f herald.EventFilter) (string, []any, error) {
 	if set != 1 {
 		return "", nil, fmt.Errorf("heraldsqlite: select rows by ids, by topic, or all: exactly one")
 	}
-	where, args := "state = ?", []any{string(state)}
 	switch {
 	case len(f.IDs) > 0:
 		ids := make([]string, len(f.IDs))
 		for i, id := range f.IDs {
-			u, err := uuid.Parse(id)
-			if err != nil {
-				return "", nil, fmt.Errorf("heraldsqlite: %q is not an event id (a UUID)", id)
+			var err error
+			if ids[i], err = canonicalID(id); err != nil {
+				return "", nil, err
 			}
-			ids[i] = u.String()
 		}
-		where += " AND id IN (SELECT value FROM json_each(?))"
-		args = append(args, jsonList(ids))
+		return whereIDsSQL, []any{string(state), jsonArray(ids)}, nil
 	case f.Topic != "":
-		where += " AND topic = ?"
-		args = append(args, f.Topic)
+		return whereTopicSQL, []any{string(state), f.Topic}, nil
 	}
-	return where, args, nil
+	return whereAllSQL, []any{string(state)}, nil
 }
 
-func (d *Driver) events(ctx context.Context, query string, args ...any) ([]herald.EventRow, error) {
-	rows, err := d.db.QueryContext(ctx, query, args...)
+// canonicalID returns id as stored: a UUID in lower-case canonical text.
+func canonicalID(id string) (string, error) {
+	u, err := uuid.Parse(id)
 	if err != nil {
-		return nil, err
+		return "", fmt.Errorf("heraldsqlite: %q is not an event id (a UUID)", id)
 	}
-	defer rows.Close()
-	var out []herald.EventRow
-	for rows.Next() {
-		var (
-			e                        herald.EventRow
-			headers, state           string
-			created, available       int64
-			lease, published, deadAt sql.NullInt64
-		)
-		if err := rows.Scan(&e.ID, &e.Seq, &e.Topic, &e.Key, &e.Type, &e.AggregateType, &e.AggregateID,
-			&e.Payload, &headers, &e.Attempt, &created, &state, &available, &lease,
-			&e.ClaimedBy, &published, &deadAt, &e.LastError); err != nil {
-			return nil, err
-		}
-		e.Headers, e.State = decodeHeaders(headers), herald.State(state)
-		e.CreatedAt, e.AvailableAt = micros(created), micros(available)
-		e.LeaseUntil, e.PublishedAt, e.DeadAt = microsPtr(lease), microsPtr(published), microsPtr(deadAt)
-		out = append(out, e)
-	}
-	return out, rows.Err()
+	return u.String(), nil
 }
 
 // ListEvents implements herald.Admin.
@@ -271,28 +279,74 @@ func (d *Driver) ListEvents(ctx context.Context, f herald.EventFilter) ([]herald
 	if limit <= 0 {
 		limit = 100
 	}
-	evs, err := d.events(ctx, `SELECT `+eventColumns+` FROM `+d.q.table+` WHERE `+where+
-		` ORDER BY seq LIMIT `+strconv.Itoa(limit), args...)
+	rows, err := d.db.QueryContext(ctx, d.q.listEvents+where+listOrderSQL, append(args, limit)...)
 	if err != nil {
 		return nil, fmt.Errorf("heraldsqlite: listing events: %w", err)
 	}
-	return evs, nil
+	defer rows.Close()
+	var out []herald.EventRow
+	for rows.Next() {
+		ev, err := scanEvent(rows)
+		if err != nil {
+			return nil, fmt.Errorf("heraldsqlite: listing events: %w", err)
+		}
+		out = append(out, ev)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("heraldsqlite: listing events: %w", err)
+	}
+	return out, nil
 }
 
 // GetEvent implements herald.Admin.
 func (d *Driver) GetEvent(ctx context.Context, id string) (herald.EventRow, error) {
-	u, err := uuid.Parse(id)
+	cid, err := canonicalID(id)
 	if err != nil {
-		return herald.EventRow{}, fmt.Errorf("heraldsqlite: %q is not an event id (a UUID)", id)
+		return herald.EventRow{}, err
 	}
-	evs, err := d.events(ctx, `SELECT `+eventColumns+` FROM `+d.q.table+` WHERE id = ?`, u.String())
+	rows, err := d.db.QueryContext(ctx, d.q.getEvent, cid)
 	if err != nil {
 		return herald.EventRow{}, fmt.Errorf("heraldsqlite: reading event: %w", err)
 	}
-	if len(evs) == 0 {
-		return herald.EventRow{}, fmt.Errorf("heraldsqlite: event %s: %w", id, herald.ErrNotFound)
+	defer rows.Close()
+	if !rows.Next() {
+		if err := rows.Err(); err != nil {
+			return herald.EventRow{}, fmt.Errorf("heraldsqlite: reading event: %w", err)
+		}
+		return herald.EventRow{}, fmt.Errorf("heraldsqlite: event %s: %w", cid, herald.ErrNotFound)
 	}
-	return evs[0], nil
+	ev, err := scanEvent(rows)
+	if err != nil {
+		return ev, fmt.Errorf("heraldsqlite: reading event: %w", err)
+	}
+	return ev, nil
+}
+
+func scanEvent(rows *sql.Rows) (herald.EventRow, error) {
+	var (
+		e                      herald.EventRow
+		headers                []byte
+		state                  string
+		created, available     int64
+		lease, published, dead sql.NullInt64
+	)
+	err := rows.Scan(&e.ID, &e.Seq, &e.Topic, &e.Key, &e.Type, &e.AggregateType, &e.AggregateID,
+		&e.Payload, &headers, &e.Attempt, &created, &state, &available, &lease,
+		&e.ClaimedBy, &published, &dead, &e.LastError)
+	e.State = herald.State(state)
+	e.Headers = decodeHeaders(headers)
+	e.CreatedAt = time.UnixMicro(created)
+	e.AvailableAt = time.UnixMicro(available)
+	e.LeaseUntil, e.PublishedAt, e.DeadAt = timePtr(lease), timePtr(published), timePtr(dead)
+	return e, err
+}
+
+func timePtr(v sql.NullInt64) *time.Time {
+	if !v.Valid {
+		return nil
+	}
+	t := time.UnixMicro(v.Int64)
+	return &t
 }
 
 // RequeueDead implements herald.Admin.
@@ -302,8 +356,11 @@ func (d *Driver) RequeueDead(ctx context.Context, f herald.EventFilter) (int, er
 	if err != nil {
 		return 0, err
 	}
-	return d.exec(ctx, "requeueing dead events", `UPDATE `+d.q.table+`
-		SET state = 'ready', attempts = 0, available_at = `+nowSQL+`, dead_at = NULL WHERE `+where, args...)
+	n, err := d.exec(ctx, d.q.requeue+where, args...)
+	if err != nil {
+		return 0, fmt.Errorf("heraldsqlite: requeueing dead events: %w", err)
+	}
+	return n, nil
 }
 
 // DiscardDead implements herald.Admin.
@@ -313,5 +370,9 @@ func (d *Driver) DiscardDead(ctx context.Context, f herald.EventFilter) (int, er
 	if err != nil {
 		return 0, err
 	}
-	return d.exec(ctx, "discarding dead events", `DELETE FROM `+d.q.table+` WHERE `+where, args...)
+	n, err := d.exec(ctx, d.q.discard+where, args...)
+	if err != nil {
+		return 0, fmt.Errorf("heraldsqlite: discarding dead events: %w", err)
+	}
+	return n, nil
 }

@@ -4,73 +4,114 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/herald-outbox/herald"
 )
 
-// maxRowsPerInsert keeps one INSERT under SQLite's limit of 32766 bound
-// variables (9 a row).
-const maxRowsPerInsert = 3000
-
-// NewWriter returns a writer that joins a caller's *sql.Tx on a database
-// from Open.
+// NewWriter returns a writer that joins a caller's database/sql transaction
+// on a SQLite database, such as one from Open:
+//
+//	err := w.WriteTx(ctx, tx, herald.Message{Topic: "orders", Payload: body})
 func NewWriter(cfg *Config) (*herald.Writer[*sql.Tx], error) {
-	table, err := cfg.table()
+	n, err := cfg.names()
 	if err != nil {
 		return nil, err
 	}
-	var wcfg *herald.WriterConfig
+	q := newQueries(n)
+	ins := &inserter{prefix: q.insertPrefix, tuple: q.insertTuple}
+	ins.full = ins.statement(rowsPerInsert)
+	var wc *herald.WriterConfig
 	if cfg != nil {
-		wcfg = &herald.WriterConfig{MaxPayloadBytes: cfg.MaxPayloadBytes}
+		wc = &herald.WriterConfig{MaxPayloadBytes: cfg.MaxPayloadBytes}
 	}
-	return herald.NewWriter[*sql.Tx](inserter{
-		prefix: render(table, insertPrefixSQL),
-		tuple:  render(table, insertTupleSQL),
-	}, wcfg)
+	return herald.NewWriter[*sql.Tx](ins, wc)
 }
 
-type inserter struct{ prefix, tuple string }
+// insertColumns is the number of parameters of one message's tuple.
+const insertColumns = 9
 
-// InsertTx writes msgs with one multi-row INSERT (one per 3000 messages).
-func (in inserter) InsertTx(ctx context.Context, tx *sql.Tx, msgs []herald.Message) error {
+// rowsPerInsert is the most messages one INSERT carries; a larger call is
+// split into several statements of the same transaction. SQLite's own limit
+// is 32766 parameters (3640 messages), but modernc.org/sqlite v1.40 binds
+// parameters in time quadratic in their number: measured on a 3640-message
+// transaction, 3640 rows per statement insert 4k rows/s, 512 rows 22k/s,
+// 32 to 128 rows 45k to 70k/s. 128 rows keep a statement near the best
+// and well within the limit.
+const rowsPerInsert = 128
+
+type inserter struct {
+	prefix, tuple string
+	full          string // the statement for rowsPerInsert messages
+}
+
+// statement returns the INSERT of n messages: one VALUES tuple each.
+func (in *inserter) statement(n int) string {
+	if n == rowsPerInsert && in.full != "" {
+		return in.full
+	}
+	var b strings.Builder
+	b.Grow(len(in.prefix) + n*(len(in.tuple)+2))
+	b.WriteString(in.prefix)
+	for i := range n {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(in.tuple)
+	}
+	return b.String()
+}
+
+// InsertTx implements herald.WriteDriver: the messages are inserted in
+// order, so their seq follows the order of the call.
+func (in *inserter) InsertTx(ctx context.Context, tx *sql.Tx, msgs []herald.Message) error {
 	if tx == nil {
-		return errors.New("heraldsqlite: WriteTx: tx is nil")
+		return fmt.Errorf("heraldsqlite: WriteTx: tx is nil")
 	}
 	for len(msgs) > 0 {
-		chunk := msgs[:min(len(msgs), maxRowsPerInsert)]
+		chunk := msgs[:min(len(msgs), rowsPerInsert)]
 		msgs = msgs[len(chunk):]
-		var b strings.Builder
-		b.WriteString(in.prefix)
-		args := make([]any, 0, 9*len(chunk))
-		for i, m := range chunk {
-			if i > 0 {
-				b.WriteString(", ")
+		args := make([]any, 0, len(chunk)*insertColumns)
+		for _, m := range chunk {
+			h, err := encodeHeaders(m.Headers)
+			if err != nil {
+				return err
 			}
-			b.WriteString(in.tuple)
-			headers := "{}"
-			if len(m.Headers) > 0 {
-				h, err := json.Marshal(m.Headers)
-				if err != nil {
-					return fmt.Errorf("heraldsqlite: encoding headers: %w", err)
-				}
-				headers = string(h)
-			}
-			payload := m.Payload
-			if payload == nil {
-				payload = []byte{}
-			}
-			var avail any
-			if !m.AvailableAt.IsZero() {
-				avail = m.AvailableAt.UnixMicro()
-			}
-			args = append(args, m.ID, m.Topic, m.Key, m.Type, m.AggregateType, m.AggregateID, payload, headers, avail)
+			args = append(args, m.ID, m.Topic, m.Key, m.Type, m.AggregateType, m.AggregateID,
+				payload(m.Payload), h, availableAt(m.AvailableAt))
 		}
-		if _, err := tx.ExecContext(ctx, b.String(), args...); err != nil {
+		if _, err := tx.ExecContext(ctx, in.statement(len(chunk)), args...); err != nil {
 			return fmt.Errorf("heraldsqlite: writing %d events: %w", len(chunk), err)
 		}
 	}
 	return nil
+}
+
+// payload keeps an empty payload from becoming NULL.
+func payload(p []byte) []byte {
+	if p == nil {
+		return []byte{}
+	}
+	return p
+}
+
+// availableAt is nil, for the database clock's now, when t is zero.
+func availableAt(t time.Time) any {
+	if t.IsZero() {
+		return nil
+	}
+	return t.UnixMicro()
+}
+
+func encodeHeaders(h map[string]string) (string, error) {
+	if len(h) == 0 {
+		return "{}", nil
+	}
+	b, err := json.Marshal(h)
+	if err != nil {
+		return "", fmt.Errorf("heraldsqlite: encoding headers: %w", err)
+	}
+	return string(b), nil
 }

@@ -1,0 +1,73 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestSQLiteDSN(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	db := "sqlite:" + filepath.Join(dir, "shop.db")
+
+	t.Run("MigrateStatusAndDeadLetters", func(t *testing.T) {
+		t.Parallel()
+		r := cli(t, nil, "migrate", "--db", db)
+		require.Equal(t, 0, r.code, r.stderr)
+		r = cli(t, nil, "migrate", "--db", db)
+		require.Equal(t, 0, r.code, r.stderr)
+		r = cli(t, nil, "status", "--db", db, "--json")
+		require.Equal(t, 0, r.code, r.stderr)
+		require.Contains(t, r.stdout, `"table"`)
+		r = cli(t, nil, "dead", "list", "--db", db)
+		require.Equal(t, 0, r.code, r.stderr)
+	})
+
+	t.Run("RefusesAFileThatIsNotADatabaseAndLeavesItUnchanged", func(t *testing.T) {
+		t.Parallel()
+		path := filepath.Join(t.TempDir(), "notes.txt")
+		require.NoError(t, os.WriteFile(path, []byte("hello, not a database"), 0o644))
+		r := cli(t, nil, "migrate", "--db", "sqlite:"+path)
+		require.Equal(t, 1, r.code)
+		require.Contains(t, r.stderr, "not a SQLite database")
+		got, err := os.ReadFile(path)
+		require.NoError(t, err)
+		require.Equal(t, "hello, not a database", string(got))
+		entries, err := os.ReadDir(filepath.Dir(path))
+		require.NoError(t, err)
+		require.Len(t, entries, 1, "no -wal or -shm file was created beside it")
+	})
+
+	t.Run("RefusesAPathThatCannotBeCreated", func(t *testing.T) {
+		t.Parallel()
+		file := filepath.Join(t.TempDir(), "plain-file")
+		require.NoError(t, os.WriteFile(file, []byte("x"), 0o644))
+		r := cli(t, nil, "migrate", "--db", "sqlite:"+filepath.Join(file, "sub", "x.db"))
+		require.NotEqual(t, 0, r.code)
+		require.Equal(t, 1, countLines(r.stderr), r.stderr)
+	})
+
+	t.Run("RefusesASchemaOrAnEmptyPath", func(t *testing.T) {
+		t.Parallel()
+		r := cli(t, nil, "status", "--db", db, "--schema", "other")
+		require.Equal(t, 2, r.code)
+		require.Contains(t, r.stderr, "SQLite has no schemas")
+		r = cli(t, nil, "status", "--db", "sqlite:")
+		require.Equal(t, 2, r.code)
+		require.Contains(t, r.stderr, "needs a file path")
+	})
+}
+
+func countLines(s string) int {
+	n := 0
+	for _, line := range strings.Split(s, "\n") {
+		if line != "" {
+			n++
+		}
+	}
+	return n
+}

@@ -1,0 +1,139 @@
+package heraldsqlite
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"embed"
+	"fmt"
+	"io/fs"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+//go:embed migrations/*.sql
+var migrationFiles embed.FS
+
+type migration struct {
+	version int
+	name    string
+	sql     string
+}
+
+// migrations are the embedded migrations in version order. File names are
+// NNN_description.sql; the number is the version.
+var migrations = func() []migration {
+	entries, err := fs.ReadDir(migrationFiles, "migrations")
+	if err != nil {
+		panic(err)
+	}
+	var out []migration
+	for _, e := range entries {
+		num, _, ok := strings.Cut(e.Name(), "_")
+		v, err := strconv.Atoi(num)
+		if !ok || err != nil {
+			panic("heraldsqlite: migration file without a version: " + e.Name())
+		}
+		body, err := migrationFiles.ReadFile("migrations/" + e.Name())
+		if err != nil {
+			panic(err)
+		}
+		out = append(out, migration{version: v, name: e.Name(), sql: string(body)})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].version < out[j].version })
+	return out
+}()
+
+func latestVersion() int { return migrations[len(migrations)-1].version }
+
+const (
+	createMigrationsSQL = `CREATE TABLE IF NOT EXISTS {{.Migrations}} (
+		version    INTEGER PRIMARY KEY,
+		name       TEXT    NOT NULL,
+		applied_at INTEGER NOT NULL DEFAULT ({{.Now}}))`
+	recordMigrationSQL = `INSERT INTO {{.Migrations}} (version, name) VALUES (?1, ?2)`
+	tableExistsSQL     = `SELECT count(*) FROM sqlite_schema WHERE type = 'table' AND name = ?1`
+	schemaVersionSQL   = `SELECT coalesce(max(version), 0) FROM {{.Migrations}}`
+)
+
+// Migrate creates or upgrades the outbox table. It runs in one BEGIN
+// IMMEDIATE transaction, which holds the database's write lock from the
+// start: several processes may migrate at once, one applies and the others
+// then find nothing to do (SQLite's stand-in for PostgreSQL's advisory
+// lock). It refuses a table whose schema is newer than this driver knows.
+//
+// The transaction is begun by hand on one connection, so that it is
+// immediate whatever the *sql.DB's _txlock setting.
+func (d *Driver) Migrate(ctx context.Context) error {
+	if err := d.migrate(ctx); err != nil {
+		return fmt.Errorf("heraldsqlite: migrate: %w", err)
+	}
+	return nil
+}
+
+func (d *Driver) migrate(ctx context.Context) (err error) {
+	c, err := d.db.Conn(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	if _, err := c.ExecContext(ctx, `BEGIN IMMEDIATE`); err != nil {
+		return fmt.Errorf("taking the write lock: %w", err)
+	}
+	defer func() {
+		if err == nil {
+			if _, err = c.ExecContext(ctx, `COMMIT`); err == nil {
+				return
+			}
+			err = fmt.Errorf("committing: %w", err)
+		}
+		// Rolled back even when ctx ended: the connection goes back to the
+		// pool and must not carry an open transaction with it. If even
+		// that fails, the connection is thrown away.
+		if _, rbErr := c.ExecContext(context.WithoutCancel(ctx), `ROLLBACK`); rbErr != nil {
+			_ = c.Raw(func(any) error { return driver.ErrBadConn })
+		}
+	}()
+
+	if _, err := c.ExecContext(ctx, d.names.render(createMigrationsSQL)); err != nil {
+		return err
+	}
+	current, err := d.schemaVersion(ctx, c)
+	if err != nil {
+		return err
+	}
+	if current > latestVersion() {
+		return fmt.Errorf("outbox table %s is at schema version %d, newer than this Herald knows (%d): upgrade Herald", d.names.quoted, current, latestVersion())
+	}
+	for _, m := range migrations {
+		if m.version <= current {
+			continue
+		}
+		if _, err := c.ExecContext(ctx, d.names.render(m.sql)); err != nil {
+			return fmt.Errorf("migration %s: %w", m.name, err)
+		}
+		if _, err := c.ExecContext(ctx, d.names.render(recordMigrationSQL), m.version, m.name); err != nil {
+			return fmt.Errorf("recording migration %s: %w", m.name, err)
+		}
+	}
+	return nil
+}
+
+// querier is what a *sql.DB and a *sql.Conn have in common.
+type querier interface {
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+// schemaVersion returns the highest applied migration, 0 when none.
+func (d *Driver) schemaVersion(ctx context.Context, q querier) (int, error) {
+	var exists, v int
+	err := q.QueryRowContext(ctx, tableExistsSQL, d.names.table+"_migrations").Scan(&exists)
+	if err == nil && exists > 0 {
+		err = q.QueryRowContext(ctx, d.names.render(schemaVersionSQL)).Scan(&v)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("heraldsqlite: reading schema version: %w", err)
+	}
+	return v, nil
+}
