@@ -47,8 +47,16 @@ func (d *Driver) Claim(ctx context.Context, p herald.ClaimParams) ([]herald.Enve
 // JSON text, so nothing is lost; the relay validates the result before
 // publishing and sends a row with unusable headers to the dead letters.
 func decodeHeaders(raw []byte) map[string]string {
-	if len(raw) == 0 {
+	if len(raw) == 0 || string(raw) == "{}" {
 		return nil
+	}
+	// The common case, an object of strings, in one pass.
+	var strs map[string]string
+	if json.Unmarshal(raw, &strs) == nil {
+		if len(strs) == 0 {
+			return nil
+		}
+		return strs
 	}
 	var m map[string]json.RawMessage
 	if err := json.Unmarshal(raw, &m); err != nil || len(m) == 0 {
