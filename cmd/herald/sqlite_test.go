@@ -1,6 +1,7 @@
 package main
 
 import (
+	"database/sql"
 	"os"
 	"path/filepath"
 	"strings"
@@ -49,6 +50,30 @@ func TestSQLiteDSN(t *testing.T) {
 		r := cli(t, nil, "migrate", "--db", "sqlite:"+filepath.Join(file, "sub", "x.db"))
 		require.NotEqual(t, 0, r.code)
 		require.Equal(t, 1, countLines(r.stderr), r.stderr)
+	})
+
+	t.Run("RefusesADatabaseFromANewerSchemaVersionAndChangesNothing", func(t *testing.T) {
+		t.Parallel()
+		path := filepath.Join(t.TempDir(), "future.db")
+		r := cli(t, nil, "migrate", "--db", "sqlite:"+path)
+		require.Equal(t, 0, r.code, r.stderr)
+		db, err := sql.Open("sqlite", path)
+		require.NoError(t, err)
+		_, err = db.Exec(`INSERT INTO herald_outbox_migrations (version, name) VALUES (999, 'from the future')`)
+		require.NoError(t, err)
+		require.NoError(t, db.Close())
+		before, err := os.ReadFile(path)
+		require.NoError(t, err)
+
+		for _, args := range [][]string{{"migrate"}, {"status"}, {"dead", "list"}} {
+			r = cli(t, nil, append(args, "--db", "sqlite:"+path)...)
+			require.Equal(t, 1, r.code, "%v: %s", args, r)
+			require.Contains(t, r.stderr, "newer than this Herald knows")
+			require.Equal(t, 1, countLines(r.stderr), r.stderr)
+		}
+		after, err := os.ReadFile(path)
+		require.NoError(t, err)
+		require.Equal(t, before, after, "the database file changed")
 	})
 
 	t.Run("RefusesASchemaOrAnEmptyPath", func(t *testing.T) {
