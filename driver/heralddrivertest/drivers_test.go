@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/stretchr/testify/require"
 
@@ -18,97 +19,113 @@ import (
 	"github.com/herald-outbox/herald/internal/heraldtest"
 )
 
+// TestMain is goleak.VerifyTestMain plus stopping the throwaway PostgreSQL
+// cluster, when one was started, before looking for leaks.
 func TestMain(m *testing.M) { heraldtest.Main(m) }
 
-// Every driver passes the same suite, from this one file.
+// Every driver passes the same suite, from this one file. Each PostgreSQL
+// harness shares one pool between its cases (a pool per case would hold
+// dozens of connections at once on a large machine); each case still gets
+// a schema of its own.
 func TestDrivers(t *testing.T) {
 	t.Parallel()
 	t.Run("PostgreSQLOverPgx", func(t *testing.T) {
 		t.Parallel()
-		heralddrivertest.Exercise(t, heralddrivertest.Harness{Name: "pgx", New: newPgx})
+		heralddrivertest.Exercise(t, pgxHarness(heraldtest.PostgresPool(t)))
 	})
 	t.Run("PostgreSQLOverDatabaseSQL", func(t *testing.T) {
 		t.Parallel()
-		heralddrivertest.Exercise(t, heralddrivertest.Harness{Name: "pgx-stdlib", New: newPgStdlib})
+		db := stdlib.OpenDBFromPool(heraldtest.PostgresPool(t))
+		t.Cleanup(func() { require.NoError(t, db.Close()) })
+		heralddrivertest.Exercise(t, pgSQLHarness(db))
 	})
 	t.Run("SQLite", func(t *testing.T) {
 		t.Parallel()
-		heralddrivertest.Exercise(t, heralddrivertest.Harness{Name: "sqlite", New: newSQLite})
+		heralddrivertest.Exercise(t, sqliteHarness())
 	})
 }
 
-const pgBackdate = `UPDATE %s SET created_at = created_at - $2 * interval '1 microsecond',
-	published_at = published_at - $2 * interval '1 microsecond' WHERE id = $1`
+// pgBackdate moves a row back in time; durations travel as microseconds, as
+// in heraldpg's own SQL. NULL published_at stays NULL.
+const pgBackdate = `UPDATE %s SET
+	created_at = created_at - $2 * interval '1 microsecond',
+	published_at = published_at - $2 * interval '1 microsecond'
+	WHERE id = $1`
 
-func newPgx(t *testing.T) *heralddrivertest.Driver {
-	pool := heraldtest.PostgresPool(t)
-	cfg := &heraldpg.Config{Schema: heraldtest.Schema(t)}
-	store, err := heraldpg.New(pool, cfg)
-	require.NoError(t, err)
-	require.NoError(t, store.Migrate(context.Background()))
-	w, err := heraldpg.NewWriter(cfg)
-	require.NoError(t, err)
-	return &heralddrivertest.Driver{
-		Store: store, Admin: store,
-		Write: func(ctx context.Context, msgs []herald.Message, commit bool) error {
-			tx, err := pool.Begin(ctx)
-			if err != nil {
-				return err
-			}
-			defer tx.Rollback(ctx)
-			if err := w.WriteTx(ctx, tx, msgs...); err != nil {
-				return err
-			}
-			if commit {
+func pgxHarness(pool *pgxpool.Pool) heralddrivertest.Harness {
+	return heralddrivertest.Harness{Name: "pgx", New: func(t *testing.T) *heralddrivertest.Driver {
+		cfg := &heraldpg.Config{Schema: heraldtest.Schema(t)}
+		store, err := heraldpg.New(pool, cfg)
+		require.NoError(t, err)
+		require.NoError(t, store.Migrate(t.Context()))
+		w, err := heraldpg.NewWriter(cfg)
+		require.NoError(t, err)
+		backdate := fmt.Sprintf(pgBackdate, store.Table())
+		return &heralddrivertest.Driver{
+			Store: store, Admin: store,
+			Write: func(ctx context.Context, msgs []herald.Message, commit bool) error {
+				tx, err := pool.Begin(ctx)
+				if err != nil {
+					return err
+				}
+				defer tx.Rollback(ctx) // a no-op after Commit
+				if err := w.WriteTx(ctx, tx, msgs...); err != nil {
+					return err
+				}
+				if !commit {
+					return tx.Rollback(ctx)
+				}
 				return tx.Commit(ctx)
-			}
-			return tx.Rollback(ctx)
-		},
-		Backdate: func(ctx context.Context, id string, d time.Duration) error {
-			_, err := pool.Exec(ctx, fmt.Sprintf(pgBackdate, store.Table()), id, d.Microseconds())
-			return err
-		},
-	}
+			},
+			Backdate: func(ctx context.Context, id string, d time.Duration) error {
+				tag, err := pool.Exec(ctx, backdate, id, d.Microseconds())
+				return oneRow(id, tag.RowsAffected(), err)
+			},
+		}
+	}}
 }
 
-func newPgStdlib(t *testing.T) *heralddrivertest.Driver {
-	db := stdlib.OpenDBFromPool(heraldtest.PostgresPool(t))
-	t.Cleanup(func() { db.Close() })
-	cfg := &heraldpg.Config{Schema: heraldtest.Schema(t)}
-	store, err := heraldpg.NewSQL(db, cfg)
-	require.NoError(t, err)
-	require.NoError(t, store.Migrate(context.Background()))
-	w, err := heraldpg.NewSQLWriter(cfg)
-	require.NoError(t, err)
-	return &heralddrivertest.Driver{
-		Store: store, Admin: store,
-		Write: sqlWrite(db, w),
-		Backdate: func(ctx context.Context, id string, d time.Duration) error {
-			_, err := db.ExecContext(ctx, fmt.Sprintf(pgBackdate, store.Table()), id, d.Microseconds())
-			return err
-		},
-	}
+func pgSQLHarness(db *sql.DB) heralddrivertest.Harness {
+	// Above the default cap: proves the writer honours its Config.
+	const maxPayload = 3 << 19
+	return heralddrivertest.Harness{Name: "pgx-stdlib", New: func(t *testing.T) *heralddrivertest.Driver {
+		cfg := &heraldpg.Config{Schema: heraldtest.Schema(t), MaxPayloadBytes: maxPayload}
+		store, err := heraldpg.NewSQL(db, cfg)
+		require.NoError(t, err)
+		require.NoError(t, store.Migrate(t.Context()))
+		w, err := heraldpg.NewSQLWriter(cfg)
+		require.NoError(t, err)
+		return &heralddrivertest.Driver{
+			Store: store, Admin: store, MaxPayloadBytes: maxPayload,
+			Write:    sqlWrite(db, w),
+			Backdate: sqlBackdate(db, fmt.Sprintf(pgBackdate, store.Table())),
+		}
+	}}
 }
 
-func newSQLite(t *testing.T) *heralddrivertest.Driver {
-	db, err := heraldsqlite.Open(filepath.Join(t.TempDir(), "outbox.db"))
-	require.NoError(t, err)
-	t.Cleanup(func() { db.Close() })
-	store, err := heraldsqlite.New(db, nil)
-	require.NoError(t, err)
-	require.NoError(t, store.Migrate(context.Background()))
-	w, err := heraldsqlite.NewWriter(nil)
-	require.NoError(t, err)
-	return &heralddrivertest.Driver{
-		Store: store, Admin: store,
-		Write: sqlWrite(db, w),
-		// Timestamps are integer microseconds on SQLite.
-		Backdate: func(ctx context.Context, id string, d time.Duration) error {
-			_, err := db.ExecContext(ctx, fmt.Sprintf(`UPDATE %s SET created_at = created_at - ?2,
-				published_at = published_at - ?2 WHERE id = ?1`, store.Table()), id, d.Microseconds())
-			return err
-		},
-	}
+func sqliteHarness() heralddrivertest.Harness {
+	const maxPayload = 3 << 19
+	return heralddrivertest.Harness{Name: "sqlite", New: func(t *testing.T) *heralddrivertest.Driver {
+		db, err := heraldsqlite.Open(filepath.Join(t.TempDir(), "outbox.db"))
+		require.NoError(t, err)
+		t.Cleanup(func() { require.NoError(t, db.Close()) })
+		cfg := &heraldsqlite.Config{MaxPayloadBytes: maxPayload}
+		store, err := heraldsqlite.New(db, cfg)
+		require.NoError(t, err)
+		require.NoError(t, store.Migrate(t.Context()))
+		w, err := heraldsqlite.NewWriter(cfg)
+		require.NoError(t, err)
+		return &heralddrivertest.Driver{
+			Store: store, Admin: store, MaxPayloadBytes: maxPayload,
+			Write: sqlWrite(db, w),
+			// Timestamps are INTEGER microseconds since the Unix epoch
+			// (heraldsqlite's migrations/001); ids lower-case text.
+			Backdate: sqlBackdate(db, `UPDATE `+store.Table()+` SET
+				created_at = created_at - ?2,
+				published_at = published_at - ?2
+				WHERE id = ?1`),
+		}
+	}}
 }
 
 func sqlWrite(db *sql.DB, w *herald.Writer[*sql.Tx]) func(context.Context, []herald.Message, bool) error {
@@ -117,13 +134,34 @@ func sqlWrite(db *sql.DB, w *herald.Writer[*sql.Tx]) func(context.Context, []her
 		if err != nil {
 			return err
 		}
-		defer tx.Rollback()
+		defer tx.Rollback() // a no-op after Commit
 		if err := w.WriteTx(ctx, tx, msgs...); err != nil {
 			return err
 		}
-		if commit {
-			return tx.Commit()
+		if !commit {
+			return tx.Rollback()
 		}
-		return tx.Rollback()
+		return tx.Commit()
 	}
+}
+
+// sqlBackdate runs query with the id and the duration in microseconds.
+func sqlBackdate(db *sql.DB, query string) func(context.Context, string, time.Duration) error {
+	return func(ctx context.Context, id string, d time.Duration) error {
+		res, err := db.ExecContext(ctx, query, id, d.Microseconds())
+		if err != nil {
+			return err
+		}
+		n, err := res.RowsAffected()
+		return oneRow(id, n, err)
+	}
+}
+
+// oneRow makes a Backdate of a missing row an error: a case that backdates
+// the wrong id would otherwise test nothing.
+func oneRow(id string, n int64, err error) error {
+	if err == nil && n != 1 {
+		err = fmt.Errorf("backdating %s changed %d rows", id, n)
+	}
+	return err
 }

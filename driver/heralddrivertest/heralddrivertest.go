@@ -31,7 +31,8 @@ type Driver struct {
 	Admin herald.Admin
 	// Write writes msgs with the driver's writer in one transaction of the
 	// driver's database, then commits it, or rolls it back when commit is
-	// false. It returns WriteTx's error unchanged.
+	// false. It returns WriteTx's error unchanged, after rolling back: a
+	// refused write leaves nothing behind.
 	Write func(ctx context.Context, msgs []herald.Message, commit bool) error
 	// Backdate moves a row's created_at and published_at (when set) back
 	// by d, as if the row were that much older.

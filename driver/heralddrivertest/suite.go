@@ -2,154 +2,298 @@ package heralddrivertest
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/herald-outbox/herald"
 )
 
-// Exercise runs the whole suite against the driver h builds. Every case
-// runs in parallel on an outbox of its own.
+// Exercise runs every case of the suite against the driver h builds, each
+// as a parallel subtest with an outbox of its own from h.New.
+//
+// Cases speak to the driver only through the Driver's fields (Store, Admin,
+// Write, Backdate), never SQL, so the same expectations hold for every
+// dialect: counts come from Admin.Status, rows from Admin.GetEvent and
+// Admin.ListEvents. Timestamps a driver returns are compared with each
+// other, which involves the database clock only; where a case compares one
+// with the test's clock it allows clockSkew. Delayed messages are the
+// exception: their AvailableAt comes from the test's clock, so the database
+// must run on a clock that agrees with it to well under 300ms (any local
+// or NTP-synchronised server does).
 func Exercise(t *testing.T, h Harness) {
 	t.Helper()
+	if h.New == nil || h.Name == "" {
+		t.Fatal("heralddrivertest: Harness.Name and Harness.New are required")
+	}
+	known := make(map[string]bool, len(cases))
+	for _, c := range cases {
+		known[c.name] = true
+	}
+	for name := range h.Skip {
+		// A misspelt skip would leave a driver's known gap failing under a
+		// name nobody declared, and the declared one rotting.
+		if !known[name] {
+			t.Errorf("heralddrivertest: Harness.Skip names %q, which is no case of the suite", name)
+		}
+	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			t.Parallel()
-			if reason, skip := h.Skip[c.name]; skip {
+			if reason, ok := h.Skip[c.name]; ok {
 				t.Skip(reason)
 			}
-			c.run(t, h.New(t))
+			t.Parallel()
+			c.run(t, &outbox{t: t, d: h.New(t), owner: "heralddrivertest/" + h.Name})
 		})
 	}
 }
 
 type testCase struct {
 	name string
-	run  func(t *testing.T, d *Driver)
+	run  func(t *testing.T, o *outbox)
 }
 
-var policy = herald.RetryPolicy{Base: time.Second, Cap: time.Minute, MaxAttempts: 3, MaxAge: time.Hour}
+// policy is passed to every Complete that does not test a policy. The relay
+// always passes a whole policy, its zero fields already defaulted, and so
+// does the suite.
+var policy = herald.DefaultRetryPolicy()
+
+// clockSkew is how far the suite lets the database's clock differ from the
+// test's where it compares the two.
+const clockSkew = time.Minute
+
+// waitFor bounds every wait of the suite; cases finish far sooner unless
+// the driver is broken.
+const waitFor = 10 * time.Second
 
 // cases is the suite. Names are stable: drivers refer to them in Skip.
 var cases = []testCase{
-	{"WriteThenCommitMakesRowsReady", func(t *testing.T, d *Driver) {
-		ids := write(t, d, msg("a"), msg("b"))
-		for _, id := range ids {
-			require.Equal(t, herald.StateReady, get(t, d, id).State)
+	{"WriteThenCommitMakesRowsReady", func(t *testing.T, o *outbox) {
+		ids := o.write(msg("orders"), msg("orders"), msg("payments"))
+		require.Equal(t, map[string]int64{"orders/ready": 2, "payments/ready": 1}, o.counts())
+
+		rows := o.list(herald.EventFilter{All: true, State: herald.StateReady})
+		require.Equal(t, ids, rowIDs(rows), "listed in write order")
+		for i, ev := range rows {
+			require.Equal(t, herald.StateReady, ev.State)
+			require.Zero(t, ev.Attempt)
+			require.Empty(t, ev.ClaimedBy)
+			require.Nil(t, ev.LeaseUntil)
+			require.Nil(t, ev.PublishedAt)
+			require.Nil(t, ev.DeadAt)
+			require.Empty(t, ev.LastError)
+			require.WithinDuration(t, time.Now(), ev.CreatedAt, clockSkew)
+			require.WithinDuration(t, ev.CreatedAt, ev.AvailableAt, time.Second,
+				"without AvailableAt a message is available when written")
+			if i > 0 {
+				require.Greater(t, ev.Seq, rows[i-1].Seq, "seq increases in write order")
+			}
 		}
-		require.Equal(t, 2, count(t, d, herald.StateReady))
+		_, envs := o.claim(10, time.Minute)
+		require.Equal(t, ids, envIDs(envs))
 	}},
-	{"WriteThenRollbackLeavesNothing", func(t *testing.T, d *Driver) {
-		m := msg("gone")
-		m.ID = herald.NewID()
-		require.NoError(t, d.Write(ctx(t), []herald.Message{m}, false))
-		_, err := d.Admin.GetEvent(ctx(t), m.ID)
-		require.ErrorIs(t, err, herald.ErrNotFound)
-		require.Empty(t, claim(t, d, "t1", 10, time.Minute))
+
+	{"WriteThenRollbackLeavesNothing", func(t *testing.T, o *outbox) {
+		ghosts := []herald.Message{msg("t"), msg("t")}
+		require.NoError(t, o.d.Write(o.ctx(), ghosts, false))
+		kept := o.write(msg("t"))
+		for _, g := range ghosts {
+			o.requireGone(g.ID)
+		}
+		require.Equal(t, kept, rowIDs(o.list(herald.EventFilter{All: true, State: herald.StateReady})))
+		_, envs := o.claim(10, time.Minute)
+		require.Equal(t, kept, envIDs(envs), "a rolled-back message is never claimable")
+		_, envs = o.claim(10, time.Minute)
+		require.Empty(t, envs)
+		require.Equal(t, map[string]int64{"t/claimed": 1}, o.counts())
 	}},
-	{"InvalidMessageWritesNothing", func(t *testing.T, d *Driver) {
-		err := d.Write(ctx(t), []herald.Message{msg("ok"), {Topic: ""}}, true)
-		var ve *herald.ValidationError
-		require.True(t, errors.As(err, &ve), "got %v", err)
-		require.Equal(t, 1, ve.Index)
-		require.Zero(t, total(t, d))
+
+	{"InvalidMessageWritesNothing", func(t *testing.T, o *outbox) {
+		for _, tc := range []struct {
+			field string
+			bad   herald.Message
+		}{
+			{"topic", herald.Message{}},
+			{"topic", herald.Message{Topic: "has space"}},
+			{"id", herald.Message{Topic: "t", ID: "not-a-uuid"}},
+			{"type", herald.Message{Topic: "t", Type: "nul\x00"}},
+			{"headers", herald.Message{Topic: "t", Headers: map[string]string{"Herald-Id": "forged"}}},
+			{"headers[X-A]", herald.Message{Topic: "t", Headers: map[string]string{"X-A": "a\r\nb"}}},
+			{"payload", herald.Message{Topic: "t", Payload: make([]byte, o.d.payloadCap()+1)}},
+		} {
+			valid := msg("t")
+			err := o.d.Write(o.ctx(), []herald.Message{valid, tc.bad}, true)
+			var ve *herald.ValidationError
+			require.ErrorAs(t, err, &ve, "field %s", tc.field)
+			require.ErrorIs(t, err, herald.ErrInvalidMessage)
+			require.Equal(t, 1, ve.Index, "the second message is the invalid one")
+			require.Equal(t, tc.field, ve.Field)
+			o.requireGone(valid.ID)
+		}
+		require.Empty(t, o.counts(), "nothing was written")
 	}},
-	{"HeadersAndFieldsRoundTrip", func(t *testing.T, d *Driver) {
+
+	{"HeadersAndFieldsRoundTrip", func(t *testing.T, o *outbox) {
 		payload := make([]byte, 256)
 		for i := range payload {
 			payload[i] = byte(i)
 		}
-		m := herald.Message{
+		at := time.Now().Add(-time.Hour).Truncate(time.Microsecond)
+		full := herald.Message{
+			// Upper case: the id is stored, returned and found in its
+			// canonical lower-case form.
+			ID:    strings.ToUpper(herald.NewID()),
 			Topic: "orders.placed", Type: "order.placed", AggregateType: "order", AggregateID: "42",
-			Payload: payload, Headers: map[string]string{"X-Tenant": "acme", "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"},
+			Payload: payload,
+			Headers: map[string]string{
+				"X-Tenant":    "acme",
+				"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+				"X-Text":      `héllo, wörld ✓ "quoted" \back\slash {"json":1}`,
+				"X-Empty":     "",
+			},
+			AvailableAt: at,
 		}
-		id := write(t, d, m)[0]
-		envs := claim(t, d, uuid.NewString(), 10, time.Minute)
+		keyed := herald.Message{Topic: "orders.placed", Key: "customer-7", AggregateID: "42"}
+		ids := o.write(full, keyed)
+		id := strings.ToLower(full.ID)
+
+		_, envs := o.claim(10, time.Minute)
+		require.Len(t, envs, 2)
+		byID := map[string]herald.Envelope{envs[0].ID: envs[0], envs[1].ID: envs[1]}
+		env, ok := byID[id]
+		require.True(t, ok, "claimed %v, want %s among them", envIDs(envs), id)
+		require.Equal(t, 1, env.Attempt)
+		require.Positive(t, env.Seq)
+		require.WithinDuration(t, time.Now(), env.CreatedAt, clockSkew)
+
+		row, err := o.d.Admin.GetEvent(o.ctx(), full.ID) // upper case on purpose
+		require.NoError(t, err)
+		for src, got := range map[string]herald.Message{"claim": env.Message, "GetEvent": row.Message} {
+			require.Equal(t, id, got.ID, src)
+			require.Equal(t, full.Topic, got.Topic, src)
+			require.Equal(t, "42", got.Key, "%s: the key defaults to the aggregate id", src)
+			require.Equal(t, full.Type, got.Type, src)
+			require.Equal(t, full.AggregateType, got.AggregateType, src)
+			require.Equal(t, full.AggregateID, got.AggregateID, src)
+			require.Equal(t, payload, got.Payload, "%s: every byte value survives", src)
+			require.Equal(t, full.Headers, got.Headers, src)
+		}
+		require.Equal(t, env.Seq, row.Seq)
+		require.True(t, row.CreatedAt.Equal(env.CreatedAt), "created_at %v by GetEvent, %v by Claim", row.CreatedAt, env.CreatedAt)
+		require.True(t, row.AvailableAt.Equal(at), "available_at %v, want %v", row.AvailableAt, at)
+
+		other := byID[ids[1]]
+		require.Equal(t, "customer-7", other.Key, "an explicit key is kept")
+		require.Empty(t, other.Payload)
+		require.Empty(t, other.Headers)
+		row = o.get(ids[1])
+		require.Equal(t, "customer-7", row.Key)
+		require.Empty(t, row.Payload)
+		require.Empty(t, row.Headers)
+	}},
+
+	{"LargePayloadAtTheCap", func(t *testing.T, o *outbox) {
+		limit := o.d.payloadCap()
+		big := make([]byte, limit)
+		for i := range big {
+			big[i] = byte(i*7 + i>>8)
+		}
+		id := o.write(herald.Message{Topic: "big", Payload: big})[0]
+		_, envs := o.claim(1, time.Minute)
 		require.Len(t, envs, 1)
-		for _, got := range []herald.Message{envs[0].Message, get(t, d, id).Message} {
-			require.Equal(t, id, got.ID)
-			require.Equal(t, m.Topic, got.Topic)
-			require.Equal(t, "42", got.Key, "the key defaults to the aggregate id")
-			require.Equal(t, m.Type, got.Type)
-			require.Equal(t, m.AggregateType, got.AggregateType)
-			require.Equal(t, m.AggregateID, got.AggregateID)
-			require.Equal(t, payload, got.Payload)
-			require.Equal(t, m.Headers, got.Headers)
-		}
-		require.WithinDuration(t, time.Now(), envs[0].CreatedAt, time.Minute)
+		// bytes.Equal, not require.Equal: a diff of a MiB helps nobody.
+		require.True(t, bytes.Equal(big, envs[0].Payload), "claimed payload of %d bytes differs from the %d written", len(envs[0].Payload), limit)
+		require.True(t, bytes.Equal(big, o.get(id).Payload), "stored payload differs from the %d bytes written", limit)
+
+		over := herald.Message{ID: herald.NewID(), Topic: "big", Payload: append(big, 0x01)}
+		err := o.d.Write(o.ctx(), []herald.Message{over}, true)
+		var ve *herald.ValidationError
+		require.ErrorAs(t, err, &ve)
+		require.Equal(t, "payload", ve.Field)
+		o.requireGone(over.ID)
+		require.Equal(t, map[string]int64{"big/claimed": 1}, o.counts())
 	}},
-	{"LargePayloadAtTheCap", func(t *testing.T, d *Driver) {
-		limit := d.MaxPayloadBytes
-		if limit == 0 {
-			limit = herald.DefaultMaxPayloadBytes
-		}
-		big := bytes.Repeat([]byte{0xab, 0x00, 'x'}, limit/3+1)[:limit]
-		id := write(t, d, herald.Message{Topic: "big", Payload: big})[0]
-		require.Equal(t, big, get(t, d, id).Payload)
-		err := d.Write(ctx(t), []herald.Message{{Topic: "big", Payload: append(big, 1)}}, true)
-		require.ErrorIs(t, err, herald.ErrInvalidMessage)
-		require.Equal(t, 1, total(t, d))
-	}},
-	{"ClaimReturnsOnlyReadyRows", func(t *testing.T, d *Driver) {
-		ids := write(t, d, msg("a"), msg("b"), msg("c"), msg("d"), msg("e"), msg("f"))
-		future := msg("later")
-		future.AvailableAt = time.Now().Add(time.Hour)
-		write(t, d, future)
-		// ids[0] published, ids[1] dead, ids[2] claimed by someone else.
-		first := claim(t, d, "", 3, time.Minute)
-		require.Equal(t, ids[:3], idsOf(first), "oldest first, in write order")
-		complete(t, d, first, ids[0:1], []herald.Failure{{ID: ids[1], Error: "x", Permanent: true}})
-		got := claim(t, d, "", 2, time.Minute)
-		require.Equal(t, ids[3:5], idsOf(got), "limit respected, claimed rows skipped")
-		for _, e := range got {
-			require.Equal(t, 1, e.Attempt)
-		}
-		got = claim(t, d, "", 10, time.Minute)
-		require.Equal(t, ids[5:6], idsOf(got), "neither published, dead, claimed nor delayed rows")
-	}},
-	{"DelayedMessagesWaitForAvailableAt", func(t *testing.T, d *Driver) {
-		soon, later := msg("soon"), msg("later")
-		soon.AvailableAt = time.Now().Add(300 * time.Millisecond)
+
+	{"ClaimReturnsOnlyReadyRows", func(t *testing.T, o *outbox) {
+		o.put(herald.StatePublished, msg("t"))
+		o.put(herald.StateDead, msg("t"))
+		o.put(herald.StateClaimed, msg("t"))
+		later := msg("t")
 		later.AvailableAt = time.Now().Add(time.Hour)
-		ids := write(t, d, soon, later)
-		require.Empty(t, claim(t, d, "", 10, time.Minute))
-		require.Eventually(t, func() bool {
-			return len(claim(t, d, "", 10, time.Minute)) == 1
-		}, 10*time.Second, 20*time.Millisecond)
-		require.Equal(t, herald.StateClaimed, get(t, d, ids[0]).State)
-		require.Equal(t, herald.StateReady, get(t, d, ids[1]).State)
-	}},
-	{"ConcurrentClaimersNeverGetTheSameRow", func(t *testing.T, d *Driver) {
-		var all []string
-		for range 4 {
-			batch := make([]herald.Message, 500)
-			for i := range batch {
-				batch[i] = msg("c")
-			}
-			all = append(all, write(t, d, batch...)...)
+		o.write(later)
+		ready := o.write(msg("t"), msg("t"), msg("t"), msg("t"), msg("t"))
+
+		_, first := o.claim(2, time.Minute)
+		require.Equal(t, ready[:2], envIDs(first), "the oldest ready rows, no more than the limit")
+		for _, e := range first {
+			require.Equal(t, 1, e.Attempt, "the first claim is attempt 1")
 		}
+		ev := o.get(first[0].ID)
+		require.Equal(t, herald.StateClaimed, ev.State)
+		require.Equal(t, o.owner, ev.ClaimedBy)
+		require.NotNil(t, ev.LeaseUntil)
+		require.WithinDuration(t, time.Now().Add(time.Minute), *ev.LeaseUntil, clockSkew)
+
+		_, rest := o.claim(10, time.Minute)
+		require.Equal(t, ready[2:], envIDs(rest), "neither published, dead, claimed nor delayed rows")
+		_, none := o.claim(10, time.Minute)
+		require.Empty(t, none)
+		require.Equal(t, map[string]int64{"t/published": 1, "t/dead": 1, "t/claimed": 6, "t/ready": 1}, o.counts())
+	}},
+
+	{"DelayedMessagesWaitForAvailableAt", func(t *testing.T, o *outbox) {
+		const delay = 300 * time.Millisecond
+		start := time.Now()
+		soon, later := msg("soon"), msg("later")
+		soon.AvailableAt = start.Add(delay)
+		later.AvailableAt = start.Add(time.Hour)
+		ids := o.write(soon, later)
+
+		_, early := o.claim(10, time.Minute)
+		// Only a claim that returned before the delay proves anything.
+		if time.Since(start) < delay {
+			require.Empty(t, early, "a message was claimed before its AvailableAt")
+		}
+		claimed := envIDs(early)
+		require.EventuallyWithT(t, func(c *assert.CollectT) {
+			envs, err := o.tryClaim(uuid.NewString(), 10, time.Minute)
+			require.NoError(c, err)
+			claimed = append(claimed, envIDs(envs)...)
+			require.NotEmpty(c, claimed)
+		}, waitFor, 10*time.Millisecond)
+		require.Equal(t, ids[:1], claimed, "only the message whose time has come")
+		require.False(t, time.Now().Before(soon.AvailableAt), "claimed before its AvailableAt")
+		require.Equal(t, herald.StateReady, o.get(ids[1]).State)
+	}},
+
+	{"ConcurrentClaimersNeverGetTheSameRow", func(t *testing.T, o *outbox) {
+		all := o.writeN("c", 2000)
 		var (
 			mu  sync.Mutex
-			got = map[string]int{}
+			got = make(map[string]int, len(all))
 			wg  sync.WaitGroup
 		)
 		for range 8 {
 			wg.Go(func() {
 				for {
-					envs, err := d.Store.Claim(context.Background(), herald.ClaimParams{
-						Token: uuid.NewString(), Owner: "suite", Limit: 50, Lease: time.Minute})
+					envs, err := o.tryClaim(uuid.NewString(), 50, time.Minute)
 					if err != nil {
-						t.Error(err)
+						t.Errorf("claiming: %v", err)
 						return
+					}
+					if len(envs) > 50 {
+						t.Errorf("a claim of limit 50 returned %d rows", len(envs))
 					}
 					if len(envs) == 0 {
 						return
@@ -163,291 +307,699 @@ var cases = []testCase{
 			})
 		}
 		wg.Wait()
-		require.Len(t, got, len(all))
+		require.False(t, t.Failed())
+		var twice, missing []string
 		for id, n := range got {
-			require.Equal(t, 1, n, "row %s claimed %d times", id, n)
+			if n > 1 {
+				twice = append(twice, id)
+			}
 		}
+		for _, id := range all {
+			if got[id] == 0 {
+				missing = append(missing, id)
+			}
+		}
+		require.Empty(t, twice, "rows handed to two claimers")
+		require.Empty(t, missing, "rows never claimed")
+		require.Len(t, got, len(all))
+		require.Equal(t, map[string]int64{"c/claimed": 2000}, o.counts())
 	}},
-	{"CompletePublishesAndRetries", func(t *testing.T, d *Driver) {
-		ids := write(t, d, msg("a"), msg("b"), msg("c"))
-		envs := claim(t, d, "", 3, time.Minute)
-		res := complete(t, d, envs, ids[:1], []herald.Failure{
-			{ID: ids[1], Error: "broker said no", Delay: 400 * time.Millisecond},
-			{ID: ids[2], Error: "unreachable", Delay: 400 * time.Millisecond, Outage: true},
-		})
-		require.Equal(t, herald.CompleteResult{Published: 1, Retried: 2}, res)
-		ev := get(t, d, ids[0])
+
+	{"CompletePublishesAndRetries", func(t *testing.T, o *outbox) {
+		const delay = 500 * time.Millisecond
+		ids := o.write(msg("t"), msg("t"), msg("t"))
+		pub, failed, outage := ids[0], ids[1], ids[2]
+		token, envs := o.claim(3, time.Minute)
+		require.Len(t, envs, 3)
+
+		res, err := o.d.Store.Complete(o.ctx(), herald.CompleteParams{Token: token, Policy: policy})
+		require.NoError(t, err)
+		require.Zero(t, res.Published+res.Retried+len(res.Dead), "an empty acknowledgement changes nothing")
+
+		// The database's clock when the rows were claimed: the lease ends
+		// a minute after it.
+		lease := o.get(failed).LeaseUntil
+		require.NotNil(t, lease)
+		claimedAt := lease.Add(-time.Minute)
+		completing := time.Now()
+		res = o.complete(herald.CompleteParams{Token: token, Published: []string{pub}, Failed: []herald.Failure{
+			{ID: failed, Error: "broker said no", Delay: delay},
+			{ID: outage, Error: "connection refused", Delay: delay, Outage: true},
+		}})
+		require.Equal(t, 1, res.Published)
+		require.Equal(t, 2, res.Retried)
+		require.Empty(t, res.Dead)
+		// The database's clock after Complete: a row written now is created
+		// at it. It waits an hour, out of the way of the claims below.
+		probe := msg("probe")
+		probe.AvailableAt = time.Now().Add(time.Hour)
+		completedBy := o.get(o.write(probe)[0]).CreatedAt
+
+		ev := o.get(pub)
 		require.Equal(t, herald.StatePublished, ev.State)
 		require.NotNil(t, ev.PublishedAt)
-		ev = get(t, d, ids[1])
-		require.Equal(t, herald.StateReady, ev.State)
-		require.Equal(t, 1, ev.Attempt, "a failure keeps its attempt")
-		require.Equal(t, "broker said no", ev.LastError)
-		require.Equal(t, 0, get(t, d, ids[2]).Attempt, "an outage refunds the attempt")
-		require.Empty(t, claim(t, d, "", 10, time.Minute), "not claimable before the backoff ends")
-		require.Eventually(t, func() bool {
-			return len(claim(t, d, "", 10, time.Minute)) > 0
-		}, 10*time.Second, 20*time.Millisecond, "claimable after it")
+		require.False(t, ev.PublishedAt.Before(claimedAt) || ev.PublishedAt.After(completedBy),
+			"published_at %v outside [%v, %v]", ev.PublishedAt, claimedAt, completedBy)
+		require.Nil(t, ev.LeaseUntil)
+		require.Equal(t, 1, ev.Attempt)
+		require.Empty(t, ev.LastError)
+
+		for _, f := range []struct {
+			id, lastError string
+			attempt       int
+		}{
+			{failed, "broker said no", 1},
+			{outage, "connection refused", 0}, // an outage refunds the attempt
+		} {
+			ev := o.get(f.id)
+			require.Equal(t, herald.StateReady, ev.State)
+			require.Equal(t, f.attempt, ev.Attempt)
+			require.Equal(t, f.lastError, ev.LastError, "the failure is kept")
+			require.Nil(t, ev.LeaseUntil)
+			// available_at = the database's now at Complete + delay; a
+			// millisecond of slack for clocks of millisecond resolution.
+			lo, hi := claimedAt.Add(delay-time.Millisecond), completedBy.Add(delay+time.Millisecond)
+			require.False(t, ev.AvailableAt.Before(lo) || ev.AvailableAt.After(hi),
+				"available_at %v outside [%v, %v]", ev.AvailableAt, lo, hi)
+		}
+
+		_, early := o.claim(10, time.Minute)
+		if time.Since(completing) < delay {
+			require.Empty(t, early, "claimable before the retry delay ended")
+		}
+		got := map[string]herald.Envelope{}
+		for _, e := range early {
+			got[e.ID] = e
+		}
+		require.EventuallyWithT(t, func(c *assert.CollectT) {
+			envs, err := o.tryClaim(uuid.NewString(), 10, time.Minute)
+			require.NoError(c, err)
+			for _, e := range envs {
+				got[e.ID] = e
+			}
+			require.Len(c, got, 2)
+		}, waitFor, 20*time.Millisecond, "claimable once the delay ended")
+		require.Equal(t, 2, got[failed].Attempt, "a failed attempt counts")
+		require.Equal(t, 1, got[outage].Attempt, "an outage does not")
 	}},
-	{"PermanentFailureIsDead", func(t *testing.T, d *Driver) {
-		ids := write(t, d, msg("a"))
-		res := complete(t, d, claim(t, d, "", 1, time.Minute), nil, []herald.Failure{{ID: ids[0], Error: "too large", Permanent: true}})
-		require.Equal(t, ids, res.Dead)
-		ev := get(t, d, ids[0])
+
+	{"PermanentFailureIsDead", func(t *testing.T, o *outbox) {
+		ids := o.write(msg("t"), msg("t"))
+		token, _ := o.claim(2, time.Minute)
+		res := o.complete(herald.CompleteParams{Token: token, Published: ids[1:],
+			Failed: []herald.Failure{{ID: ids[0], Error: "message too large", Permanent: true}}})
+		require.Equal(t, ids[:1], res.Dead)
+		require.Equal(t, 1, res.Published)
+		require.Zero(t, res.Retried)
+
+		ev := o.get(ids[0])
 		require.Equal(t, herald.StateDead, ev.State)
 		require.NotNil(t, ev.DeadAt)
-		require.Equal(t, "too large", ev.LastError)
+		require.Nil(t, ev.LeaseUntil)
+		require.Equal(t, 1, ev.Attempt, "on its first attempt, far from MaxAttempts")
+		require.Equal(t, "message too large", ev.LastError)
+		require.Equal(t, ids[:1], rowIDs(o.list(herald.EventFilter{All: true})))
+		_, envs := o.claim(10, time.Minute)
+		require.Empty(t, envs, "dead rows are not claimed")
 	}},
-	{"DeadAfterMaxAttempts", func(t *testing.T, d *Driver) {
-		ids := write(t, d, msg("a"))
+
+	{"DeadAfterMaxAttempts", func(t *testing.T, o *outbox) {
+		id := o.write(msg("t"))[0]
 		p := policy
 		p.MaxAttempts = 2
-		for attempt := 1; attempt <= 2; attempt++ {
-			envs := claim(t, d, "", 1, time.Minute)
+		step := func(wantAttempt int, f herald.Failure) herald.CompleteResult {
+			t.Helper()
+			token, envs := o.claim(1, time.Minute)
 			require.Len(t, envs, 1)
-			require.Equal(t, attempt, envs[0].Attempt)
-			res, err := d.Store.Complete(ctx(t), herald.CompleteParams{Token: tokenOf(t, d, ids[0]), Policy: p,
-				Failed: []herald.Failure{{ID: ids[0], Error: "no"}}})
-			require.NoError(t, err)
-			if attempt == 1 {
-				require.Equal(t, 1, res.Retried)
-			} else {
-				require.Equal(t, ids, res.Dead)
-			}
+			require.Equal(t, wantAttempt, envs[0].Attempt)
+			f.ID = id
+			return o.complete(herald.CompleteParams{Token: token, Policy: p, Failed: []herald.Failure{f}})
 		}
-		require.Equal(t, herald.StateDead, get(t, d, ids[0]).State)
+		res := step(1, herald.Failure{Error: "no"})
+		require.Equal(t, 1, res.Retried)
+		require.Empty(t, res.Dead)
+		// An outage on the last attempt is refunded, not fatal: only MaxAge
+		// can make an event dead while the broker is away.
+		res = step(2, herald.Failure{Error: "unreachable", Outage: true})
+		require.Equal(t, 1, res.Retried)
+		require.Empty(t, res.Dead)
+		require.Equal(t, 1, o.get(id).Attempt)
+
+		res = step(2, herald.Failure{Error: "no again"})
+		require.Equal(t, []string{id}, res.Dead)
+		require.Zero(t, res.Retried)
+		ev := o.get(id)
+		require.Equal(t, herald.StateDead, ev.State)
+		require.Equal(t, 2, ev.Attempt)
+		require.Equal(t, "no again", ev.LastError)
 	}},
-	{"DeadAfterMaxAge", func(t *testing.T, d *Driver) {
-		ids := write(t, d, msg("a"))
-		require.NoError(t, d.Backdate(ctx(t), ids[0], 2*time.Hour))
-		res := complete(t, d, claim(t, d, "", 1, time.Minute), nil, []herald.Failure{{ID: ids[0], Error: "no"}})
-		require.Equal(t, ids, res.Dead, "MaxAge is 1h")
+
+	{"DeadAfterMaxAge", func(t *testing.T, o *outbox) {
+		ids := o.write(msg("old"), msg("old"), msg("young"))
+		old, oldOutage, young := ids[0], ids[1], ids[2]
+		o.backdate(2*time.Hour, old, oldOutage)
+		p := policy
+		p.MaxAge = time.Hour
+		token, _ := o.claim(3, time.Minute)
+		res := o.complete(herald.CompleteParams{Token: token, Policy: p, Failed: []herald.Failure{
+			{ID: old, Error: "no"},
+			{ID: oldOutage, Error: "unreachable", Outage: true},
+			{ID: young, Error: "no"},
+		}})
+		require.ElementsMatch(t, []string{old, oldOutage}, res.Dead,
+			"past MaxAge the first failure is fatal, even an outage's")
+		require.Equal(t, 1, res.Retried)
+		require.Equal(t, herald.StateDead, o.get(old).State)
+		require.Equal(t, herald.StateReady, o.get(young).State)
 	}},
-	{"TokenCheckedAckAfterLeaseLossChangesNothing", func(t *testing.T, d *Driver) {
-		ids := write(t, d, msg("a"))
+
+	{"TokenCheckedAckAfterLeaseLossChangesNothing", func(t *testing.T, o *outbox) {
+		ids := o.write(msg("t"), msg("t"))
 		tokenA := uuid.NewString()
-		require.Len(t, claimWith(t, d, tokenA, 1, 100*time.Millisecond), 1)
-		require.Eventually(t, func() bool {
-			n, err := d.Store.RescueExpired(ctx(t), 10)
-			require.NoError(t, err)
-			return n == 1
-		}, 10*time.Second, 20*time.Millisecond)
+		require.Len(t, o.claimWith(tokenA, 10, 100*time.Millisecond), 2)
+		rescued := 0
+		require.EventuallyWithT(t, func(c *assert.CollectT) {
+			n, err := o.d.Store.RescueExpired(o.ctx(), 10)
+			require.NoError(c, err)
+			rescued += n
+			require.Equal(c, 2, rescued)
+		}, waitFor, 20*time.Millisecond)
+		// Another relay claims the rows. A, back from a pause, acknowledges.
 		tokenB := uuid.NewString()
-		require.Len(t, claimWith(t, d, tokenB, 1, time.Minute), 1)
-
-		res, err := d.Store.Complete(ctx(t), herald.CompleteParams{Token: tokenA, Published: ids, Policy: policy})
+		envs, err := o.d.Store.Claim(o.ctx(), herald.ClaimParams{Token: tokenB, Owner: "relay-b", Limit: 10, Lease: time.Hour})
 		require.NoError(t, err)
+		require.ElementsMatch(t, ids, envIDs(envs))
+
+		res := o.complete(herald.CompleteParams{Token: tokenA, Published: ids[:1],
+			Failed: []herald.Failure{{ID: ids[1], Error: "late from A", Permanent: true}}})
+		require.Zero(t, res.Published+res.Retried+len(res.Dead), "%+v", res)
+		res = o.complete(herald.CompleteParams{Token: tokenA, Published: ids})
 		require.Zero(t, res.Published)
-		res, err = d.Store.Complete(ctx(t), herald.CompleteParams{Token: tokenA, Policy: policy,
-			Failed: []herald.Failure{{ID: ids[0], Error: "late", Permanent: true}}})
-		require.NoError(t, err)
-		require.Equal(t, herald.CompleteResult{}, res)
-		n, err := d.Store.Release(ctx(t), tokenA, ids)
+		res = o.complete(herald.CompleteParams{Token: tokenA, Failed: []herald.Failure{{ID: ids[0], Error: "late from A"}}})
+		require.Zero(t, res.Retried+len(res.Dead))
+		n, err := o.d.Store.Release(o.ctx(), tokenA, ids)
 		require.NoError(t, err)
 		require.Zero(t, n)
 
-		ev := get(t, d, ids[0])
-		require.Equal(t, herald.StateClaimed, ev.State)
-		require.Equal(t, "suite", ev.ClaimedBy)
-		res, err = d.Store.Complete(ctx(t), herald.CompleteParams{Token: tokenB, Published: ids, Policy: policy})
-		require.NoError(t, err)
-		require.Equal(t, 1, res.Published, "the owner's acknowledgement still works")
-	}},
-	{"ReleaseReturnsRowsAtOnceWithAttemptRefunded", func(t *testing.T, d *Driver) {
-		ids := write(t, d, msg("a"), msg("b"))
-		tok := uuid.NewString()
-		require.Len(t, claimWith(t, d, tok, 2, time.Hour), 2)
-		n, err := d.Store.Release(ctx(t), tok, ids)
-		require.NoError(t, err)
-		require.Equal(t, 2, n)
-		envs := claim(t, d, "", 10, time.Minute)
-		require.Len(t, envs, 2, "released rows are claimable at once")
-		for _, e := range envs {
-			require.Equal(t, 1, e.Attempt, "the released claim did not count")
-		}
-	}},
-	{"RescuerReturnsExpiredLeasesOnly", func(t *testing.T, d *Driver) {
-		write(t, d, msg("short"))
-		require.Len(t, claimWith(t, d, uuid.NewString(), 1, 50*time.Millisecond), 1)
-		write(t, d, msg("long"))
-		require.Len(t, claimWith(t, d, uuid.NewString(), 1, time.Hour), 1)
-		require.Eventually(t, func() bool {
-			n, err := d.Store.RescueExpired(ctx(t), 10)
-			require.NoError(t, err)
-			return n == 1
-		}, 10*time.Second, 20*time.Millisecond)
-		got := claim(t, d, "", 10, time.Minute)
-		require.Len(t, got, 1)
-		require.Equal(t, "short", got[0].Topic)
-		require.Equal(t, 2, got[0].Attempt, "a rescued claim counted")
-	}},
-	{"RequeueAndDiscardByIDTopicAndAll", func(t *testing.T, d *Driver) {
-		var ids []string
-		for _, topic := range []string{"a", "a", "a", "b", "b", "c"} {
-			ids = append(ids, write(t, d, msg(topic))...)
-		}
-		var fails []herald.Failure
 		for _, id := range ids {
-			fails = append(fails, herald.Failure{ID: id, Error: "x", Permanent: true})
+			ev := o.get(id)
+			require.Equal(t, herald.StateClaimed, ev.State, "still B's")
+			require.Equal(t, "relay-b", ev.ClaimedBy)
+			require.Equal(t, 2, ev.Attempt)
+			require.NotEqual(t, "late from A", ev.LastError)
+			require.Nil(t, ev.DeadAt)
 		}
-		complete(t, d, claim(t, d, "", 10, time.Minute), nil, fails)
-		require.Equal(t, 6, count(t, d, herald.StateDead))
+		require.Zero(t, o.rescue(10), "B's lease runs")
+		res = o.complete(herald.CompleteParams{Token: tokenB, Published: ids})
+		require.Equal(t, 2, res.Published, "the owner's acknowledgement still works")
+	}},
 
-		n, err := d.Admin.RequeueDead(ctx(t), herald.EventFilter{IDs: ids[:1]})
-		require.NoError(t, err)
-		require.Equal(t, 1, n)
-		n, err = d.Admin.RequeueDead(ctx(t), herald.EventFilter{Topic: "a"})
+	{"ReleaseReturnsRowsAtOnceWithAttemptRefunded", func(t *testing.T, o *outbox) {
+		ids := o.write(msg("t"), msg("t"), msg("t"))
+		token, envs := o.claim(3, time.Hour)
+		require.Len(t, envs, 3)
+
+		n, err := o.d.Store.Release(o.ctx(), token, ids[:2])
 		require.NoError(t, err)
 		require.Equal(t, 2, n)
-		got := claim(t, d, "", 10, time.Minute)
-		require.Len(t, got, 3)
-		for _, e := range got {
-			require.Equal(t, 1, e.Attempt, "requeue resets attempts")
+		for _, id := range ids[:2] {
+			ev := o.get(id)
+			require.Equal(t, herald.StateReady, ev.State)
+			require.Zero(t, ev.Attempt, "the released claim does not count")
+			require.Nil(t, ev.LeaseUntil)
 		}
-		n, err = d.Admin.DiscardDead(ctx(t), herald.EventFilter{Topic: "b"})
-		require.NoError(t, err)
-		require.Equal(t, 2, n)
-		n, err = d.Admin.DiscardDead(ctx(t), herald.EventFilter{All: true})
-		require.NoError(t, err)
-		require.Equal(t, 1, n)
-		require.Zero(t, count(t, d, herald.StateDead))
-		_, err = d.Admin.GetEvent(ctx(t), ids[3])
-		require.ErrorIs(t, err, herald.ErrNotFound)
+		ev := o.get(ids[2])
+		require.Equal(t, herald.StateClaimed, ev.State, "rows not named stay claimed")
+		require.Equal(t, 1, ev.Attempt)
 
-		for _, f := range []herald.EventFilter{{}, {Topic: "a", All: true}, {IDs: []string{"not-a-uuid"}}} {
-			_, err := d.Admin.RequeueDead(ctx(t), f)
-			require.Error(t, err, "%+v", f)
-			_, err = d.Admin.DiscardDead(ctx(t), f)
-			require.Error(t, err, "%+v", f)
+		for _, tc := range []struct {
+			token string
+			ids   []string
+		}{
+			{uuid.NewString(), ids[2:]}, // another token
+			{token, ids[:2]},            // released already
+			{token, nil},                // nothing
+		} {
+			n, err := o.d.Store.Release(o.ctx(), tc.token, tc.ids)
+			require.NoError(t, err)
+			require.Zero(t, n)
+		}
+		_, again := o.claim(10, time.Minute)
+		require.Equal(t, ids[:2], envIDs(again), "claimable at once")
+		for _, e := range again {
+			require.Equal(t, 1, e.Attempt)
 		}
 	}},
-	{"RetentionRemovesOnlyOldPublished", func(t *testing.T, d *Driver) {
-		ids := write(t, d, msg("old"), msg("old"), msg("old"), msg("new"), msg("dead"), msg("ready"))
-		envs := claim(t, d, "", 5, time.Minute)
-		complete(t, d, envs, ids[:4], []herald.Failure{{ID: ids[4], Error: "x", Permanent: true}})
-		for _, id := range []string{ids[0], ids[1], ids[2], ids[4], ids[5]} {
-			require.NoError(t, d.Backdate(ctx(t), id, 48*time.Hour))
-		}
-		n, err := d.Store.DeletePublished(ctx(t), 24*time.Hour, 2)
-		require.NoError(t, err)
-		require.Equal(t, 2, n, "the limit holds per call")
-		n, err = d.Store.DeletePublished(ctx(t), 24*time.Hour, 2)
-		require.NoError(t, err)
-		require.Equal(t, 1, n)
-		n, err = d.Store.DeletePublished(ctx(t), 24*time.Hour, 2)
-		require.NoError(t, err)
-		require.Zero(t, n)
-		require.Equal(t, 1, count(t, d, herald.StatePublished), "the recent one stays")
-		require.Equal(t, 1, count(t, d, herald.StateDead), "dead rows stay")
-		require.Equal(t, 1, count(t, d, herald.StateReady))
+
+	{"RescuerReturnsExpiredLeasesOnly", func(t *testing.T, o *outbox) {
+		long := o.put(herald.StateClaimed, msg("long"))
+		short := o.write(msg("short"))
+		require.Len(t, o.claimWith(uuid.NewString(), 1, 50*time.Millisecond), 1)
+		rescued := 0
+		require.EventuallyWithT(t, func(c *assert.CollectT) {
+			n, err := o.d.Store.RescueExpired(o.ctx(), 10)
+			require.NoError(c, err)
+			rescued += n
+			require.NotZero(c, rescued)
+		}, waitFor, 20*time.Millisecond)
+		require.Equal(t, 1, rescued, "the expired lease only")
+		require.Zero(t, o.rescue(10))
+
+		ev := o.get(long[0])
+		require.Equal(t, herald.StateClaimed, ev.State, "a running lease is not rescued")
+		require.NotNil(t, ev.LeaseUntil)
+		ev = o.get(short[0])
+		require.Equal(t, herald.StateReady, ev.State)
+		require.Nil(t, ev.LeaseUntil)
+		_, envs := o.claim(10, time.Minute)
+		require.Equal(t, short, envIDs(envs), "claimable at once")
+		// The relay that lost the lease may have published before it died:
+		// the attempt counted, so a message that kills every relay trying it
+		// still runs out of attempts.
+		require.Equal(t, 2, envs[0].Attempt)
 	}},
-	{"StatusCountsByTopicAndState", func(t *testing.T, d *Driver) {
-		ids := write(t, d, msg("a"), msg("a"), msg("b"))
-		require.NoError(t, d.Backdate(ctx(t), ids[0], time.Hour))
-		st, err := d.Admin.Status(ctx(t))
-		require.NoError(t, err)
-		require.ElementsMatch(t, []string{"a/ready/2", "b/ready/1"}, summary(st))
-		require.Greater(t, st.OldestPending, 59*time.Minute)
-		require.Less(t, st.OldestPending, 2*time.Hour)
+
+	{"RescueExpiredHonoursItsLimit", func(t *testing.T, o *outbox) {
+		ids := o.write(msg("t"), msg("t"), msg("t"), msg("t"), msg("t"))
+		require.Len(t, o.claimWith(uuid.NewString(), 5, 50*time.Millisecond), 5)
+		// The five leases end together (one claim, one clock reading): the
+		// first rescue that finds them may take only as many as its limit.
+		var first int
+		require.EventuallyWithT(t, func(c *assert.CollectT) {
+			n, err := o.d.Store.RescueExpired(o.ctx(), 2)
+			require.NoError(c, err)
+			first = n
+			require.NotZero(c, n)
+		}, waitFor, 20*time.Millisecond)
+		require.Equal(t, 2, first, "RescueExpired(limit 2) with 5 expired leases")
+		require.Equal(t, 2, o.rescue(2))
+		require.Equal(t, 1, o.rescue(2))
+		require.Zero(t, o.rescue(2))
+		require.Equal(t, map[string]int64{"t/ready": int64(len(ids))}, o.counts())
 	}},
-	{"RelayPublishesEverythingOnce", func(t *testing.T, d *Driver) {
-		var ids []string
-		for range 5 {
-			batch := make([]herald.Message, 100)
-			for i := range batch {
-				batch[i] = msg("relay")
-			}
-			ids = append(ids, write(t, d, batch...)...)
+
+	{"RequeueAndDiscardByIDTopicAndAll", func(t *testing.T, o *outbox) {
+		a := o.put(herald.StateDead, msg("a"), msg("a"), msg("a"))
+		b := o.put(herald.StateDead, msg("b"), msg("b"))
+		c := o.put(herald.StateDead, msg("c"), msg("c"))
+		o.put(herald.StatePublished, msg("a"))
+		readyA := o.write(msg("a"))
+
+		require.Equal(t, slices.Concat(a, b, c), rowIDs(o.list(herald.EventFilter{All: true})), "dead rows by default, in write order")
+		require.Equal(t, a[:2], rowIDs(o.list(herald.EventFilter{All: true, Limit: 2})))
+		require.Equal(t, a, rowIDs(o.list(herald.EventFilter{Topic: "a"})))
+		require.Equal(t, []string{a[0], b[1]}, rowIDs(o.list(herald.EventFilter{IDs: []string{b[1], readyA[0], a[0]}})))
+		require.Equal(t, readyA, rowIDs(o.list(herald.EventFilter{Topic: "a", State: herald.StateReady})))
+
+		requeue := func(f herald.EventFilter) int {
+			t.Helper()
+			n, err := o.d.Admin.RequeueDead(o.ctx(), f)
+			require.NoError(t, err)
+			return n
 		}
+		discard := func(f herald.EventFilter) int {
+			t.Helper()
+			n, err := o.d.Admin.DiscardDead(o.ctx(), f)
+			require.NoError(t, err)
+			return n
+		}
+		require.Equal(t, 1, requeue(herald.EventFilter{IDs: a[:1]}))
+		ev := o.get(a[0])
+		require.Equal(t, herald.StateReady, ev.State)
+		require.Zero(t, ev.Attempt, "requeue resets the attempts")
+		require.Nil(t, ev.DeadAt)
+		require.Zero(t, requeue(herald.EventFilter{IDs: a[:1]}), "no longer dead")
+		require.Equal(t, 2, requeue(herald.EventFilter{Topic: "b"}))
+		require.Equal(t, 2, discard(herald.EventFilter{Topic: "a"}), "the dead ones only")
+		require.Equal(t, 1, discard(herald.EventFilter{IDs: []string{c[0], readyA[0]}}), "the dead ones only")
+		o.requireGone(c[0])
+		require.Equal(t, 1, discard(herald.EventFilter{All: true}))
+		require.Zero(t, requeue(herald.EventFilter{All: true}))
+		o.requireGone(a[1])
+		o.requireGone(a[2])
+		o.requireGone(c[1])
+
+		counts := map[string]int64{"a/ready": 2, "a/published": 1, "b/ready": 2}
+		require.Equal(t, counts, o.counts())
+		_, envs := o.claim(10, time.Minute)
+		require.ElementsMatch(t, []string{a[0], b[0], b[1], readyA[0]}, envIDs(envs))
+		for _, e := range envs {
+			require.Equal(t, 1, e.Attempt)
+		}
+
+		// Refusals. Each filter is exactly one of IDs, Topic, All, and ids
+		// are UUIDs: anything else is an error and changes nothing.
+		d := o.put(herald.StateDead, msg("d"))
+		counts = o.counts()
+		for _, f := range []herald.EventFilter{
+			{},
+			{State: herald.StateDead},
+			{IDs: d, Topic: "d"},
+			{Topic: "d", All: true},
+			{IDs: d, All: true},
+			{IDs: []string{"not-a-uuid"}},
+			{IDs: []string{d[0], "not-a-uuid"}},
+		} {
+			_, err := o.d.Admin.RequeueDead(o.ctx(), f)
+			require.Error(t, err, "RequeueDead(%+v)", f)
+			_, err = o.d.Admin.DiscardDead(o.ctx(), f)
+			require.Error(t, err, "DiscardDead(%+v)", f)
+			_, err = o.d.Admin.ListEvents(o.ctx(), f)
+			require.Error(t, err, "ListEvents(%+v)", f)
+		}
+		_, err := o.d.Admin.GetEvent(o.ctx(), "not-a-uuid")
+		require.Error(t, err)
+		require.Equal(t, counts, o.counts())
+	}},
+
+	{"RetentionRemovesOnlyOldPublished", func(t *testing.T, o *outbox) {
+		old := o.put(herald.StatePublished, msg("t"), msg("t"), msg("t"), msg("t"), msg("t"))
+		recent := o.put(herald.StatePublished, msg("t"))
+		dead := o.put(herald.StateDead, msg("t"))
+		// Written long ago but published just now: retention counts from
+		// publication.
+		lateID := o.write(msg("t"))
+		o.backdate(48*time.Hour, lateID...)
+		o.settle(herald.StatePublished, lateID)
+		ready := o.write(msg("t"))
+		o.backdate(48*time.Hour, old...)
+		o.backdate(48*time.Hour, dead[0], ready[0])
+
+		for _, want := range []int{2, 2, 1, 0} {
+			n, err := o.d.Store.DeletePublished(o.ctx(), 24*time.Hour, 2)
+			require.NoError(t, err)
+			require.Equal(t, want, n, "limit 2 per call, 5 to delete")
+		}
+		for _, id := range old {
+			o.requireGone(id)
+		}
+		for _, id := range []string{recent[0], lateID[0], dead[0], ready[0]} {
+			o.get(id)
+		}
+		require.Equal(t, map[string]int64{"t/published": 2, "t/dead": 1, "t/ready": 1}, o.counts())
+	}},
+
+	{"StatusCountsByTopicAndState", func(t *testing.T, o *outbox) {
+		st, err := o.d.Admin.Status(o.ctx())
+		require.NoError(t, err)
+		require.Empty(t, st.Topics, "an empty outbox")
+		require.Zero(t, st.OldestPending)
+
+		o.put(herald.StateDead, msg("orders"))
+		o.put(herald.StatePublished, msg("orders"), msg("orders"))
+		held := o.put(herald.StateClaimed, msg("orders"))
+		ready := o.write(msg("orders"), msg("orders"), msg("orders"), msg("payments"), msg("payments"))
+		o.backdate(30*time.Minute, held...)
+		o.backdate(time.Hour, ready[1])
+
+		st, err = o.d.Admin.Status(o.ctx())
+		require.NoError(t, err)
+		oldest := map[string]time.Duration{}
+		counts := map[string]int64{}
+		for _, ts := range st.Topics {
+			k := ts.Topic + "/" + string(ts.State)
+			_, dup := counts[k]
+			require.False(t, dup, "%s listed twice", k)
+			counts[k], oldest[k] = ts.Count, ts.Oldest
+		}
+		require.Equal(t, map[string]int64{
+			"orders/dead": 1, "orders/published": 2, "orders/claimed": 1, "orders/ready": 3, "payments/ready": 2,
+		}, counts)
+		between(t, oldest["orders/ready"], time.Hour, time.Hour+clockSkew, "orders/ready")
+		between(t, oldest["orders/claimed"], 30*time.Minute, 30*time.Minute+clockSkew, "orders/claimed")
+		between(t, oldest["payments/ready"], 0, clockSkew, "payments/ready")
+	}},
+
+	{"OldestPendingCountsReadyAndClaimedRowsOnly", func(t *testing.T, o *outbox) {
+		dead := o.put(herald.StateDead, msg("t"))
+		published := o.put(herald.StatePublished, msg("t"))
+		held := o.put(herald.StateClaimed, msg("t"))
+		ready := o.write(msg("t"))
+		o.backdate(5*time.Hour, dead...)
+		o.backdate(10*time.Hour, published...)
+		o.backdate(2*time.Hour, held...)
+		o.backdate(20*time.Minute, ready...)
+		between(t, o.status().OldestPending, 2*time.Hour, 2*time.Hour+clockSkew,
+			"the claimed row is the oldest pending; dead and published rows are not pending")
+		o.backdate(3*time.Hour, ready...)
+		between(t, o.status().OldestPending, 3*time.Hour+20*time.Minute, 3*time.Hour+20*time.Minute+clockSkew,
+			"now the ready row is")
+	}},
+
+	{"MigrateAgainKeepsEverything", func(t *testing.T, o *outbox) {
+		ids := o.write(msg("t"), msg("t"))
+		for range 2 {
+			require.NoError(t, o.d.Store.Migrate(o.ctx()))
+		}
+		require.NoError(t, o.d.Store.Ping(o.ctx()))
+		require.Equal(t, ids, rowIDs(o.list(herald.EventFilter{All: true, State: herald.StateReady})))
+	}},
+
+	{"RelayPublishesEverythingOnce", func(t *testing.T, o *outbox) {
+		ids := o.writeN("relay", 500)
 		var (
-			mu  sync.Mutex
-			got = map[string]int{}
+			mu        sync.Mutex
+			delivered = make(map[string]int, len(ids))
+			retried   []string
 		)
-		relay, err := herald.NewRelay(&herald.RelayConfig{
-			Store: d.Store, Logger: slog.New(slog.DiscardHandler), BatchSize: 64, PollInterval: time.Millisecond,
-			Publisher: herald.PublisherFunc(func(_ context.Context, batch []herald.Envelope) error {
-				mu.Lock()
-				defer mu.Unlock()
-				for _, e := range batch {
-					got[e.ID]++
+		pub := herald.PublisherFunc(func(_ context.Context, batch []herald.Envelope) error {
+			mu.Lock()
+			defer mu.Unlock()
+			for _, e := range batch {
+				delivered[e.ID]++
+				if e.Attempt != 1 {
+					retried = append(retried, e.ID)
 				}
-				return nil
-			}),
+			}
+			return nil
+		})
+		relay, err := herald.NewRelay(&herald.RelayConfig{
+			Store: o.d.Store, Publisher: pub, Owner: o.owner,
+			Logger:    slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn})),
+			BatchSize: 50, MaxInFlight: 4, PollInterval: 2 * time.Millisecond, IdlePollInterval: 20 * time.Millisecond,
+			Lease: 10 * time.Second, PublishTimeout: 5 * time.Second, Retry: policy,
 		})
 		require.NoError(t, err)
-		require.NoError(t, relay.Start(ctx(t)))
-		require.Eventually(t, func() bool { return count(t, d, herald.StatePublished) == len(ids) }, 30*time.Second, 10*time.Millisecond)
-		require.NoError(t, relay.Stop(ctx(t)))
+		stop := func() error {
+			ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+			defer cancel()
+			return relay.Stop(ctx)
+		}
+		require.NoError(t, relay.Start(o.ctx()))
+		t.Cleanup(func() { _ = stop() }) // when an assertion below fails first
+
+		require.EventuallyWithT(t, func(c *assert.CollectT) {
+			st, err := o.d.Admin.Status(o.ctx())
+			require.NoError(c, err)
+			require.Equal(c, map[string]int64{"relay/published": int64(len(ids))}, countsOf(st))
+		}, waitFor, 10*time.Millisecond, "every event published and acknowledged")
+		require.NoError(t, stop())
+		require.NoError(t, stop(), "Stop is safe to call twice")
+
 		mu.Lock()
 		defer mu.Unlock()
-		require.Len(t, got, len(ids))
-		for id, n := range got {
-			require.Equal(t, 1, n, "event %s published %d times", id, n)
+		for _, id := range ids {
+			require.Equal(t, 1, delivered[id], "event %s delivered %d times", id, delivered[id])
 		}
+		require.Len(t, delivered, len(ids))
+		require.Empty(t, retried, "no event needed a second attempt")
+		stats := relay.Stats()
+		require.EqualValues(t, len(ids), stats.Claimed)
+		require.EqualValues(t, len(ids), stats.Published)
+		require.Zero(t, stats.Retried+stats.Dead+stats.Released+stats.Rescued)
 	}},
 }
 
-func ctx(t *testing.T) context.Context { return t.Context() }
-
-func msg(topic string) herald.Message {
-	return herald.Message{Topic: topic, Payload: []byte(`{"suite":true}`)}
+// outbox is one case's driver with the helpers cases share. Helpers fail the
+// test on any error, so they are for the test's goroutine only; the try*
+// variants return errors for other goroutines and polled conditions.
+type outbox struct {
+	t     *testing.T
+	d     *Driver
+	owner string // claimed_by of the suite's claims
 }
 
-// write commits msgs, giving each an id first, and returns the ids.
-func write(t *testing.T, d *Driver, msgs ...herald.Message) []string {
-	t.Helper()
+func (o *outbox) ctx() context.Context { return o.t.Context() }
+
+func (d *Driver) payloadCap() int {
+	if d.MaxPayloadBytes > 0 {
+		return d.MaxPayloadBytes
+	}
+	return herald.DefaultMaxPayloadBytes
+}
+
+// msg returns a message on topic with a fresh id.
+func msg(topic string) herald.Message {
+	return herald.Message{ID: herald.NewID(), Topic: topic, Payload: []byte(`{"suite":true}`)}
+}
+
+// write commits msgs in one transaction and returns their ids, generating
+// the ids left empty.
+func (o *outbox) write(msgs ...herald.Message) []string {
+	o.t.Helper()
+	msgs = slices.Clone(msgs)
 	ids := make([]string, len(msgs))
 	for i := range msgs {
 		if msgs[i].ID == "" {
 			msgs[i].ID = herald.NewID()
 		}
-		ids[i] = msgs[i].ID
+		ids[i] = strings.ToLower(msgs[i].ID)
 	}
-	require.NoError(t, d.Write(ctx(t), msgs, true))
+	require.NoError(o.t, o.d.Write(o.ctx(), msgs, true))
 	return ids
 }
 
-// claim claims with a fresh token.
-func claim(t *testing.T, d *Driver, _ string, limit int, lease time.Duration) []herald.Envelope {
-	t.Helper()
-	return claimWith(t, d, uuid.NewString(), limit, lease)
+// writeN commits n messages on topic, in transactions of up to 500.
+func (o *outbox) writeN(topic string, n int) []string {
+	o.t.Helper()
+	var ids []string
+	for n > 0 {
+		batch := make([]herald.Message, min(n, 500))
+		for i := range batch {
+			batch[i] = msg(topic)
+		}
+		ids = append(ids, o.write(batch...)...)
+		n -= len(batch)
+	}
+	return ids
 }
 
-func claimWith(t *testing.T, d *Driver, token string, limit int, lease time.Duration) []herald.Envelope {
-	t.Helper()
-	envs, err := d.Store.Claim(ctx(t), herald.ClaimParams{Token: token, Owner: "suite", Limit: limit, Lease: lease})
-	require.NoError(t, err)
-	for _, e := range envs {
-		tokens.Store(e.ID, token)
-	}
-	require.True(t, slices.IsSortedFunc(envs, func(a, b herald.Envelope) int { return int(a.Seq - b.Seq) }), "claims come in write order")
+// claim claims with a fresh token, which it returns.
+func (o *outbox) claim(limit int, lease time.Duration) (string, []herald.Envelope) {
+	o.t.Helper()
+	token := uuid.NewString()
+	return token, o.claimWith(token, limit, lease)
+}
+
+func (o *outbox) claimWith(token string, limit int, lease time.Duration) []herald.Envelope {
+	o.t.Helper()
+	envs, err := o.tryClaim(token, limit, lease)
+	require.NoError(o.t, err)
 	return envs
 }
 
-// tokenOf returns the token of the suite's latest claim of a row: the suite
-// reads no columns, so claims record their tokens.
-func tokenOf(t *testing.T, d *Driver, id string) string {
-	t.Helper()
-	tok, ok := tokens.Load(id)
-	require.True(t, ok, "no claim recorded for %s", id)
-	return tok.(string)
+// tryClaim claims and checks what every claim promises: at most limit
+// envelopes, in write (seq) order, each counting its attempt.
+func (o *outbox) tryClaim(token string, limit int, lease time.Duration) ([]herald.Envelope, error) {
+	envs, err := o.d.Store.Claim(o.ctx(), herald.ClaimParams{Token: token, Owner: o.owner, Limit: limit, Lease: lease})
+	if err != nil {
+		return nil, err
+	}
+	if len(envs) > limit {
+		return nil, fmt.Errorf("claim of limit %d returned %d envelopes", limit, len(envs))
+	}
+	if !slices.IsSortedFunc(envs, func(a, b herald.Envelope) int { return cmp.Compare(a.Seq, b.Seq) }) {
+		return nil, errors.New("claimed envelopes are not sorted by seq")
+	}
+	for _, e := range envs {
+		if e.Attempt < 1 {
+			return nil, fmt.Errorf("claimed envelope %s has attempt %d", e.ID, e.Attempt)
+		}
+	}
+	return envs, nil
 }
 
-// tokens maps claimed row ids to the token of their latest claim.
-var tokens sync.Map
-
-// complete acknowledges envs: published ids confirmed, failures as given.
-// Every envelope must come from one claim.
-func complete(t *testing.T, d *Driver, envs []herald.Envelope, published []string, failed []herald.Failure) herald.CompleteResult {
-	t.Helper()
-	require.NotEmpty(t, envs)
-	tok := tokenOf(t, d, envs[0].ID)
-	res, err := d.Store.Complete(ctx(t), herald.CompleteParams{Token: tok, Published: published, Failed: failed, Policy: policy})
-	require.NoError(t, err)
+// complete acknowledges; a zero Policy means the suite's policy.
+func (o *outbox) complete(p herald.CompleteParams) herald.CompleteResult {
+	o.t.Helper()
+	if p.Policy == (herald.RetryPolicy{}) {
+		p.Policy = policy
+	}
+	res, err := o.d.Store.Complete(o.ctx(), p)
+	require.NoError(o.t, err)
 	return res
 }
 
-func idsOf(envs []herald.Envelope) []string {
+// put writes msgs and moves them to state. Claiming is the only way there,
+// so no other row may be ready when put runs: it checks.
+func (o *outbox) put(state herald.State, msgs ...herald.Message) []string {
+	o.t.Helper()
+	ids := o.write(msgs...)
+	o.settle(state, ids)
+	return ids
+}
+
+// settle moves ready rows to state: claimed (for an hour), published or
+// dead. No other row may be ready.
+func (o *outbox) settle(state herald.State, ids []string) {
+	o.t.Helper()
+	if len(ids) == 0 || state == herald.StateReady {
+		return
+	}
+	token, envs := o.claim(len(ids)+1, time.Hour)
+	require.ElementsMatch(o.t, ids, envIDs(envs), "settle found other ready rows")
+	switch state {
+	case herald.StateClaimed:
+	case herald.StatePublished:
+		require.Equal(o.t, len(ids), o.complete(herald.CompleteParams{Token: token, Published: ids}).Published)
+	case herald.StateDead:
+		failed := make([]herald.Failure, len(ids))
+		for i, id := range ids {
+			failed[i] = herald.Failure{ID: id, Error: "made dead by the suite", Permanent: true}
+		}
+		require.ElementsMatch(o.t, ids, o.complete(herald.CompleteParams{Token: token, Failed: failed}).Dead)
+	default:
+		o.t.Fatalf("settle: unknown state %q", state)
+	}
+}
+
+func (o *outbox) backdate(d time.Duration, ids ...string) {
+	o.t.Helper()
+	for _, id := range ids {
+		require.NoError(o.t, o.d.Backdate(o.ctx(), id, d))
+	}
+}
+
+func (o *outbox) rescue(limit int) int {
+	o.t.Helper()
+	n, err := o.d.Store.RescueExpired(o.ctx(), limit)
+	require.NoError(o.t, err)
+	return n
+}
+
+func (o *outbox) get(id string) herald.EventRow {
+	o.t.Helper()
+	ev, err := o.d.Admin.GetEvent(o.ctx(), id)
+	require.NoError(o.t, err)
+	return ev
+}
+
+// requireGone checks the row does not exist.
+func (o *outbox) requireGone(id string) {
+	o.t.Helper()
+	_, err := o.d.Admin.GetEvent(o.ctx(), id)
+	require.ErrorIs(o.t, err, herald.ErrNotFound, "event %s", id)
+}
+
+func (o *outbox) list(f herald.EventFilter) []herald.EventRow {
+	o.t.Helper()
+	rows, err := o.d.Admin.ListEvents(o.ctx(), f)
+	require.NoError(o.t, err)
+	return rows
+}
+
+func (o *outbox) status() herald.Status {
+	o.t.Helper()
+	st, err := o.d.Admin.Status(o.ctx())
+	require.NoError(o.t, err)
+	return st
+}
+
+// counts returns the row counts by "topic/state".
+func (o *outbox) counts() map[string]int64 {
+	o.t.Helper()
+	return countsOf(o.status())
+}
+
+func countsOf(st herald.Status) map[string]int64 {
+	out := make(map[string]int64, len(st.Topics))
+	for _, ts := range st.Topics {
+		out[ts.Topic+"/"+string(ts.State)] += ts.Count
+	}
+	return out
+}
+
+func envIDs(envs []herald.Envelope) []string {
 	out := make([]string, len(envs))
 	for i, e := range envs {
 		out[i] = e.ID
@@ -455,41 +1007,15 @@ func idsOf(envs []herald.Envelope) []string {
 	return out
 }
 
-func get(t *testing.T, d *Driver, id string) herald.EventRow {
-	t.Helper()
-	ev, err := d.Admin.GetEvent(ctx(t), id)
-	require.NoError(t, err)
-	return ev
-}
-
-func count(t *testing.T, d *Driver, state herald.State) int {
-	t.Helper()
-	st, err := d.Admin.Status(ctx(t))
-	require.NoError(t, err)
-	n := 0
-	for _, ts := range st.Topics {
-		if ts.State == state {
-			n += int(ts.Count)
-		}
-	}
-	return n
-}
-
-func total(t *testing.T, d *Driver) int {
-	t.Helper()
-	st, err := d.Admin.Status(ctx(t))
-	require.NoError(t, err)
-	n := 0
-	for _, ts := range st.Topics {
-		n += int(ts.Count)
-	}
-	return n
-}
-
-func summary(st herald.Status) []string {
-	var out []string
-	for _, ts := range st.Topics {
-		out = append(out, fmt.Sprintf("%s/%s/%d", ts.Topic, ts.State, ts.Count))
+func rowIDs(rows []herald.EventRow) []string {
+	out := make([]string, len(rows))
+	for i, r := range rows {
+		out[i] = r.ID
 	}
 	return out
+}
+
+func between(t *testing.T, d, lo, hi time.Duration, what string) {
+	t.Helper()
+	require.True(t, d >= lo && d < hi, "%s: %v, want in [%v, %v)", what, d, lo, hi)
 }

@@ -46,15 +46,15 @@ const (
 
 	// Acknowledgement of a batch with failures, still one statement. An
 	// outage refunds the claim's attempt; a failure is dead when permanent,
-	// out of attempts or past the max age.
+	// out of attempts or past the max age (a zero limit is no limit).
 	completeSQL = `WITH f AS (
 		SELECT * FROM unnest($1::uuid[], $3::boolean[], $4::text[], $5::bigint[], $6::boolean[], $7::boolean[])
 		AS f(id, ok, err, delay_us, permanent, outage)
 	), r AS (
 		SELECT o.id, f.ok, f.err, f.delay_us, f.outage,
 		       NOT f.ok AND (f.permanent
-		                     OR (NOT f.outage AND o.attempts >= $8)
-		                     OR o.created_at < now() - $9 * interval '1 microsecond') AS dead
+		                     OR (NOT f.outage AND $8::integer > 0 AND o.attempts >= $8::integer)
+		                     OR ($9::bigint > 0 AND o.created_at < now() - $9::bigint * interval '1 microsecond')) AS dead
 		FROM {{.Table}} o JOIN f ON o.id = f.id
 		WHERE o.claim_token = $2 AND o.state = 'claimed'
 		FOR UPDATE OF o
@@ -77,28 +77,31 @@ const (
 	WHERE id = ANY($1::uuid[]) AND claim_token = $2 AND state = 'claimed'`
 
 	// Rows whose lease ran out belong to a relay that died or stalled. The
-	// outer conditions repeat the inner ones so that a row acknowledged
-	// between the two is left alone.
-	rescueSQL = `UPDATE {{.Table}}
-	SET state = 'ready', claim_token = NULL, lease_until = NULL,
-	    last_error = 'lease expired: relay ' || coalesce(claimed_by, 'unknown') || ' did not acknowledge in time'
-	WHERE id IN (
+	// rows are chosen once, in a CTE: as a correlated IN (...) subquery the
+	// planner may re-run the LIMIT per outer row and ignore the limit.
+	rescueSQL = `WITH expired AS (
 		SELECT id FROM {{.Table}}
 		WHERE state = 'claimed' AND lease_until < now()
 		ORDER BY lease_until
 		LIMIT $1
 		FOR UPDATE SKIP LOCKED
-	) AND state = 'claimed' AND lease_until < now()`
+	)
+	UPDATE {{.Table}} o
+	SET state = 'ready', claim_token = NULL, lease_until = NULL,
+	    last_error = 'lease expired: relay ' || coalesce(o.claimed_by, 'unknown') || ' did not acknowledge in time'
+	FROM expired
+	WHERE o.id = expired.id AND o.state = 'claimed' AND o.lease_until < now()`
 
-	// Retention in small batches: each statement locks at most $2 rows.
-	deletePublishedSQL = `DELETE FROM {{.Table}}
-	WHERE id IN (
+	// Retention in small batches: each statement locks at most $2 rows,
+	// chosen once in a CTE for the same reason as the rescue.
+	deletePublishedSQL = `WITH old AS (
 		SELECT id FROM {{.Table}}
 		WHERE state = 'published' AND published_at < now() - $1 * interval '1 microsecond'
 		ORDER BY published_at
 		LIMIT $2
 		FOR UPDATE SKIP LOCKED
-	)`
+	)
+	DELETE FROM {{.Table}} o USING old WHERE o.id = old.id`
 
 	statusSQL = `SELECT topic, state, count(*),
 	       coalesce(extract(epoch FROM now() - min(created_at)), 0)::float8

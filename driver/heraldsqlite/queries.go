@@ -62,8 +62,8 @@ const (
 	), r AS (
 		SELECT o.seq, f.ok, f.err, f.delay_us, f.outage,
 		       NOT f.ok AND (f.permanent
-		                     OR (NOT f.outage AND o.attempts >= ?3)
-		                     OR o.created_at < {{.Now}} - ?4) AS dead
+		                     OR (NOT f.outage AND ?3 > 0 AND o.attempts >= ?3)
+		                     OR (?4 > 0 AND o.created_at < {{.Now}} - ?4)) AS dead
 		FROM f JOIN {{.Table}} o ON o.id = f.id
 		WHERE o.claim_token = ?2 AND o.state = 'claimed'
 	)
