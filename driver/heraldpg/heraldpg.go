@@ -11,10 +11,11 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"regexp"
 	"strings"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/herald-outbox/herald/internal/sqlstore"
 )
 
 // Config names the outbox table. A nil *Config means the defaults.
@@ -29,8 +30,8 @@ type Config struct {
 }
 
 // identifier is the strict pattern schema and table names must match before
-// any SQL runs: lower case, so that quoted and unquoted spellings agree.
-var identifier = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,39}$`)
+// any SQL runs.
+var identifier = sqlstore.Identifier
 
 // names are the validated, quoted identifiers a driver's SQL uses.
 type names struct {

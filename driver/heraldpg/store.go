@@ -3,13 +3,13 @@ package heraldpg
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"fmt"
 	"slices"
 	"strconv"
 	"time"
 
 	"github.com/herald-outbox/herald"
+	"github.com/herald-outbox/herald/internal/sqlstore"
 )
 
 var (
@@ -30,7 +30,7 @@ func (d *Driver) Claim(ctx context.Context, p herald.ClaimParams) ([]herald.Enve
 				&e.Payload, &headers, &e.Attempt, &e.CreatedAt); err != nil {
 				return err
 			}
-			e.Headers = decodeHeaders(headers)
+			e.Headers = sqlstore.DecodeHeaders(headers)
 			envs = append(envs, e)
 			return nil
 		})
@@ -40,38 +40,6 @@ func (d *Driver) Claim(ctx context.Context, p herald.ClaimParams) ([]herald.Enve
 	// RETURNING comes in no particular order; publish in write order.
 	slices.SortFunc(envs, func(a, b herald.Envelope) int { return cmp.Compare(a.Seq, b.Seq) })
 	return envs, nil
-}
-
-// decodeHeaders reads the headers column. Rows written by other programs may
-// hold any JSON object: string values are taken as they are, others as their
-// JSON text, so nothing is lost; the relay validates the result before
-// publishing and sends a row with unusable headers to the dead letters.
-func decodeHeaders(raw []byte) map[string]string {
-	if len(raw) == 0 || string(raw) == "{}" {
-		return nil
-	}
-	// The common case, an object of strings, in one pass.
-	var strs map[string]string
-	if json.Unmarshal(raw, &strs) == nil {
-		if len(strs) == 0 {
-			return nil
-		}
-		return strs
-	}
-	var m map[string]json.RawMessage
-	if err := json.Unmarshal(raw, &m); err != nil || len(m) == 0 {
-		return nil
-	}
-	out := make(map[string]string, len(m))
-	for k, v := range m {
-		var s string
-		if json.Unmarshal(v, &s) == nil {
-			out[k] = s
-		} else {
-			out[k] = string(v)
-		}
-	}
-	return out
 }
 
 // Complete implements herald.Store in one statement.
@@ -181,52 +149,30 @@ func (d *Driver) Status(ctx context.Context) (herald.Status, error) {
 	return st, nil
 }
 
-// filterSQL turns an EventFilter into a WHERE clause and its arguments.
-func filterSQL(f herald.EventFilter) (string, []any, error) {
-	state := f.State
-	if state == "" {
-		state = herald.StateDead
+// filterSQL turns a checked EventFilter into a WHERE clause and its
+// arguments.
+func filterSQL(f herald.EventFilter) (string, []any, int, error) {
+	sel, err := sqlstore.Select(f)
+	if err != nil {
+		return "", nil, 0, fmt.Errorf("heraldpg: %w", err)
 	}
-	switch state {
-	case herald.StateReady, herald.StateClaimed, herald.StatePublished, herald.StateDead:
-	default:
-		return "", nil, fmt.Errorf("heraldpg: unknown state %q", state)
-	}
-	set := 0
-	for _, b := range []bool{len(f.IDs) > 0, f.Topic != "", f.All} {
-		if b {
-			set++
-		}
-	}
-	if set != 1 {
-		return "", nil, fmt.Errorf("heraldpg: select rows by ids, by topic, or all: exactly one")
-	}
-	where, args := "state = $1", []any{string(state)}
+	where, args := "state = $1", []any{string(sel.State)}
 	switch {
-	case len(f.IDs) > 0:
-		for _, id := range f.IDs {
-			if !validUUID(id) {
-				return "", nil, fmt.Errorf("heraldpg: %q is not an event id (a UUID)", id)
-			}
-		}
+	case len(sel.IDs) > 0:
 		where += " AND id = ANY($2::uuid[])"
-		args = append(args, f.IDs)
-	case f.Topic != "":
+		args = append(args, sel.IDs)
+	case sel.Topic != "":
 		where += " AND topic = $2"
-		args = append(args, f.Topic)
+		args = append(args, sel.Topic)
 	}
-	return where, args, nil
+	return where, args, sel.Limit, nil
 }
 
 // ListEvents implements herald.Admin.
 func (d *Driver) ListEvents(ctx context.Context, f herald.EventFilter) ([]herald.EventRow, error) {
-	where, args, err := filterSQL(f)
+	where, args, limit, err := filterSQL(f)
 	if err != nil {
 		return nil, err
-	}
-	limit := f.Limit
-	if limit <= 0 {
-		limit = 100
 	}
 	sql := `SELECT ` + eventColumns + ` FROM ` + d.q.table + ` WHERE ` + where +
 		` ORDER BY seq LIMIT ` + strconv.Itoa(limit)
@@ -277,14 +223,14 @@ func scanEvent(scan func(...any) error) (herald.EventRow, error) {
 		&e.Payload, &headers, &e.Attempt, &e.CreatedAt, &state, &e.AvailableAt, &e.LeaseUntil,
 		&e.ClaimedBy, &e.PublishedAt, &e.DeadAt, &e.LastError)
 	e.State = herald.State(state)
-	e.Headers = decodeHeaders(headers)
+	e.Headers = sqlstore.DecodeHeaders(headers)
 	return e, err
 }
 
 // RequeueDead implements herald.Admin.
 func (d *Driver) RequeueDead(ctx context.Context, f herald.EventFilter) (int, error) {
 	f.State = herald.StateDead
-	where, args, err := filterSQL(f)
+	where, args, _, err := filterSQL(f)
 	if err != nil {
 		return 0, err
 	}
@@ -300,7 +246,7 @@ func (d *Driver) RequeueDead(ctx context.Context, f herald.EventFilter) (int, er
 // DiscardDead implements herald.Admin.
 func (d *Driver) DiscardDead(ctx context.Context, f herald.EventFilter) (int, error) {
 	f.State = herald.StateDead
-	where, args, err := filterSQL(f)
+	where, args, _, err := filterSQL(f)
 	if err != nil {
 		return 0, err
 	}

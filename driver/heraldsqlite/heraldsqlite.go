@@ -21,8 +21,9 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"regexp"
 	"strings"
+
+	"github.com/herald-outbox/herald/internal/sqlstore"
 )
 
 // Config names the outbox table. A nil *Config means the defaults.
@@ -42,7 +43,7 @@ func (c *Config) Validate() error {
 
 // identifier is the strict pattern a table name must match before any SQL
 // runs: lower case, so that quoted and unquoted spellings agree.
-var identifier = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,39}$`)
+var identifier = sqlstore.Identifier
 
 // names are the validated, quoted identifiers a driver's SQL uses.
 type names struct {

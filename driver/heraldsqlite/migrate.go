@@ -6,46 +6,17 @@ import (
 	"database/sql/driver"
 	"embed"
 	"fmt"
-	"io/fs"
-	"sort"
-	"strconv"
-	"strings"
+
+	"github.com/herald-outbox/herald/internal/sqlstore"
 )
 
 //go:embed migrations/*.sql
 var migrationFiles embed.FS
 
-type migration struct {
-	version int
-	name    string
-	sql     string
-}
+// migrations are the embedded migrations in version order.
+var migrations = sqlstore.LoadMigrations(migrationFiles, "migrations")
 
-// migrations are the embedded migrations in version order. File names are
-// NNN_description.sql; the number is the version.
-var migrations = func() []migration {
-	entries, err := fs.ReadDir(migrationFiles, "migrations")
-	if err != nil {
-		panic(err)
-	}
-	var out []migration
-	for _, e := range entries {
-		num, _, ok := strings.Cut(e.Name(), "_")
-		v, err := strconv.Atoi(num)
-		if !ok || err != nil {
-			panic("heraldsqlite: migration file without a version: " + e.Name())
-		}
-		body, err := migrationFiles.ReadFile("migrations/" + e.Name())
-		if err != nil {
-			panic(err)
-		}
-		out = append(out, migration{version: v, name: e.Name(), sql: string(body)})
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].version < out[j].version })
-	return out
-}()
-
-func latestVersion() int { return migrations[len(migrations)-1].version }
+func latestVersion() int { return migrations[len(migrations)-1].Version }
 
 const (
 	createMigrationsSQL = `CREATE TABLE IF NOT EXISTS {{.Migrations}} (
@@ -107,14 +78,14 @@ func (d *Driver) migrate(ctx context.Context) (err error) {
 		return fmt.Errorf("outbox table %s is at schema version %d, newer than this Herald knows (%d): upgrade Herald", d.names.quoted, current, latestVersion())
 	}
 	for _, m := range migrations {
-		if m.version <= current {
+		if m.Version <= current {
 			continue
 		}
-		if _, err := c.ExecContext(ctx, d.names.render(m.sql)); err != nil {
-			return fmt.Errorf("migration %s: %w", m.name, err)
+		if _, err := c.ExecContext(ctx, d.names.render(m.SQL)); err != nil {
+			return fmt.Errorf("migration %s: %w", m.Name, err)
 		}
-		if _, err := c.ExecContext(ctx, d.names.render(recordMigrationSQL), m.version, m.name); err != nil {
-			return fmt.Errorf("recording migration %s: %w", m.name, err)
+		if _, err := c.ExecContext(ctx, d.names.render(recordMigrationSQL), m.Version, m.Name); err != nil {
+			return fmt.Errorf("recording migration %s: %w", m.Name, err)
 		}
 	}
 	return nil

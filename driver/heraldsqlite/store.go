@@ -12,6 +12,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/herald-outbox/herald"
+	"github.com/herald-outbox/herald/internal/sqlstore"
 )
 
 var (
@@ -40,7 +41,7 @@ func (d *Driver) Claim(ctx context.Context, p herald.ClaimParams) ([]herald.Enve
 			&e.Payload, &headers, &e.Attempt, &created); err != nil {
 			return nil, fmt.Errorf("heraldsqlite: claiming: %w", err)
 		}
-		e.Headers = decodeHeaders(headers)
+		e.Headers = sqlstore.DecodeHeaders(headers)
 		e.CreatedAt = time.UnixMicro(created)
 		envs = append(envs, e)
 	}
@@ -59,30 +60,6 @@ func checkLimit(limit int) error {
 		return fmt.Errorf("heraldsqlite: negative limit %d", limit)
 	}
 	return nil
-}
-
-// decodeHeaders reads the headers column. Rows written by other programs may
-// hold any JSON object: string values are taken as they are, others as their
-// JSON text, so nothing is lost; the relay validates the result before
-// publishing and sends a row with unusable headers to the dead letters.
-func decodeHeaders(raw []byte) map[string]string {
-	if len(raw) == 0 {
-		return nil
-	}
-	var m map[string]json.RawMessage
-	if err := json.Unmarshal(raw, &m); err != nil || len(m) == 0 {
-		return nil
-	}
-	out := make(map[string]string, len(m))
-	for k, v := range m {
-		var s string
-		if json.Unmarshal(v, &s) == nil {
-			out[k] = s
-		} else {
-			out[k] = string(v)
-		}
-	}
-	return out
 }
 
 // jsonArray encodes a parameter unpacked in SQL by json_each.
@@ -224,40 +201,20 @@ func (d *Driver) Status(ctx context.Context) (herald.Status, error) {
 	return st, nil
 }
 
-// filterSQL turns an EventFilter into a WHERE clause and its arguments.
-func filterSQL(f herald.EventFilter) (string, []any, error) {
-	state := f.State
-	if state == "" {
-		state = herald.StateDead
-	}
-	switch state {
-	case herald.StateReady, herald.StateClaimed, herald.StatePublished, herald.StateDead:
-	default:
-		return "", nil, fmt.Errorf("heraldsqlite: unknown state %q", state)
-	}
-	set := 0
-	for _, b := range []bool{len(f.IDs) > 0, f.Topic != "", f.All} {
-		if b {
-			set++
-		}
-	}
-	if set != 1 {
-		return "", nil, fmt.Errorf("heraldsqlite: select rows by ids, by topic, or all: exactly one")
+// filterSQL turns a checked EventFilter into a WHERE clause, its
+// arguments and the listing limit.
+func filterSQL(f herald.EventFilter) (string, []any, int, error) {
+	sel, err := sqlstore.Select(f)
+	if err != nil {
+		return "", nil, 0, fmt.Errorf("heraldsqlite: %w", err)
 	}
 	switch {
-	case len(f.IDs) > 0:
-		ids := make([]string, len(f.IDs))
-		for i, id := range f.IDs {
-			var err error
-			if ids[i], err = canonicalID(id); err != nil {
-				return "", nil, err
-			}
-		}
-		return whereIDsSQL, []any{string(state), jsonArray(ids)}, nil
-	case f.Topic != "":
-		return whereTopicSQL, []any{string(state), f.Topic}, nil
+	case len(sel.IDs) > 0:
+		return whereIDsSQL, []any{string(sel.State), jsonArray(sel.IDs)}, sel.Limit, nil
+	case sel.Topic != "":
+		return whereTopicSQL, []any{string(sel.State), sel.Topic}, sel.Limit, nil
 	}
-	return whereAllSQL, []any{string(state)}, nil
+	return whereAllSQL, []any{string(sel.State)}, sel.Limit, nil
 }
 
 // canonicalID returns id as stored: a UUID in lower-case canonical text.
@@ -271,13 +228,9 @@ func canonicalID(id string) (string, error) {
 
 // ListEvents implements herald.Admin.
 func (d *Driver) ListEvents(ctx context.Context, f herald.EventFilter) ([]herald.EventRow, error) {
-	where, args, err := filterSQL(f)
+	where, args, limit, err := filterSQL(f)
 	if err != nil {
 		return nil, err
-	}
-	limit := f.Limit
-	if limit <= 0 {
-		limit = 100
 	}
 	rows, err := d.db.QueryContext(ctx, d.q.listEvents+where+listOrderSQL, append(args, limit)...)
 	if err != nil {
@@ -334,7 +287,7 @@ func scanEvent(rows *sql.Rows) (herald.EventRow, error) {
 		&e.Payload, &headers, &e.Attempt, &created, &state, &available, &lease,
 		&e.ClaimedBy, &published, &dead, &e.LastError)
 	e.State = herald.State(state)
-	e.Headers = decodeHeaders(headers)
+	e.Headers = sqlstore.DecodeHeaders(headers)
 	e.CreatedAt = time.UnixMicro(created)
 	e.AvailableAt = time.UnixMicro(available)
 	e.LeaseUntil, e.PublishedAt, e.DeadAt = timePtr(lease), timePtr(published), timePtr(dead)
@@ -352,7 +305,7 @@ func timePtr(v sql.NullInt64) *time.Time {
 // RequeueDead implements herald.Admin.
 func (d *Driver) RequeueDead(ctx context.Context, f herald.EventFilter) (int, error) {
 	f.State = herald.StateDead
-	where, args, err := filterSQL(f)
+	where, args, _, err := filterSQL(f)
 	if err != nil {
 		return 0, err
 	}
@@ -366,7 +319,7 @@ func (d *Driver) RequeueDead(ctx context.Context, f herald.EventFilter) (int, er
 // DiscardDead implements herald.Admin.
 func (d *Driver) DiscardDead(ctx context.Context, f herald.EventFilter) (int, error) {
 	f.State = herald.StateDead
-	where, args, err := filterSQL(f)
+	where, args, _, err := filterSQL(f)
 	if err != nil {
 		return 0, err
 	}

@@ -1,0 +1,136 @@
+// Package sqlstore holds what Herald's SQL drivers share beyond their SQL:
+// how migrations are found, how the headers column is read, how an
+// operator's row selection is checked. Each driver keeps its own dialect.
+package sqlstore
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"path"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/google/uuid"
+
+	"github.com/herald-outbox/herald"
+)
+
+// Identifier is the pattern configurable schema and table names must match
+// before any SQL runs: lower case, so quoted and unquoted spellings agree.
+var Identifier = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,39}$`)
+
+// Migration is one versioned schema change.
+type Migration struct {
+	Version int
+	Name    string
+	SQL     string
+}
+
+// LoadMigrations reads dir of fsys: files named NNN_description.sql, NNN
+// being the version. It panics on a file without a version: migrations are
+// embedded, so that is a build mistake, caught by any test.
+func LoadMigrations(fsys fs.FS, dir string) []Migration {
+	entries, err := fs.ReadDir(fsys, dir)
+	if err != nil {
+		panic(err)
+	}
+	var out []Migration
+	for _, e := range entries {
+		num, _, ok := strings.Cut(e.Name(), "_")
+		v, err := strconv.Atoi(num)
+		if !ok || err != nil {
+			panic("herald: migration file without a version: " + e.Name())
+		}
+		body, err := fs.ReadFile(fsys, path.Join(dir, e.Name()))
+		if err != nil {
+			panic(err)
+		}
+		out = append(out, Migration{Version: v, Name: e.Name(), SQL: string(body)})
+	}
+	if len(out) == 0 {
+		panic("herald: no migrations in " + dir)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Version < out[j].Version })
+	return out
+}
+
+// DecodeHeaders reads a headers column. Rows written by other programs may
+// hold any JSON object: string values are taken as they are, others as
+// their JSON text, so nothing is lost; the relay validates the result
+// before publishing and sends a row with unusable headers to the dead
+// letters.
+func DecodeHeaders(raw []byte) map[string]string {
+	if len(raw) == 0 || string(raw) == "{}" {
+		return nil
+	}
+	// The common case, an object of strings, in one pass.
+	var strs map[string]string
+	if json.Unmarshal(raw, &strs) == nil {
+		if len(strs) == 0 {
+			return nil
+		}
+		return strs
+	}
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &m); err != nil || len(m) == 0 {
+		return nil
+	}
+	out := make(map[string]string, len(m))
+	for k, v := range m {
+		var s string
+		if json.Unmarshal(v, &s) == nil {
+			out[k] = s
+		} else {
+			out[k] = string(v)
+		}
+	}
+	return out
+}
+
+// Selection is a checked herald.EventFilter: a state and exactly one of
+// IDs (normalised UUIDs), Topic or All.
+type Selection struct {
+	State herald.State
+	IDs   []string
+	Topic string
+	All   bool
+	Limit int
+}
+
+// Select checks an operator's filter: the state (dead by default), exactly
+// one selector, well-formed ids.
+func Select(f herald.EventFilter) (Selection, error) {
+	s := Selection{State: f.State, Topic: f.Topic, All: f.All, Limit: f.Limit}
+	if s.State == "" {
+		s.State = herald.StateDead
+	}
+	switch s.State {
+	case herald.StateReady, herald.StateClaimed, herald.StatePublished, herald.StateDead:
+	default:
+		return s, fmt.Errorf("unknown state %q", s.State)
+	}
+	if s.Limit <= 0 {
+		s.Limit = 100
+	}
+	set := 0
+	for _, b := range []bool{len(f.IDs) > 0, f.Topic != "", f.All} {
+		if b {
+			set++
+		}
+	}
+	if set != 1 {
+		return s, errors.New("select rows by ids, by topic, or all: exactly one")
+	}
+	for _, id := range f.IDs {
+		u, err := uuid.Parse(id)
+		if err != nil {
+			return s, fmt.Errorf("%q is not an event id (a UUID)", id)
+		}
+		s.IDs = append(s.IDs, u.String())
+	}
+	return s, nil
+}
