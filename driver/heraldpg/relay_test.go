@@ -453,3 +453,64 @@ func TestRelaySurvivesAPanickingPublisher(t *testing.T) {
 	require.Eventually(t, func() bool { return b.row(t, ids[0]).State == herald.StatePublished }, 10*time.Second, 5*time.Millisecond)
 	require.Equal(t, 2, b.row(t, ids[0]).Attempt, "the panic cost one attempt")
 }
+
+// The database really goes away and comes back (fast shutdown, then a new
+// postmaster on the same port): the relay keeps running, its pool
+// reconnects, and events committed after the restart are delivered.
+func TestRelaySurvivesADatabaseRestart(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pc := heraldtest.PrivateCluster(t)
+	pool, err := pgxpool.New(ctx, pc.DSN)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	store, err := heraldpg.New(pool, nil)
+	require.NoError(t, err)
+	require.NoError(t, store.Migrate(ctx))
+	w, err := heraldpg.NewWriter(nil)
+	require.NoError(t, err)
+	// write retries: the first statements after the restart may meet
+	// connections the old server closed, which the pool then replaces.
+	write := func(n int) []string {
+		msgs := make([]herald.Message, n)
+		ids := make([]string, n)
+		for i := range msgs {
+			ids[i] = herald.NewID()
+			msgs[i] = herald.Message{ID: ids[i], Topic: "t", Payload: []byte("x")}
+		}
+		require.Eventually(t, func() bool {
+			tx, err := pool.Begin(ctx)
+			if err != nil {
+				return false
+			}
+			defer tx.Rollback(ctx)
+			return w.WriteTx(ctx, tx, msgs...) == nil && tx.Commit(ctx) == nil
+		}, 30*time.Second, 20*time.Millisecond)
+		return ids
+	}
+	published := func() int {
+		var n int
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM herald_outbox WHERE state = 'published'`).Scan(&n); err != nil {
+			return -1
+		}
+		return n
+	}
+
+	rec := newRecorder()
+	relay, err := herald.NewRelay(&herald.RelayConfig{Store: store, Publisher: rec, Logger: testLogger(t),
+		PollInterval: time.Millisecond, IdlePollInterval: 10 * time.Millisecond, OutageBackoffCap: 100 * time.Millisecond})
+	require.NoError(t, err)
+	require.NoError(t, relay.Start(ctx))
+	t.Cleanup(func() { require.NoError(t, relay.Stop(ctx)) })
+
+	before := write(100)
+	requireAllDeliveredOnce(t, rec, before)
+	require.Eventually(t, func() bool { return published() == 100 }, 10*time.Second, 5*time.Millisecond)
+
+	pc.Stop(t)
+	pc.Start(t)
+
+	after := write(100)
+	requireAllDeliveredOnce(t, rec, append(before, after...))
+	require.Eventually(t, func() bool { return published() == 200 }, 30*time.Second, 10*time.Millisecond)
+}

@@ -39,6 +39,10 @@ type cluster struct {
 	lock   *os.File
 	cmd    *exec.Cmd
 	reaped bool
+	// What run needs to start the same server again.
+	postgres, data string
+	port           int
+	cred           *syscall.Credential
 }
 
 var errPortTaken = errors.New("port taken")
@@ -109,6 +113,7 @@ func startCluster() (*cluster, string, error) {
 
 // run starts the postmaster and waits until it accepts connections.
 func (c *cluster) run(postgres, data string, port int, cred *syscall.Credential) (string, error) {
+	c.postgres, c.data, c.port, c.cred = postgres, data, port, cred
 	logPath := filepath.Join(c.dir, "postgres.log")
 	logf, err := os.OpenFile(logPath, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
@@ -195,6 +200,19 @@ func (c *cluster) stop() {
 		// postgres still uses it.
 		_ = c.lock.Close()
 	}
+}
+
+// halt shuts the postmaster down (fast shutdown: connections are cut,
+// data is kept) and waits for it to exit.
+func (c *cluster) halt() {
+	if c.cmd == nil || c.reaped {
+		return
+	}
+	_ = c.cmd.Process.Signal(syscall.SIGINT)
+	kill := time.AfterFunc(30*time.Second, func() { _ = c.cmd.Process.Kill() })
+	_ = c.cmd.Wait()
+	kill.Stop()
+	c.reaped = true
 }
 
 func lockDir(dir string) (*os.File, error) {
