@@ -14,14 +14,21 @@ func setupDemo(f *flagSet) func(context.Context, *invocation) error {
 	rate := f.LocalInt("rate", 150, "place `N` orders per second")
 	rollback := f.LocalInt("rollback-percent", 10, "roll back this `percent` of the order transactions on purpose (0 to 90)")
 	outage := f.LocalDuration("outage", 3*time.Second, "stop the broker midway for this `duration`")
+	duration := f.LocalDuration("duration", 0, "place orders for this `duration` at --rate (sets --orders; 0: use --orders)")
 	quiet := f.LocalBool("quiet", "no live progress line")
 	return func(ctx context.Context, inv *invocation) error {
 		if err := noArgs(inv); err != nil {
 			return err
 		}
 		cfg.Orders, cfg.Rate, cfg.RollbackPercent, cfg.Outage = *orders, *rate, *rollback, *outage
+		switch {
+		case *duration < 0:
+			return usagef("demo: --duration must not be negative")
+		case *duration > 0:
+			cfg.Orders = int(duration.Seconds() * float64(*rate))
+		}
 		if cfg.Orders < 10 || cfg.Rate < 1 || cfg.RollbackPercent < 0 || cfg.RollbackPercent > 90 || cfg.Outage < 0 {
-			return usagef("demo: --orders at least 10, --rate positive, --rollback-percent 0 to 90, --outage not negative")
+			return usagef("demo: --orders at least 10 (or --duration × --rate), --rate positive, --rollback-percent 0 to 90, --outage not negative")
 		}
 		stdout := inv.stdout
 		if !*quiet {

@@ -14,10 +14,15 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/herald-outbox/herald/internal/demo"
 	"github.com/herald-outbox/herald/internal/heraldtest"
 )
 
-func TestMain(m *testing.M) { heraldtest.Main(m) }
+func TestMain(m *testing.M) {
+	// `herald demo` re-executes this binary to run its relay child.
+	demo.RunRelayChildIfAsked()
+	heraldtest.Main(m)
+}
 
 // result is what one run of the program printed and returned.
 type result struct {
