@@ -184,6 +184,7 @@ func (r *Relay) claimLoop(ctx context.Context) {
 	slots := make(chan struct{}, r.cfg.MaxInFlight)
 	idle := r.cfg.PollInterval
 	claimErrDelay := r.cfg.PollInterval
+	dbDown := false
 	for {
 		select {
 		case slots <- struct{}{}:
@@ -211,12 +212,23 @@ func (r *Relay) claimLoop(ctx context.Context) {
 		cancel()
 		if err != nil {
 			<-slots
-			r.log.Warn("claim failed; retrying", "error", Scrub(err.Error()), "retry_in", claimErrDelay)
+			// One line when the database becomes unreachable and one when
+			// it is back; each retry in between only at Debug.
+			if !dbDown {
+				dbDown = true
+				r.log.Warn("database unreachable; retrying claims", "error", Scrub(err.Error()))
+			} else {
+				r.log.Debug("claim failed; retrying", "error", Scrub(err.Error()), "retry_in", claimErrDelay)
+			}
 			if !r.sleep(ctx, claimErrDelay) {
 				return
 			}
 			claimErrDelay = min(claimErrDelay*2, r.cfg.OutageBackoffCap)
 			continue
+		}
+		if dbDown {
+			dbDown = false
+			r.log.Info("database reachable again")
 		}
 		claimErrDelay = r.cfg.PollInterval
 		if len(batch) == 0 {

@@ -1,9 +1,12 @@
 package heraldpg_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -497,7 +500,9 @@ func TestRelaySurvivesADatabaseRestart(t *testing.T) {
 	}
 
 	rec := newRecorder()
-	relay, err := herald.NewRelay(&herald.RelayConfig{Store: store, Publisher: rec, Logger: testLogger(t),
+	var logs syncBuffer
+	relay, err := herald.NewRelay(&herald.RelayConfig{Store: store, Publisher: rec,
+		Logger:       slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo})),
 		PollInterval: time.Millisecond, IdlePollInterval: 10 * time.Millisecond, OutageBackoffCap: 100 * time.Millisecond})
 	require.NoError(t, err)
 	require.NoError(t, relay.Start(ctx))
@@ -513,4 +518,31 @@ func TestRelaySurvivesADatabaseRestart(t *testing.T) {
 	after := write(100)
 	requireAllDeliveredOnce(t, rec, append(before, after...))
 	require.Eventually(t, func() bool { return published() == 200 }, 30*time.Second, 10*time.Millisecond)
+
+	// An outage is a pair of log lines, however many claims failed during
+	// it. (The pool may still hold a dead connection after the restart,
+	// which makes a second, short episode: still a pair.)
+	out := logs.String()
+	down := strings.Count(out, "database unreachable")
+	require.GreaterOrEqual(t, down, 1, out)
+	require.Equal(t, down, strings.Count(out, "database reachable again"), out)
+	require.NotContains(t, out, "claim failed", "per-retry lines are Debug")
+}
+
+// syncBuffer is a bytes.Buffer safe for a logger and a test to share.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
