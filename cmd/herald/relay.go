@@ -267,7 +267,7 @@ func runRelay(ctx context.Context, inv *invocation, log *slog.Logger, db *databa
 	if err := relay.Start(ctx); err != nil {
 		return err
 	}
-	log.Info("relaying", "table", db.names.Schema+"."+db.names.Table, "database", db.where, "publisher", natsShown)
+	log.Info("relaying", "table", store.Table(), "database", db.where, "publisher", natsShown)
 
 	<-ctx.Done()
 	log.Info("shutting down: finishing in-flight batches; a second signal aborts", "shutdown_timeout", shutdownTimeout)

@@ -1,13 +1,17 @@
 package main
 
 import (
+	"context"
 	"database/sql"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/herald-outbox/herald/internal/heraldtest"
 )
 
 func TestSQLiteDSN(t *testing.T) {
@@ -74,6 +78,42 @@ func TestSQLiteDSN(t *testing.T) {
 		after, err := os.ReadFile(path)
 		require.NoError(t, err)
 		require.Equal(t, before, after, "the database file changed")
+	})
+
+	t.Run("RelayPublishesFromSQLite", func(t *testing.T) {
+		t.Parallel()
+		path := filepath.Join(t.TempDir(), "relay.db")
+		r := cli(t, nil, "migrate", "--db", "sqlite:"+path)
+		require.Equal(t, 0, r.code, r.stderr)
+		db, err := sql.Open("sqlite", path)
+		require.NoError(t, err)
+		for i := range 120 {
+			_, err := db.Exec(`INSERT INTO herald_outbox (topic, key, payload) VALUES ('orders.placed', ?, 'x')`, i)
+			require.NoError(t, err)
+		}
+		require.NoError(t, db.Close())
+
+		ns := heraldtest.NATS(t)
+		stream := ns.CreateStream(t, "ORDERS", "orders.>")
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		done := make(chan result, 1)
+		go func() {
+			done <- cliCtx(ctx, nil, nil, "relay", "--db", "sqlite:"+path, "--publisher", ns.URL(), "--log-level", "warn")
+		}()
+		require.Eventually(t, func() bool {
+			info, err := stream.Info(context.Background())
+			return err == nil && info.State.Msgs == 120
+		}, 30*time.Second, 20*time.Millisecond)
+		// Acknowledgements follow the PubAcks; stop once they are written.
+		require.Eventually(t, func() bool {
+			r := cli(t, nil, "status", "--db", "sqlite:"+path, "--json")
+			return r.code == 0 && strings.Contains(r.stdout, `"published": 120`)
+		}, 30*time.Second, 20*time.Millisecond)
+		cancel()
+		r = <-done
+		require.Equal(t, 0, r.code, r.String())
+		require.Contains(t, r.stdout, "relay stopped: 120 published")
 	})
 
 	t.Run("RefusesASchemaOrAnEmptyPath", func(t *testing.T) {
