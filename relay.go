@@ -33,12 +33,18 @@ type Relay struct {
 	loops   sync.WaitGroup
 	batches sync.WaitGroup
 
+	abortedAt atomic.Int64 // unix nanoseconds when Stop's deadline passed; 0 before
+
 	outageMu    sync.Mutex
 	outageUntil time.Time
 	outageDelay time.Duration
 
 	stats relayCounters
 }
+
+// abortGrace is how long, after Stop's deadline, the relay keeps trying to
+// acknowledge and release in-flight rows.
+const abortGrace = 2 * time.Second
 
 // maxStoredPayload is the payload cap applied to claimed rows: the writer's
 // cap is the writer's business; the relay refuses only what no broker takes.
@@ -150,6 +156,7 @@ func (r *Relay) Stop(ctx context.Context) error {
 	case <-r.done:
 	case <-ctx.Done():
 		r.log.Warn("stop deadline reached; cancelling in-flight publishes and releasing their rows")
+		r.abortedAt.Store(time.Now().UnixNano())
 		r.abort()
 		<-r.done
 	}
@@ -394,6 +401,14 @@ func (r *Relay) publish(ctx context.Context, batch []Envelope) (err error) {
 func (r *Relay) retryStore(deadline time.Time, what string, op func(context.Context) error) error {
 	delay := 50 * time.Millisecond
 	for {
+		// Once Stop has given up waiting, the store gets a short grace
+		// instead of the rest of the lease: rows it cannot release now are
+		// rescued when their lease expires, and Stop returns.
+		if at := r.abortedAt.Load(); at != 0 {
+			if grace := time.Unix(0, at).Add(abortGrace); grace.Before(deadline) {
+				deadline = grace
+			}
+		}
 		ctx, cancel := context.WithDeadline(context.Background(), deadline)
 		err := op(ctx)
 		cancel()

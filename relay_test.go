@@ -1,0 +1,91 @@
+package herald_test
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/herald-outbox/herald"
+)
+
+func TestMain(m *testing.M) {
+	// Relays start goroutines; every one must be gone when they stop.
+	goleak.VerifyTestMain(m)
+}
+
+// fakeStore is a herald.Store whose methods are function fields, for tests
+// of the relay loop without a database. Nil fields do nothing.
+type fakeStore struct {
+	ClaimFunc    func(ctx context.Context, p herald.ClaimParams) ([]herald.Envelope, error)
+	CompleteFunc func(ctx context.Context, p herald.CompleteParams) (herald.CompleteResult, error)
+	ReleaseFunc  func(ctx context.Context, token string, ids []string) (int, error)
+}
+
+func (f *fakeStore) Migrate(context.Context) error { return nil }
+func (f *fakeStore) Ping(context.Context) error    { return nil }
+func (f *fakeStore) Claim(ctx context.Context, p herald.ClaimParams) ([]herald.Envelope, error) {
+	if f.ClaimFunc == nil {
+		return nil, nil
+	}
+	return f.ClaimFunc(ctx, p)
+}
+func (f *fakeStore) Complete(ctx context.Context, p herald.CompleteParams) (herald.CompleteResult, error) {
+	if f.CompleteFunc == nil {
+		return herald.CompleteResult{Published: len(p.Published)}, nil
+	}
+	return f.CompleteFunc(ctx, p)
+}
+func (f *fakeStore) Release(ctx context.Context, token string, ids []string) (int, error) {
+	if f.ReleaseFunc == nil {
+		return len(ids), nil
+	}
+	return f.ReleaseFunc(ctx, token, ids)
+}
+func (f *fakeStore) RescueExpired(context.Context, int) (int, error) { return 0, nil }
+func (f *fakeStore) DeletePublished(context.Context, time.Duration, int) (int, error) {
+	return 0, nil
+}
+
+// Past its deadline, Stop gives the store a short grace to release the
+// unconfirmed rows, not the whole lease: with the database unreachable at
+// shutdown, the rows are left to the rescuer and Stop returns.
+func TestStopIsBoundedWhenTheDatabaseIsGoneAtShutdown(t *testing.T) {
+	t.Parallel()
+	var once sync.Once
+	store := &fakeStore{
+		ClaimFunc: func(context.Context, herald.ClaimParams) (batch []herald.Envelope, err error) {
+			once.Do(func() {
+				batch = []herald.Envelope{{Message: herald.Message{ID: herald.NewID(), Topic: "t"}, Attempt: 1}}
+			})
+			return batch, nil
+		},
+		ReleaseFunc: func(context.Context, string, []string) (int, error) {
+			return 0, errors.New("connection refused")
+		},
+	}
+	publishing := make(chan struct{})
+	relay, err := herald.NewRelay(&herald.RelayConfig{
+		Store: store, Logger: slog.New(slog.DiscardHandler), Lease: time.Hour, PublishTimeout: time.Minute,
+		Publisher: herald.PublisherFunc(func(ctx context.Context, batch []herald.Envelope) error {
+			close(publishing)
+			<-ctx.Done() // a broker that never answers
+			return ctx.Err()
+		}),
+	})
+	require.NoError(t, err)
+	require.NoError(t, relay.Start(context.Background()))
+	<-publishing
+
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	require.NoError(t, relay.Stop(ctx))
+	// The bound is the release grace (seconds), far below the hour-long lease.
+	require.Less(t, time.Since(start), 15*time.Second)
+}
