@@ -211,11 +211,14 @@ func (r *Relay) claimLoop(ctx context.Context) {
 		token := uuid.NewString()
 		// The claim runs to completion even when Stop is called meanwhile:
 		// cancelling it could leave rows claimed that this relay never saw.
+		// The lease starts when the database runs the claim, so its end is
+		// measured from before the call: acknowledgements never plan on
+		// time the lease does not have.
+		claimedAt := time.Now()
 		claimCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.Lease/2)
 		batch, err := r.cfg.Store.Claim(claimCtx, ClaimParams{
 			Token: token, Owner: r.cfg.Owner, Limit: r.cfg.BatchSize, Lease: r.cfg.Lease,
 		})
-		claimedAt := time.Now()
 		cancel()
 		if err != nil {
 			<-slots
