@@ -114,12 +114,8 @@ func (d *Driver) Ping(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	latest := latestVersion()
-	switch {
-	case v < latest:
-		return fmt.Errorf("heraldpg: outbox table %s is at schema version %d, this Herald needs %d: run `herald migrate`", d.names.qualified, v, latest)
-	case v > latest:
-		return fmt.Errorf("heraldpg: outbox table %s is at schema version %d, newer than this Herald knows (%d): upgrade Herald", d.names.qualified, v, latest)
+	if err := sqlstore.CheckVersion(d.names.qualified, v, latestVersion()); err != nil {
+		return fmt.Errorf("heraldpg: %w", err)
 	}
 	return nil
 }

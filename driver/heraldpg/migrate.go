@@ -45,7 +45,7 @@ func (d *Driver) Migrate(ctx context.Context) error {
 			return err
 		}
 		if current > latestVersion() {
-			return fmt.Errorf("outbox table %s is at schema version %d, newer than this Herald knows (%d): upgrade Herald", d.names.qualified, current, latestVersion())
+			return sqlstore.CheckVersion(d.names.qualified, current, latestVersion())
 		}
 		for _, m := range migrations {
 			if m.Version <= current {

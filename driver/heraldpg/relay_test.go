@@ -1,7 +1,6 @@
 package heraldpg_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -500,7 +499,7 @@ func TestRelaySurvivesADatabaseRestart(t *testing.T) {
 	}
 
 	rec := newRecorder()
-	var logs syncBuffer
+	var logs heraldtest.LogBuffer
 	relay, err := herald.NewRelay(&herald.RelayConfig{Store: store, Publisher: rec,
 		Logger:       slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo})),
 		PollInterval: time.Millisecond, IdlePollInterval: 10 * time.Millisecond, OutageBackoffCap: 100 * time.Millisecond})
@@ -527,22 +526,4 @@ func TestRelaySurvivesADatabaseRestart(t *testing.T) {
 	require.GreaterOrEqual(t, down, 1, out)
 	require.Equal(t, down, strings.Count(out, "database reachable again"), out)
 	require.NotContains(t, out, "claim failed", "per-retry lines are Debug")
-}
-
-// syncBuffer is a bytes.Buffer safe for a logger and a test to share.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

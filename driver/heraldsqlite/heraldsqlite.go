@@ -117,12 +117,8 @@ func (d *Driver) Ping(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	latest := latestVersion()
-	switch {
-	case v < latest:
-		return fmt.Errorf("heraldsqlite: outbox table %s is at schema version %d, this Herald needs %d: run `herald migrate`", d.names.quoted, v, latest)
-	case v > latest:
-		return fmt.Errorf("heraldsqlite: outbox table %s is at schema version %d, newer than this Herald knows (%d): upgrade Herald", d.names.quoted, v, latest)
+	if err := sqlstore.CheckVersion(d.names.quoted, v, latestVersion()); err != nil {
+		return fmt.Errorf("heraldsqlite: %w", err)
 	}
 	return nil
 }

@@ -75,7 +75,7 @@ func (d *Driver) migrate(ctx context.Context) (err error) {
 		return err
 	}
 	if current > latestVersion() {
-		return fmt.Errorf("outbox table %s is at schema version %d, newer than this Herald knows (%d): upgrade Herald", d.names.quoted, current, latestVersion())
+		return sqlstore.CheckVersion(d.names.quoted, current, latestVersion())
 	}
 	for _, m := range migrations {
 		if m.Version <= current {

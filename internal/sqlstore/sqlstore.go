@@ -134,3 +134,15 @@ func Select(f herald.EventFilter) (Selection, error) {
 	}
 	return s, nil
 }
+
+// CheckVersion compares an outbox table's schema version with the latest
+// one this build knows; the error says what to do about a difference.
+func CheckVersion(table string, have, latest int) error {
+	switch {
+	case have < latest:
+		return fmt.Errorf("outbox table %s is at schema version %d, this Herald needs %d: run `herald migrate`", table, have, latest)
+	case have > latest:
+		return fmt.Errorf("outbox table %s is at schema version %d, newer than this Herald knows (%d): upgrade Herald", table, have, latest)
+	}
+	return nil
+}

@@ -87,24 +87,6 @@ func batchErrors(t *testing.T, err error, n int) []error {
 	return be.Errs
 }
 
-// syncBuffer collects log output written from several goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 func TestPublish(t *testing.T) {
 	t.Parallel()
 
@@ -234,7 +216,7 @@ func TestPublish(t *testing.T) {
 	t.Run("SubjectWithoutStreamFailsRetryablyUntilStreamExists", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
-		var logs syncBuffer
+		var logs heraldtest.LogBuffer
 		p := b.publisher(t, &heraldnats.Config{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 
 		batch := []herald.Envelope{envelope("orders.placed"), envelope("orders.placed")}

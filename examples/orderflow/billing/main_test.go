@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -280,24 +279,6 @@ func TestConsumerSettlesEveryDeliveryAndInvoicesOncePerEvent(t *testing.T) {
 	require.Equal(t, 2, f.count(t, "herald_inbox"))
 }
 
-// syncBuffer collects a program's log lines.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // startOrders builds the orders service and runs it on a free port until
 // the test ends. It returns the service's base URL.
 func startOrders(t *testing.T, dsn, schema string) string {
@@ -306,7 +287,7 @@ func startOrders(t *testing.T, dsn, schema string) string {
 	out, err := exec.Command("go", "build", "-o", bin, "../orders").CombinedOutput()
 	require.NoError(t, err, "building the orders service: %s", out)
 
-	logs := &syncBuffer{}
+	logs := &heraldtest.LogBuffer{}
 	cmd := exec.Command(bin, "--addr", "127.0.0.1:0", "--db", dsn, "--schema", schema)
 	cmd.Stdout, cmd.Stderr = logs, logs
 	require.NoError(t, cmd.Start())
@@ -379,7 +360,7 @@ func TestEndToEndAnOrderIsInvoicedOnce(t *testing.T) {
 	t.Cleanup(func() { require.NoError(t, relay.Stop(ctx)) })
 
 	billingCtx, stopBilling := context.WithCancel(ctx)
-	billingLogs := &syncBuffer{}
+	billingLogs := &heraldtest.LogBuffer{}
 	billingDone := make(chan error, 1)
 	go func() {
 		billingDone <- run(billingCtx, []string{"--db", dsn, "--schema", schema, "--nats", ns.URL()}, billingLogs)
