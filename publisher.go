@@ -18,11 +18,21 @@ import (
 // the events' attempts (max age still applies). Wrap an error with
 // Permanent to send an event straight to the dead letters.
 //
+// Events of one key appear in the batch in the order they must reach the
+// broker. A publisher delivers them in that order, and never delivers an
+// event after an earlier event of the same key in the same batch failed:
+// it reports such later events with an error wrapping ErrHeldBack, without
+// sending them. The relay sends them again behind the failed event.
+//
 // Publish must honour ctx: when it is cancelled, return promptly. The relay
 // calls Publish from several goroutines at once.
 type Publisher interface {
 	Publish(ctx context.Context, batch []Envelope) error
 }
+
+// ErrHeldBack is the error a publisher reports for an event it did not send
+// because an earlier event of the same key in the batch failed.
+var ErrHeldBack = errors.New("herald: held back behind an earlier failed event of its key")
 
 // PublisherFunc adapts a function to the Publisher interface.
 type PublisherFunc func(ctx context.Context, batch []Envelope) error
