@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -40,6 +41,9 @@ type Relay struct {
 	outageDelay time.Duration
 
 	stats relayCounters
+
+	unordered map[string]bool // RelayConfig.UnorderedTopics
+	skipDead  map[string]bool // RelayConfig.SkipDeadTopics
 }
 
 // abortGrace is how long, after Stop's deadline, the relay keeps trying to
@@ -64,13 +68,14 @@ type RelayStats struct {
 	Published int64 // rows acknowledged as published
 	Retried   int64 // rows rescheduled after a failure
 	Dead      int64 // rows made dead
+	HeldBack  int64 // rows returned behind a failed event of their key
 	Released  int64 // rows released on shutdown
 	Rescued   int64 // rows of dead relays returned to ready
 	Deleted   int64 // published rows removed by retention
 }
 
 type relayCounters struct {
-	claimed, published, retried, dead, released, rescued, deleted atomic.Int64
+	claimed, published, retried, heldBack, dead, released, rescued, deleted atomic.Int64
 }
 
 // NewRelay validates cfg and returns a relay ready to Start.
@@ -83,10 +88,12 @@ func NewRelay(cfg *RelayConfig) (*Relay, error) {
 		return nil, err
 	}
 	return &Relay{
-		cfg:  c,
-		log:  c.Logger.With("component", "herald.relay", "owner", c.Owner),
-		wake: make(chan struct{}, 1),
-		done: make(chan struct{}),
+		cfg:       c,
+		log:       c.Logger.With("component", "herald.relay", "owner", c.Owner),
+		wake:      make(chan struct{}, 1),
+		done:      make(chan struct{}),
+		unordered: setOf(c.UnorderedTopics),
+		skipDead:  setOf(c.SkipDeadTopics),
 	}, nil
 }
 
@@ -124,7 +131,8 @@ func (r *Relay) Start(ctx context.Context) error {
 		r.batches.Wait()
 		close(r.done)
 	}()
-	r.log.Info("relay started", "batch_size", r.cfg.BatchSize, "max_in_flight", r.cfg.MaxInFlight, "lease", r.cfg.Lease)
+	r.log.Info("relay started", "batch_size", r.cfg.BatchSize, "max_in_flight", r.cfg.MaxInFlight, "lease", r.cfg.Lease,
+		"ordered", !r.cfg.Unordered)
 	return nil
 }
 
@@ -179,7 +187,7 @@ func (r *Relay) Wake() {
 func (r *Relay) Stats() RelayStats {
 	s := &r.stats
 	return RelayStats{
-		Claimed: s.claimed.Load(), Published: s.published.Load(), Retried: s.retried.Load(),
+		Claimed: s.claimed.Load(), Published: s.published.Load(), Retried: s.retried.Load(), HeldBack: s.heldBack.Load(),
 		Dead: s.dead.Load(), Released: s.released.Load(), Rescued: s.rescued.Load(), Deleted: s.deleted.Load(),
 	}
 }
@@ -218,6 +226,7 @@ func (r *Relay) claimLoop(ctx context.Context) {
 		claimCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.Lease/2)
 		batch, err := r.cfg.Store.Claim(claimCtx, ClaimParams{
 			Token: token, Owner: r.cfg.Owner, Limit: r.cfg.BatchSize, Lease: r.cfg.Lease,
+			Unordered: r.cfg.Unordered, UnorderedTopics: r.cfg.UnorderedTopics, PerKey: r.cfg.MaxPerKey,
 		})
 		cancel()
 		if err != nil {
@@ -280,59 +289,93 @@ func (r *Relay) sleep(ctx context.Context, d time.Duration) bool {
 
 // process publishes one claimed batch and records the outcome.
 func (r *Relay) process(token string, claimedAt time.Time, batch []Envelope) {
+	// Acknowledge before the lease runs out; past it another relay may own
+	// the rows and the token check would change nothing anyway.
+	deadline := claimedAt.Add(r.cfg.Lease)
+	if !time.Now().Before(deadline) {
+		// The process was paused or starved past its lease: another relay
+		// may be publishing these events already, so sending them now could
+		// only put them on the broker twice and out of order.
+		r.log.Warn("lease expired before publishing; leaving the batch to the rescuer",
+			"rows", len(batch), "claim_token", token)
+		return
+	}
+
 	// Rows written by other programs with plain SQL may break the rules
 	// WriteTx enforces (a reserved header, a topic with spaces). They go to
-	// the dead letters with the reason instead of reaching the broker.
-	var invalid map[int]error
-	valid := batch
+	// the dead letters with the reason instead of reaching the broker. In
+	// an ordered claim, the later events of their key are held back.
+	errs := make([]error, len(batch))
+	failedKeys := map[string]bool{}
+	var sent []int // indexes into batch of the events handed to the publisher
 	for i := range batch {
-		if err := validate(i, &batch[i].Message, maxStoredPayload); err != nil {
-			if invalid == nil {
-				invalid = map[int]error{}
-				valid = make([]Envelope, 0, len(batch))
-				valid = append(valid, batch[:i]...)
+		env := &batch[i]
+		k, ordered := r.orderKey(env)
+		switch {
+		case ordered && failedKeys[k]:
+			errs[i] = ErrHeldBack
+		default:
+			if err := validate(i, &env.Message, maxStoredPayload); err != nil {
+				errs[i] = Permanent(fmt.Errorf("invalid row: %w", err))
+				if ordered {
+					failedKeys[k] = true
+				}
+				continue
 			}
-			invalid[i] = Permanent(fmt.Errorf("invalid row: %w", err))
-		} else if invalid != nil {
-			valid = append(valid, batch[i])
+			sent = append(sent, i)
 		}
 	}
 
 	var err error
-	if len(valid) > 0 {
-		pubCtx, cancel := context.WithTimeout(r.pubCtx, r.cfg.PublishTimeout)
-		err = r.publish(pubCtx, valid)
-		cancel()
-	}
-	aborted := r.pubCtx.Err() != nil
-
-	errs := batchErrors(err, len(valid))
-	if invalid != nil {
-		all, j := make([]error, len(batch)), 0
-		for i := range batch {
-			if e, bad := invalid[i]; bad {
-				all[i] = e
-			} else {
-				all[i] = errs[j]
-				j++
+	if len(sent) > 0 {
+		valid := batch
+		if len(sent) < len(batch) {
+			valid = make([]Envelope, len(sent))
+			for j, i := range sent {
+				valid[j] = batch[i]
 			}
 		}
-		errs = all
+		// Publishing past the lease could race the relay that rescued the
+		// rows, so the publish ends with the lease at the latest.
+		pubDeadline := time.Now().Add(r.cfg.PublishTimeout)
+		if deadline.Before(pubDeadline) {
+			pubDeadline = deadline
+		}
+		pubCtx, cancel := context.WithDeadline(r.pubCtx, pubDeadline)
+		err = r.publish(pubCtx, valid)
+		cancel()
+		for j, e := range batchErrors(err, len(sent)) {
+			errs[sent[j]] = e
+		}
 	}
+	aborted := r.pubCtx.Err() != nil
 	outage := err != nil && !isBatchError(err) && !IsPermanent(err)
+
 	var (
-		params  = CompleteParams{Token: token, Policy: r.cfg.Retry}
-		release []string
+		params      = CompleteParams{Token: token, Policy: r.cfg.Retry}
+		release     []string
+		orderBroken int
 	)
+	clear(failedKeys)
 	for i, env := range batch {
 		e := errs[i]
+		k, ordered := r.orderKey(&env)
+		behind := ordered && failedKeys[k]
 		switch {
 		case e == nil:
+			if behind {
+				// The publisher broke its contract: it delivered an event
+				// after an earlier one of its key failed. The event is on the
+				// broker, so it counts as published; say so loudly.
+				orderBroken++
+			}
 			params.Published = append(params.Published, env.ID)
 		case aborted && !IsPermanent(e):
 			// Shutting down: the broker did not confirm this event, so it
 			// goes back to ready at once with its attempt refunded.
 			release = append(release, env.ID)
+		case behind:
+			params.Failed = append(params.Failed, Failure{ID: env.ID, Error: ErrHeldBack.Error(), HeldBack: true})
 		default:
 			f := Failure{ID: env.ID, Error: Scrub(e.Error()), Permanent: IsPermanent(e)}
 			f.Outage = outage || errors.Is(e, context.DeadlineExceeded) || errors.Is(e, context.Canceled)
@@ -341,8 +384,16 @@ func (r *Relay) process(token string, claimedAt time.Time, batch []Envelope) {
 			} else {
 				f.Delay = r.cfg.Retry.Backoff(env.Attempt)
 			}
+			if ordered {
+				failedKeys[k] = true
+				f.Park = !r.skipDead[env.Topic]
+			}
 			params.Failed = append(params.Failed, f)
 		}
+	}
+	if orderBroken > 0 {
+		r.log.Error("publisher delivered events after an earlier event of their key failed; per-key order is broken on the broker",
+			"events", orderBroken, "claim_token", token)
 	}
 	if len(params.Failed) == 0 {
 		r.clearOutage()
@@ -351,9 +402,6 @@ func (r *Relay) process(token string, claimedAt time.Time, batch []Envelope) {
 			"error", params.Failed[0].Error)
 	}
 
-	// Acknowledge before the lease runs out; past it another relay may own
-	// the rows and the token check would change nothing anyway.
-	deadline := claimedAt.Add(r.cfg.Lease)
 	if len(params.Published) > 0 || len(params.Failed) > 0 {
 		var res CompleteResult
 		err := r.retryStore(deadline, "acknowledging batch", func(ctx context.Context) (err error) {
@@ -363,11 +411,18 @@ func (r *Relay) process(token string, claimedAt time.Time, batch []Envelope) {
 		if err == nil {
 			r.stats.published.Add(int64(res.Published))
 			r.stats.retried.Add(int64(res.Retried))
+			r.stats.heldBack.Add(int64(res.HeldBack))
 			r.stats.dead.Add(int64(len(res.Dead)))
 			for _, id := range res.Dead {
-				r.log.Error("event dead", "event_id", id, "error", lastErrorOf(params.Failed, id))
+				if slices.Contains(res.Parked, id) {
+					r.log.Error("event dead; its key is parked until an operator requeues or discards it",
+						"event_id", id, "error", lastErrorOf(params.Failed, id))
+				} else {
+					r.log.Error("event dead", "event_id", id, "error", lastErrorOf(params.Failed, id))
+				}
 			}
-			if lost := len(params.Published) + len(params.Failed) - res.Published - res.Retried - len(res.Dead); lost > 0 {
+			done := res.Published + res.Retried + res.HeldBack + len(res.Dead)
+			if lost := len(params.Published) + len(params.Failed) - done; lost > 0 {
 				r.log.Warn("lease lost before acknowledgement; rows belong to another relay now", "rows", lost, "claim_token", token)
 			}
 		}
@@ -382,6 +437,15 @@ func (r *Relay) process(token string, claimedAt time.Time, batch []Envelope) {
 			r.stats.released.Add(int64(n))
 		}
 	}
+}
+
+// orderKey returns the key that orders env and whether it is ordered at all:
+// not when the relay or the event's topic is unordered, or the key is empty.
+func (r *Relay) orderKey(env *Envelope) (string, bool) {
+	if r.cfg.Unordered || env.Key == "" || r.unordered[env.Topic] {
+		return "", false
+	}
+	return env.Topic + "\x00" + env.Key, true
 }
 
 // publish calls the publisher. A panic in it fails the batch's events (an
@@ -427,6 +491,14 @@ func (r *Relay) retryStore(deadline time.Time, what string, op func(context.Cont
 		time.Sleep(delay)
 		delay = min(delay*2, 2*time.Second)
 	}
+}
+
+func setOf(items []string) map[string]bool {
+	m := make(map[string]bool, len(items))
+	for _, s := range items {
+		m[s] = true
+	}
+	return m
 }
 
 func lastErrorOf(fs []Failure, id string) string {

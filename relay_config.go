@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 	"time"
 )
 
@@ -57,6 +58,27 @@ type RelayConfig struct {
 	// CleanupBatchSize is the most rows one retention statement deletes, so
 	// no statement holds locks for long. Defaults to 1000.
 	CleanupBatchSize int
+
+	// Unordered turns per-key ordering off for the whole relay: events are
+	// claimed by age alone and published in parallel whatever their key,
+	// for throughput-first deployments. Defaults to false: the events of
+	// one key are published in the order they committed, by one claimer at
+	// a time, and a failing event holds back the later events of its key
+	// only.
+	Unordered bool
+	// UnorderedTopics are topics whose events are claimed by age alone even
+	// when the relay is ordered. Events with an empty key are never
+	// ordered. Defaults to none.
+	UnorderedTopics []string
+	// SkipDeadTopics are topics whose dead events do not park their key:
+	// the key's later events go on without them. On every other topic a
+	// dead event parks its key until an operator requeues or discards it
+	// (herald keys blocked). Defaults to none.
+	SkipDeadTopics []string
+	// MaxPerKey is the most events of one key in one claimed batch. They
+	// are published pipelined, in order; a hot key moves MaxPerKey events
+	// per broker round trip. Defaults to BatchSize.
+	MaxPerKey int
 }
 
 func (c *RelayConfig) withDefaults() RelayConfig {
@@ -79,6 +101,7 @@ func (c *RelayConfig) withDefaults() RelayConfig {
 	setDefault(&out.Retention, 24*time.Hour)
 	setDefault(&out.CleanupInterval, time.Minute)
 	setDefault(&out.CleanupBatchSize, 1000)
+	setDefault(&out.MaxPerKey, out.BatchSize)
 	out.Retry = out.Retry.withDefaults()
 	return out
 }
@@ -108,6 +131,13 @@ func (c *RelayConfig) validate() error {
 	check(c.RescueInterval > 0, "RescueInterval", "must be positive")
 	check(c.CleanupInterval > 0, "CleanupInterval", "must be positive")
 	check(c.CleanupBatchSize > 0, "CleanupBatchSize", "must be positive")
+	check(c.MaxPerKey > 0 && c.MaxPerKey <= c.BatchSize, "MaxPerKey", "must be between 1 and BatchSize")
+	for _, t := range c.UnorderedTopics {
+		check(strings.TrimSpace(t) != "", "UnorderedTopics", "must not hold an empty topic")
+	}
+	for _, t := range c.SkipDeadTopics {
+		check(strings.TrimSpace(t) != "", "SkipDeadTopics", "must not hold an empty topic")
+	}
 	if err := c.Retry.validate(); err != nil {
 		errs = append(errs, err)
 	}

@@ -2,6 +2,7 @@ package herald
 
 import (
 	"context"
+	"fmt"
 	"time"
 )
 
@@ -17,7 +18,15 @@ type Store interface {
 	// Claim marks up to p.Limit ready rows (available_at reached) as claimed
 	// by p.Token, with a lease of p.Lease from the database clock, in one
 	// short transaction that skips rows other claimers hold. The attempt
-	// count of each returned envelope includes this claim.
+	// count of each returned envelope includes this claim. Envelopes come
+	// in sequence order.
+	//
+	// Unless p.Unordered, a claim is ordered: it takes a key's events only
+	// when no event of that key is claimed (by anyone) or parked, starting
+	// at the key's lowest ready sequence number and stopping before the
+	// first one not yet available, at most p.PerKey of them. Two claimers
+	// never hold events of one key at once. Events with an empty key, and
+	// events of p.UnorderedTopics, are claimed as if p.Unordered.
 	Claim(ctx context.Context, p ClaimParams) ([]Envelope, error)
 	// Complete acknowledges a batch: ids confirmed by the broker become
 	// published, failures are rescheduled or made dead, per FailParams. It
@@ -42,6 +51,10 @@ type ClaimParams struct {
 	Owner string        // who claims, for operators: host and pid
 	Limit int           // most rows to claim
 	Lease time.Duration // lease length, added to the database clock
+
+	Unordered       bool     // claim by age alone, with no key held back
+	UnorderedTopics []string // topics claimed by age even in an ordered claim
+	PerKey          int      // most events of one key in an ordered claim; 0 means Limit
 }
 
 // CompleteParams are the arguments of Store.Complete.
@@ -62,13 +75,23 @@ type Failure struct {
 	// Outage means the destination was unreachable: the attempt is refunded
 	// and only MaxAge can make the row dead.
 	Outage bool
+	// HeldBack means the event was not sent because an earlier event of its
+	// key failed: it returns to ready at once with its attempt refunded, and
+	// is never made dead by this failure.
+	HeldBack bool
+	// Park makes the event park its key if this failure makes it dead: no
+	// later event of the key is claimed until an operator requeues or
+	// discards it.
+	Park bool
 }
 
 // CompleteResult says what Complete changed.
 type CompleteResult struct {
 	Published int      // rows marked published
 	Retried   int      // rows rescheduled
+	HeldBack  int      // rows returned behind a failed event of their key
 	Dead      []string // ids that became dead
+	Parked    []string // of Dead, the ids that parked their key
 }
 
 // Admin is what operator tools need from a store, beyond the relay's Store.
@@ -80,7 +103,38 @@ type Admin interface {
 	// attempt counts reset; it returns how many rows changed.
 	RequeueDead(ctx context.Context, f EventFilter) (int, error)
 	// DiscardDead deletes the dead rows matched by f and returns how many.
+	// A dead row that parks its key is deleted only with f.Resume; without
+	// it DiscardDead deletes nothing and returns a *ParkedError.
 	DiscardDead(ctx context.Context, f EventFilter) (int, error)
+	// BlockedKeys lists up to limit keys parked by a dead event, oldest
+	// first.
+	BlockedKeys(ctx context.Context, limit int) ([]BlockedKey, error)
+}
+
+// BlockedKey is a key whose events wait behind a dead event.
+type BlockedKey struct {
+	Topic   string
+	Key     string
+	EventID string    // the dead event that parks the key
+	Waiting int64     // ready events of the key waiting behind it
+	Since   time.Time // when the event went dead
+}
+
+// ParkedError is returned by DiscardDead when the selection holds dead
+// events that park their key and Resume was not set: discarding them lets
+// the events waiting behind them go on, which the operator must ask for.
+type ParkedError struct {
+	Keys []BlockedKey
+}
+
+func (e *ParkedError) Error() string {
+	k := e.Keys[0]
+	more := ""
+	if len(e.Keys) > 1 {
+		more = fmt.Sprintf(" (and %d more keys)", len(e.Keys)-1)
+	}
+	return fmt.Sprintf("herald: dead event %s parks key %q of topic %q with %d events waiting%s; "+
+		"discarding it lets them go on: ask for that explicitly (resume)", k.EventID, k.Key, k.Topic, k.Waiting, more)
 }
 
 // State is an outbox row's place in its life.
@@ -119,6 +173,9 @@ type EventFilter struct {
 	All   bool
 	State State // defaults to StateDead
 	Limit int   // for listings; defaults to 100
+	// Resume lets DiscardDead delete dead events that park their key, so
+	// that the key's waiting events go on.
+	Resume bool
 }
 
 // EventRow is a whole outbox row, for operators.
@@ -131,4 +188,5 @@ type EventRow struct {
 	PublishedAt *time.Time
 	DeadAt      *time.Time
 	LastError   string
+	Parked      bool // a dead event that holds back the later events of its key
 }

@@ -37,8 +37,9 @@ func Exercise(t *testing.T, h Harness) {
 	if h.New == nil || h.Name == "" {
 		t.Fatal("heralddrivertest: Harness.Name and Harness.New are required")
 	}
-	known := make(map[string]bool, len(cases))
-	for _, c := range cases {
+	all := slices.Concat(cases, orderingCases)
+	known := make(map[string]bool, len(all))
+	for _, c := range all {
 		known[c.name] = true
 	}
 	for name := range h.Skip {
@@ -48,7 +49,7 @@ func Exercise(t *testing.T, h Harness) {
 			t.Errorf("heralddrivertest: Harness.Skip names %q, which is no case of the suite", name)
 		}
 	}
-	for _, c := range cases {
+	for _, c := range all {
 		t.Run(c.name, func(t *testing.T) {
 			if reason, ok := h.Skip[c.name]; ok {
 				t.Skip(reason)

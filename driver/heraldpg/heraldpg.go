@@ -11,6 +11,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"strings"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -77,6 +78,13 @@ type Driver struct {
 	db    conn
 	names names
 	q     queries
+
+	// lockSpace is the first key of the per-key advisory locks that ordered
+	// claims take, derived from the table name so that two outbox tables
+	// never contend.
+	lockSpace int32
+
+	cursor sqlstore.KeyCursor // where the last ordered claim's walk stopped
 }
 
 // New returns a driver over a pgx pool the caller owns (and closes).
@@ -101,7 +109,9 @@ func newDriver(c conn, cfg *Config) (*Driver, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Driver{db: c, names: n, q: newQueries(n)}, nil
+	h := fnv.New32a()
+	h.Write([]byte(n.qualified))
+	return &Driver{db: c, names: n, q: newQueries(n), lockSpace: int32(h.Sum32())}, nil
 }
 
 // Table returns the schema-qualified, quoted outbox table name.

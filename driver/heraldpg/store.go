@@ -3,6 +3,7 @@ package heraldpg
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -19,27 +20,102 @@ var (
 
 // Claim implements herald.Store.
 func (d *Driver) Claim(ctx context.Context, p herald.ClaimParams) ([]herald.Envelope, error) {
-	envs := make([]herald.Envelope, 0, p.Limit)
-	err := d.db.query(ctx, d.q.claim, []any{p.Limit, p.Token, p.Owner, p.Lease.Microseconds()},
-		func(scan func(...any) error) error {
-			var (
-				e       herald.Envelope
-				headers []byte
-			)
-			if err := scan(&e.ID, &e.Seq, &e.Topic, &e.Key, &e.Type, &e.AggregateType, &e.AggregateID,
-				&e.Payload, &headers, &e.Attempt, &e.CreatedAt); err != nil {
-				return err
-			}
-			e.Headers = sqlstore.DecodeHeaders(headers)
-			envs = append(envs, e)
-			return nil
-		})
+	if p.Limit <= 0 {
+		return nil, nil
+	}
+	var (
+		envs []herald.Envelope
+		err  error
+	)
+	if p.Unordered {
+		envs, err = d.claimRows(ctx, d.db, d.q.claim, []any{p.Limit, p.Token, p.Owner, p.Lease.Microseconds()})
+	} else {
+		envs, err = d.claimOrdered(ctx, p)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("heraldpg: claiming: %w", err)
 	}
-	// RETURNING comes in no particular order; publish in write order.
+	// RETURNING comes in no particular order; publish in write order, which
+	// is each key's order.
 	slices.SortFunc(envs, func(a, b herald.Envelope) int { return cmp.Compare(a.Seq, b.Seq) })
 	return envs, nil
+}
+
+// walkKeysFactor bounds the keys one ordered claim visits, as a multiple of
+// its limit, so that a table full of blocked keys costs each claim a bounded
+// walk; the cursor makes the next claim go on from there.
+const walkKeysFactor = 2
+
+// claimOrdered runs the two statements of an ordered claim (see
+// walkKeysSQL) in one transaction. The walk starts where the last one
+// stopped, so every key gets its turn; when it reaches the last key it
+// starts over from the first within the same claim.
+func (d *Driver) claimOrdered(ctx context.Context, p herald.ClaimParams) ([]herald.Envelope, error) {
+	perKey := p.PerKey
+	if perKey <= 0 || perKey > p.Limit {
+		perKey = p.Limit
+	}
+	unordered := p.UnorderedTopics
+	if unordered == nil {
+		unordered = []string{}
+	}
+	maxKeys := max(walkKeysFactor*p.Limit, 64)
+
+	var envs []herald.Envelope
+	err := d.db.inTx(ctx, func(tx conn) error {
+		var (
+			topics, keys []string
+			free         []bool
+			seen         = map[[2]string]bool{}
+		)
+		err := d.cursor.Walk(maxKeys, p.Limit, func(from [2]string) (visited, rows int, last [2]string, err error) {
+			err = tx.query(ctx, d.q.walkKeys, []any{from[0], from[1], maxKeys, p.Limit, perKey, unordered, d.lockSpace},
+				func(scan func(...any) error) error {
+					var (
+						k    [2]string
+						ok   bool
+						size int
+					)
+					if err := scan(&k[0], &k[1], &ok, &size); err != nil {
+						return err
+					}
+					visited, rows, last = visited+1, rows+size, k
+					if ok && !seen[k] {
+						seen[k] = true
+						topics, keys = append(topics, k[0]), append(keys, k[1])
+						free = append(free, k[1] == "" || slices.Contains(unordered, k[0]))
+					}
+					return nil
+				})
+			return visited, rows, last, err
+		})
+		if err != nil || len(keys) == 0 {
+			return err
+		}
+		envs, err = d.claimRows(ctx, tx, d.q.claimKeys, []any{topics, keys, free, perKey, p.Limit,
+			p.Token, p.Owner, p.Lease.Microseconds()})
+		return err
+	})
+	return envs, err
+}
+
+// claimRows runs a claim statement and scans the envelopes it returns.
+func (d *Driver) claimRows(ctx context.Context, c conn, sql string, args []any) ([]herald.Envelope, error) {
+	var envs []herald.Envelope
+	err := c.query(ctx, sql, args, func(scan func(...any) error) error {
+		var (
+			e       herald.Envelope
+			headers []byte
+		)
+		if err := scan(&e.ID, &e.Seq, &e.Topic, &e.Key, &e.Type, &e.AggregateType, &e.AggregateID,
+			&e.Payload, &headers, &e.Attempt, &e.CreatedAt); err != nil {
+			return err
+		}
+		e.Headers = sqlstore.DecodeHeaders(headers)
+		envs = append(envs, e)
+		return nil
+	})
+	return envs, err
 }
 
 // Complete implements herald.Store in one statement.
@@ -64,26 +140,36 @@ func (d *Driver) Complete(ctx context.Context, p herald.CompleteParams) (herald.
 		delays    = make([]int64, 0, n)
 		permanent = make([]bool, 0, n)
 		outage    = make([]bool, 0, n)
+		held      = make([]bool, 0, n)
+		park      = make([]bool, 0, n)
 	)
 	for _, id := range p.Published {
-		ids, ok, errs, delays, permanent, outage = append(ids, id), append(ok, true), append(errs, ""),
-			append(delays, 0), append(permanent, false), append(outage, false)
+		ids, ok, errs, delays = append(ids, id), append(ok, true), append(errs, ""), append(delays, 0)
+		permanent, outage, held, park = append(permanent, false), append(outage, false), append(held, false), append(park, false)
 	}
 	for _, f := range p.Failed {
-		ids, ok, errs, delays, permanent, outage = append(ids, f.ID), append(ok, false), append(errs, f.Error),
-			append(delays, f.Delay.Microseconds()), append(permanent, f.Permanent), append(outage, f.Outage)
+		ids, ok, errs, delays = append(ids, f.ID), append(ok, false), append(errs, f.Error), append(delays, f.Delay.Microseconds())
+		permanent, outage, held, park = append(permanent, f.Permanent), append(outage, f.Outage), append(held, f.HeldBack), append(park, f.Park)
 	}
 	err := d.db.query(ctx, d.q.complete, []any{ids, p.Token, ok, errs, delays, permanent, outage,
-		p.Policy.MaxAttempts, p.Policy.MaxAge.Microseconds()}, func(scan func(...any) error) error {
-		var id, state string
-		if err := scan(&id, &state); err != nil {
+		p.Policy.MaxAttempts, p.Policy.MaxAge.Microseconds(), held, park}, func(scan func(...any) error) error {
+		var (
+			id, state      string
+			wasHeld, parks bool
+		)
+		if err := scan(&id, &state, &wasHeld, &parks); err != nil {
 			return err
 		}
-		switch herald.State(state) {
-		case herald.StatePublished:
+		switch {
+		case herald.State(state) == herald.StatePublished:
 			res.Published++
-		case herald.StateDead:
+		case herald.State(state) == herald.StateDead:
 			res.Dead = append(res.Dead, id)
+			if parks {
+				res.Parked = append(res.Parked, id)
+			}
+		case wasHeld:
+			res.HeldBack++
 		default:
 			res.Retried++
 		}
@@ -221,7 +307,7 @@ func scanEvent(scan func(...any) error) (herald.EventRow, error) {
 	)
 	err := scan(&e.ID, &e.Seq, &e.Topic, &e.Key, &e.Type, &e.AggregateType, &e.AggregateID,
 		&e.Payload, &headers, &e.Attempt, &e.CreatedAt, &state, &e.AvailableAt, &e.LeaseUntil,
-		&e.ClaimedBy, &e.PublishedAt, &e.DeadAt, &e.LastError)
+		&e.ClaimedBy, &e.PublishedAt, &e.DeadAt, &e.LastError, &e.Parked)
 	e.State = herald.State(state)
 	e.Headers = sqlstore.DecodeHeaders(headers)
 	return e, err
@@ -235,7 +321,7 @@ func (d *Driver) RequeueDead(ctx context.Context, f herald.EventFilter) (int, er
 		return 0, err
 	}
 	n, err := d.db.exec(ctx, `UPDATE `+d.q.table+`
-		SET state = 'ready', attempts = 0, available_at = now(), dead_at = NULL
+		SET state = 'ready', attempts = 0, available_at = now(), dead_at = NULL, parked = false
 		WHERE `+where, args...)
 	if err != nil {
 		return 0, fmt.Errorf("heraldpg: requeueing dead events: %w", err)
@@ -243,16 +329,60 @@ func (d *Driver) RequeueDead(ctx context.Context, f herald.EventFilter) (int, er
 	return int(n), nil
 }
 
-// DiscardDead implements herald.Admin.
+// DiscardDead implements herald.Admin. Without f.Resume it first checks,
+// in the same transaction, that no selected row parks its key.
 func (d *Driver) DiscardDead(ctx context.Context, f herald.EventFilter) (int, error) {
 	f.State = herald.StateDead
 	where, args, _, err := filterSQL(f)
 	if err != nil {
 		return 0, err
 	}
-	n, err := d.db.exec(ctx, `DELETE FROM `+d.q.table+` WHERE `+where, args...)
+	var n int64
+	err = d.db.inTx(ctx, func(tx conn) error {
+		if !f.Resume {
+			parked, err := d.blockedKeys(ctx, tx, `SELECT d.topic, d.key, d.id, d.dead_at,
+				(SELECT count(*) FROM `+d.q.table+` w WHERE w.state = 'ready' AND w.topic = d.topic AND w.key = d.key)
+				FROM `+d.q.table+` d WHERE d.parked AND `+where+` ORDER BY d.dead_at, d.seq LIMIT 100 FOR UPDATE OF d`, args)
+			if err != nil {
+				return err
+			}
+			if len(parked) > 0 {
+				return &herald.ParkedError{Keys: parked}
+			}
+		}
+		var err error
+		n, err = tx.exec(ctx, `DELETE FROM `+d.q.table+` WHERE `+where, args...)
+		return err
+	})
+	var pe *herald.ParkedError
+	if errors.As(err, &pe) {
+		return 0, err
+	}
 	if err != nil {
 		return 0, fmt.Errorf("heraldpg: discarding dead events: %w", err)
 	}
 	return int(n), nil
+}
+
+// BlockedKeys implements herald.Admin.
+func (d *Driver) BlockedKeys(ctx context.Context, limit int) ([]herald.BlockedKey, error) {
+	if limit <= 0 {
+		limit = 100
+	}
+	keys, err := d.blockedKeys(ctx, d.db, d.q.blockedKeys, []any{limit})
+	if err != nil {
+		return nil, fmt.Errorf("heraldpg: listing blocked keys: %w", err)
+	}
+	return keys, nil
+}
+
+func (d *Driver) blockedKeys(ctx context.Context, c conn, sql string, args []any) ([]herald.BlockedKey, error) {
+	var out []herald.BlockedKey
+	err := c.query(ctx, sql, args, func(scan func(...any) error) error {
+		var k herald.BlockedKey
+		err := scan(&k.Topic, &k.Key, &k.EventID, &k.Since, &k.Waiting)
+		out = append(out, k)
+		return err
+	})
+	return out, err
 }

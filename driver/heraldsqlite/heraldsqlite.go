@@ -92,6 +92,8 @@ type Driver struct {
 	db    *sql.DB
 	names names
 	q     queries
+
+	cursor sqlstore.KeyCursor // where the last ordered claim's walk stopped
 }
 
 // New returns a driver over a database the caller owns (and closes),

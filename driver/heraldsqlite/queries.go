@@ -40,6 +40,39 @@ const (
 	RETURNING id, seq, topic, key, type, aggregate_type, aggregate_id,
 	          payload, headers, attempts, created_at`
 
+	// An ordered claim runs these in one transaction, which SQLite runs
+	// alone: no other writer can claim between them. nextKeySQL walks the
+	// keys with ready events in (topic, key) order; a key is taken when
+	// none of its events is claimed or parked (keyBlockedSQL); keyRunSQL
+	// lists its lowest ready events, of which the claim takes those before
+	// the first not yet available (none when the lowest is not). An unordered key takes its lowest available events
+	// (keyAvailableSQL). claimSeqsSQL then marks the chosen rows.
+	nextKeySQL = `SELECT topic, key FROM {{.Table}}
+	WHERE state = 'ready' AND (topic, key) > (?1, ?2)
+	ORDER BY topic, key LIMIT 1`
+	keyBlockedSQL = `SELECT EXISTS (SELECT 1 FROM {{.Table}}
+	WHERE (state = 'claimed' OR parked = 1) AND topic = ?1 AND key = ?2)`
+	keyRunSQL = `SELECT seq, available_at <= {{.Now}} FROM {{.Table}}
+	WHERE state = 'ready' AND topic = ?1 AND key = ?2
+	ORDER BY seq LIMIT ?3`
+	keyAvailableSQL = `SELECT seq, true FROM {{.Table}}
+	WHERE state = 'ready' AND topic = ?1 AND key = ?2 AND available_at <= {{.Now}}
+	ORDER BY seq LIMIT ?3`
+	claimSeqsSQL = `UPDATE {{.Table}}
+	SET state = 'claimed', claim_token = ?2, claimed_by = ?3,
+	    lease_until = {{.Now}} + ?4, attempts = attempts + 1
+	WHERE seq IN (SELECT value FROM json_each(?1)) AND state = 'ready'
+	RETURNING id, seq, topic, key, type, aggregate_type, aggregate_id,
+	          payload, headers, attempts, created_at`
+
+	// Parked keys: one row per dead event that parks its key, with the
+	// number of ready events waiting behind it.
+	blockedKeysSQL = `SELECT d.topic, d.key, d.id, d.dead_at,
+	       (SELECT count(*) FROM {{.Table}} w WHERE w.state = 'ready' AND w.topic = d.topic AND w.key = d.key)
+	FROM {{.Table}} d`
+	blockedKeysWhereSQL = ` AND d.parked = 1`
+	blockedKeysOrderSQL = ` ORDER BY d.dead_at, d.seq LIMIT ?`
+
 	// Acknowledgement when every event of a batch was confirmed: the
 	// common case, kept to one JSON array of ids.
 	publishSQL = `UPDATE {{.Table}}
@@ -47,23 +80,28 @@ const (
 	WHERE id IN (SELECT value FROM json_each(?1)) AND claim_token = ?2 AND state = 'claimed'`
 
 	// Acknowledgement of a batch with failures, still one statement. ?1 is
-	// a JSON array of [id, ok, error, delay_us, permanent, outage]. An
-	// outage refunds the claim's attempt; a failure is dead when permanent,
-	// out of attempts or past the max age. SET expressions see the row as
-	// it was before the update.
+	// a JSON array of [id, ok, error, delay_us, permanent, outage, held,
+	// park]. An outage refunds the claim's attempt; a failure is dead when
+	// permanent, out of attempts or past the max age, and then parks its
+	// key when asked to. An event held back behind a failed one of its key
+	// goes back to ready with its attempt refunded. SET expressions see the
+	// row as it was before the update.
 	completeSQL = `WITH f AS (
 		SELECT json_extract(value, '$[0]') AS id,
 		       json_extract(value, '$[1]') AS ok,
 		       json_extract(value, '$[2]') AS err,
 		       json_extract(value, '$[3]') AS delay_us,
 		       json_extract(value, '$[4]') AS permanent,
-		       json_extract(value, '$[5]') AS outage
+		       json_extract(value, '$[5]') AS outage,
+		       json_extract(value, '$[6]') AS held,
+		       json_extract(value, '$[7]') AS park
 		FROM json_each(?1)
 	), r AS (
-		SELECT o.seq, f.ok, f.err, f.delay_us, f.outage,
-		       NOT f.ok AND (f.permanent
-		                     OR (NOT f.outage AND ?3 > 0 AND o.attempts >= ?3)
-		                     OR (?4 > 0 AND o.created_at < {{.Now}} - ?4)) AS dead
+		SELECT o.seq, f.ok, f.err, f.delay_us, f.outage, f.held, f.park,
+		       NOT f.ok AND NOT f.held
+		       AND (f.permanent
+		            OR (NOT f.outage AND ?3 > 0 AND o.attempts >= ?3)
+		            OR (?4 > 0 AND o.created_at < {{.Now}} - ?4)) AS dead
 		FROM f JOIN {{.Table}} o ON o.id = f.id
 		WHERE o.claim_token = ?2 AND o.state = 'claimed'
 	)
@@ -71,13 +109,16 @@ const (
 	SET state = CASE WHEN r.ok THEN 'published' WHEN r.dead THEN 'dead' ELSE 'ready' END,
 	    published_at = CASE WHEN r.ok THEN {{.Now}} END,
 	    dead_at = CASE WHEN r.dead THEN {{.Now}} END,
-	    available_at = CASE WHEN r.ok OR r.dead THEN o.available_at ELSE {{.Now}} + r.delay_us END,
-	    attempts = CASE WHEN r.outage THEN o.attempts - 1 ELSE o.attempts END,
-	    last_error = CASE WHEN r.ok THEN o.last_error ELSE r.err END,
+	    parked = CASE WHEN r.dead AND r.park THEN 1 ELSE 0 END,
+	    available_at = CASE WHEN r.ok OR r.dead THEN o.available_at
+	                        WHEN r.held THEN {{.Now}}
+	                        ELSE {{.Now}} + r.delay_us END,
+	    attempts = CASE WHEN r.outage OR r.held THEN o.attempts - 1 ELSE o.attempts END,
+	    last_error = CASE WHEN r.ok OR r.held THEN o.last_error ELSE r.err END,
 	    claim_token = NULL, lease_until = NULL
 	FROM r
 	WHERE o.seq = r.seq AND o.claim_token = ?2 AND o.state = 'claimed'
-	RETURNING id, state`
+	RETURNING id, state, parked`
 
 	releaseSQL = `UPDATE {{.Table}}
 	SET state = 'ready', attempts = max(attempts - 1, 0), claim_token = NULL, lease_until = NULL
@@ -111,7 +152,7 @@ const (
 
 	eventColumns = `id, seq, topic, key, type, aggregate_type, aggregate_id, payload, headers,
 	attempts, created_at, state, available_at, lease_until, coalesce(claimed_by, ''),
-	published_at, dead_at, coalesce(last_error, '')`
+	published_at, dead_at, coalesce(last_error, ''), parked`
 
 	// The admin's row selections, with positional parameters so that the
 	// listing's limit simply follows them: the state, then the ids (a JSON
@@ -124,13 +165,14 @@ const (
 	listEventsSQL = `SELECT ` + eventColumns + ` FROM {{.Table}}`
 	listOrderSQL  = ` ORDER BY seq LIMIT ?`
 	requeueSQL    = `UPDATE {{.Table}}
-	SET state = 'ready', attempts = 0, available_at = {{.Now}}, dead_at = NULL`
+	SET state = 'ready', attempts = 0, available_at = {{.Now}}, dead_at = NULL, parked = 0`
 	discardSQL = `DELETE FROM {{.Table}}`
 )
 
 type queries struct {
 	insertPrefix, insertTuple                                          string
 	claim, publish, complete, release, rescue, deletePublished, status string
+	nextKey, keyBlocked, keyRun, keyAvailable, claimSeqs, blockedKeys  string
 	getEvent, listEvents, requeue, discard                             string
 }
 
@@ -139,6 +181,12 @@ func newQueries(n names) queries {
 		insertPrefix:    n.render(insertPrefixSQL),
 		insertTuple:     n.render(insertTupleSQL),
 		claim:           n.render(claimSQL),
+		nextKey:         n.render(nextKeySQL),
+		keyAvailable:    n.render(keyAvailableSQL),
+		keyBlocked:      n.render(keyBlockedSQL),
+		keyRun:          n.render(keyRunSQL),
+		claimSeqs:       n.render(claimSeqsSQL),
+		blockedKeys:     n.render(blockedKeysSQL),
 		publish:         n.render(publishSQL),
 		complete:        n.render(completeSQL),
 		release:         n.render(releaseSQL),

@@ -5,8 +5,10 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -25,12 +27,139 @@ func (d *Driver) Claim(ctx context.Context, p herald.ClaimParams) ([]herald.Enve
 	if err := checkLimit(p.Limit); err != nil {
 		return nil, err
 	}
-	rows, err := d.db.QueryContext(ctx, d.q.claim, p.Limit, p.Token, p.Owner, p.Lease.Microseconds())
+	if p.Limit == 0 {
+		return nil, nil
+	}
+	var (
+		envs []herald.Envelope
+		err  error
+	)
+	if p.Unordered {
+		envs, err = claimRows(ctx, d.db, d.q.claim, p.Limit, p.Token, p.Owner, p.Lease.Microseconds())
+	} else {
+		envs, err = d.claimOrdered(ctx, p)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("heraldsqlite: claiming: %w", err)
 	}
+	// RETURNING comes in no particular order; publish in write order, which
+	// is each key's order.
+	slices.SortFunc(envs, func(a, b herald.Envelope) int { return cmp.Compare(a.Seq, b.Seq) })
+	return envs, nil
+}
+
+// walkKeysFactor bounds the keys one ordered claim visits, as a multiple of
+// its limit; the cursor makes the next claim go on from there.
+const walkKeysFactor = 2
+
+// claimOrdered walks the keys with ready events from where the last claim
+// stopped and claims each free key's lowest available events, all in one
+// transaction (see nextKeySQL).
+func (d *Driver) claimOrdered(ctx context.Context, p herald.ClaimParams) ([]herald.Envelope, error) {
+	perKey := p.PerKey
+	if perKey <= 0 || perKey > p.Limit {
+		perKey = p.Limit
+	}
+	maxKeys := max(walkKeysFactor*p.Limit, 64)
+	tx, err := d.db.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = tx.Rollback() }()
+
+	var (
+		seqs []int64
+		seen = map[[2]string]bool{}
+	)
+	err = d.cursor.Walk(maxKeys, p.Limit, func(from [2]string) (visited, rows int, last [2]string, err error) {
+		k := from
+		for visited < maxKeys && len(seqs) < p.Limit {
+			err := tx.QueryRowContext(ctx, d.q.nextKey, k[0], k[1]).Scan(&k[0], &k[1])
+			if errors.Is(err, sql.ErrNoRows) {
+				break
+			}
+			if err != nil {
+				return 0, 0, last, err
+			}
+			visited, last = visited+1, k
+			if seen[k] {
+				continue
+			}
+			seen[k] = true
+			run, err := d.keyRun(ctx, tx, k, perKey, k[1] == "" || slices.Contains(p.UnorderedTopics, k[0]))
+			if err != nil {
+				return 0, 0, last, err
+			}
+			run = run[:min(len(run), p.Limit-len(seqs))]
+			seqs = append(seqs, run...)
+			rows += len(run)
+		}
+		return visited, len(seqs), last, nil
+	})
+	if err != nil || len(seqs) == 0 {
+		return nil, err
+	}
+	envs, err := claimRows(ctx, tx, d.q.claimSeqs, jsonArray(seqs), p.Token, p.Owner, p.Lease.Microseconds())
+	if err != nil {
+		return nil, err
+	}
+	return envs, tx.Commit()
+}
+
+// keyRun returns the sequence numbers of key's events to claim: for an
+// ordered key nothing when one of its events is claimed or parked or its
+// lowest ready event is not yet available, else its lowest ready events up
+// to the first not yet available; for an unordered key its available ready
+// events. At most perKey either way.
+func (d *Driver) keyRun(ctx context.Context, tx *sql.Tx, k [2]string, perKey int, unordered bool) ([]int64, error) {
+	if !unordered {
+		var blocked bool
+		if err := tx.QueryRowContext(ctx, d.q.keyBlocked, k[0], k[1]).Scan(&blocked); err != nil {
+			return nil, err
+		}
+		if blocked {
+			return nil, nil
+		}
+	}
+	query := d.q.keyRun
+	if unordered {
+		query = d.q.keyAvailable
+	}
+	rows, err := tx.QueryContext(ctx, query, k[0], k[1], perKey)
+	if err != nil {
+		return nil, err
+	}
 	defer rows.Close()
-	envs := make([]herald.Envelope, 0, p.Limit)
+	var run []int64
+	for rows.Next() {
+		var (
+			seq       int64
+			available bool
+		)
+		if err := rows.Scan(&seq, &available); err != nil {
+			return nil, err
+		}
+		if !available {
+			break
+		}
+		run = append(run, seq)
+	}
+	return run, rows.Err()
+}
+
+// queryer is what a *sql.DB and a *sql.Tx have in common for a claim.
+type queryer interface {
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+}
+
+// claimRows runs a claim statement and scans the envelopes it returns.
+func claimRows(ctx context.Context, q queryer, query string, args ...any) ([]herald.Envelope, error) {
+	rows, err := q.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var envs []herald.Envelope
 	for rows.Next() {
 		var (
 			e       herald.Envelope
@@ -39,18 +168,13 @@ func (d *Driver) Claim(ctx context.Context, p herald.ClaimParams) ([]herald.Enve
 		)
 		if err := rows.Scan(&e.ID, &e.Seq, &e.Topic, &e.Key, &e.Type, &e.AggregateType, &e.AggregateID,
 			&e.Payload, &headers, &e.Attempt, &created); err != nil {
-			return nil, fmt.Errorf("heraldsqlite: claiming: %w", err)
+			return nil, err
 		}
 		e.Headers = sqlstore.DecodeHeaders(headers)
 		e.CreatedAt = time.UnixMicro(created)
 		envs = append(envs, e)
 	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("heraldsqlite: claiming: %w", err)
-	}
-	// RETURNING comes in no particular order; publish in write order.
-	slices.SortFunc(envs, func(a, b herald.Envelope) int { return cmp.Compare(a.Seq, b.Seq) })
-	return envs, nil
+	return envs, rows.Err()
 }
 
 // checkLimit refuses a negative limit, which SQLite would take as no limit
@@ -90,13 +214,17 @@ func (d *Driver) Complete(ctx context.Context, p herald.CompleteParams) (herald.
 		res.Published = int(n)
 		return res, nil
 	}
-	// One [id, ok, error, delay_us, permanent, outage] per event.
-	outcomes := make([][6]any, 0, len(p.Published)+len(p.Failed))
+	// One [id, ok, error, delay_us, permanent, outage, held, park] per event.
+	outcomes := make([][8]any, 0, len(p.Published)+len(p.Failed))
 	for _, id := range p.Published {
-		outcomes = append(outcomes, [6]any{id, true, "", 0, false, false})
+		outcomes = append(outcomes, [8]any{id, true, "", 0, false, false, false, false})
 	}
+	held := map[string]bool{}
 	for _, f := range p.Failed {
-		outcomes = append(outcomes, [6]any{f.ID, false, f.Error, f.Delay.Microseconds(), f.Permanent, f.Outage})
+		outcomes = append(outcomes, [8]any{f.ID, false, f.Error, f.Delay.Microseconds(), f.Permanent, f.Outage, f.HeldBack, f.Park})
+		if f.HeldBack {
+			held[strings.ToLower(f.ID)] = true
+		}
 	}
 	rows, err := d.db.QueryContext(ctx, d.q.complete, jsonArray(outcomes), p.Token,
 		p.Policy.MaxAttempts, p.Policy.MaxAge.Microseconds())
@@ -105,15 +233,23 @@ func (d *Driver) Complete(ctx context.Context, p herald.CompleteParams) (herald.
 	}
 	defer rows.Close()
 	for rows.Next() {
-		var id, state string
-		if err := rows.Scan(&id, &state); err != nil {
+		var (
+			id, state string
+			parks     bool
+		)
+		if err := rows.Scan(&id, &state, &parks); err != nil {
 			return res, fmt.Errorf("heraldsqlite: acknowledging batch: %w", err)
 		}
-		switch herald.State(state) {
-		case herald.StatePublished:
+		switch {
+		case herald.State(state) == herald.StatePublished:
 			res.Published++
-		case herald.StateDead:
+		case herald.State(state) == herald.StateDead:
 			res.Dead = append(res.Dead, id)
+			if parks {
+				res.Parked = append(res.Parked, id)
+			}
+		case held[id]:
+			res.HeldBack++
 		default:
 			res.Retried++
 		}
@@ -285,7 +421,7 @@ func scanEvent(rows *sql.Rows) (herald.EventRow, error) {
 	)
 	err := rows.Scan(&e.ID, &e.Seq, &e.Topic, &e.Key, &e.Type, &e.AggregateType, &e.AggregateID,
 		&e.Payload, &headers, &e.Attempt, &created, &state, &available, &lease,
-		&e.ClaimedBy, &published, &dead, &e.LastError)
+		&e.ClaimedBy, &published, &dead, &e.LastError, &e.Parked)
 	e.State = herald.State(state)
 	e.Headers = sqlstore.DecodeHeaders(headers)
 	e.CreatedAt = time.UnixMicro(created)
@@ -316,16 +452,73 @@ func (d *Driver) RequeueDead(ctx context.Context, f herald.EventFilter) (int, er
 	return n, nil
 }
 
-// DiscardDead implements herald.Admin.
+// DiscardDead implements herald.Admin. Without f.Resume it first checks,
+// in the same transaction, that no selected row parks its key.
 func (d *Driver) DiscardDead(ctx context.Context, f herald.EventFilter) (int, error) {
 	f.State = herald.StateDead
 	where, args, _, err := filterSQL(f)
 	if err != nil {
 		return 0, err
 	}
-	n, err := d.exec(ctx, d.q.discard+where, args...)
+	tx, err := d.db.BeginTx(ctx, nil)
 	if err != nil {
 		return 0, fmt.Errorf("heraldsqlite: discarding dead events: %w", err)
 	}
-	return n, nil
+	defer func() { _ = tx.Rollback() }()
+	if !f.Resume {
+		// The selection's columns are unqualified; d is the only table in
+		// the outer query.
+		parked, err := blockedKeys(ctx, tx, d.q.blockedKeys+where+blockedKeysWhereSQL+blockedKeysOrderSQL, append(args, 100)...)
+		if err != nil {
+			return 0, fmt.Errorf("heraldsqlite: discarding dead events: %w", err)
+		}
+		if len(parked) > 0 {
+			return 0, &herald.ParkedError{Keys: parked}
+		}
+	}
+	r, err := tx.ExecContext(ctx, d.q.discard+where, args...)
+	if err != nil {
+		return 0, fmt.Errorf("heraldsqlite: discarding dead events: %w", err)
+	}
+	n, err := r.RowsAffected()
+	if err == nil {
+		err = tx.Commit()
+	}
+	if err != nil {
+		return 0, fmt.Errorf("heraldsqlite: discarding dead events: %w", err)
+	}
+	return int(n), nil
+}
+
+// BlockedKeys implements herald.Admin.
+func (d *Driver) BlockedKeys(ctx context.Context, limit int) ([]herald.BlockedKey, error) {
+	if limit <= 0 {
+		limit = 100
+	}
+	keys, err := blockedKeys(ctx, d.db, d.q.blockedKeys+` WHERE d.state = 'dead'`+blockedKeysWhereSQL+blockedKeysOrderSQL, limit)
+	if err != nil {
+		return nil, fmt.Errorf("heraldsqlite: listing blocked keys: %w", err)
+	}
+	return keys, nil
+}
+
+func blockedKeys(ctx context.Context, q queryer, query string, args ...any) ([]herald.BlockedKey, error) {
+	rows, err := q.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []herald.BlockedKey
+	for rows.Next() {
+		var (
+			k     herald.BlockedKey
+			since int64
+		)
+		if err := rows.Scan(&k.Topic, &k.Key, &k.EventID, &since, &k.Waiting); err != nil {
+			return nil, err
+		}
+		k.Since = time.UnixMicro(since)
+		out = append(out, k)
+	}
+	return out, rows.Err()
 }

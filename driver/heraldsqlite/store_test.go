@@ -32,7 +32,7 @@ func TestStore(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 
-	t.Run("ClaimTakesDueReadyRowsOldestFirstWithALease", func(t *testing.T) {
+	t.Run("UnorderedClaimTakesDueReadyRowsOldestFirstWithALease", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 		ids := b.write(t, herald.Message{Topic: "a", Headers: map[string]string{"X-A": "1"}},
@@ -41,7 +41,9 @@ func TestStore(t *testing.T) {
 		// An older available_at comes first, whatever the seq.
 		b.exec(t, `UPDATE herald_outbox SET available_at = available_at - 1000000 WHERE id = ?`, ids[2])
 
-		token, envs := claim(t, b, 2)
+		token := herald.NewID()
+		envs, err := b.driver.Claim(ctx, herald.ClaimParams{Token: token, Owner: "host/1", Limit: 2, Lease: time.Minute, Unordered: true})
+		require.NoError(t, err)
 		require.Equal(t, []string{ids[0], ids[2]}, envIDs(envs), "returned in seq order")
 		require.Less(t, envs[0].Seq, envs[1].Seq)
 		require.Equal(t, 1, envs[0].Attempt)

@@ -13,6 +13,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/google/uuid"
 
@@ -145,4 +146,47 @@ func CheckVersion(table string, have, latest int) error {
 		return fmt.Errorf("outbox table %s is at schema version %d, newer than this Herald knows (%d): upgrade Herald", table, have, latest)
 	}
 	return nil
+}
+
+// KeyCursor remembers where an ordered claim's walk over the keys stopped,
+// so that the next claim goes on from there and every key gets its turn.
+// The zero value starts at the first key.
+type KeyCursor struct {
+	mu sync.Mutex
+	at [2]string // topic and key; both empty before the first key
+}
+
+// KeyPass is one walk over keys in (topic, key) order, starting after from.
+// It reports how many keys it visited, how many rows it found to claim and
+// the last key it visited.
+type KeyPass func(from [2]string) (visited, rows int, last [2]string, err error)
+
+// Walk runs pass from the cursor. A pass that runs out of keys before
+// visiting maxKeys or finding limit rows is followed by one more from the
+// first key, so a claim never comes back empty only because the cursor was
+// near the end. The cursor moves to where the walk stopped.
+func (c *KeyCursor) Walk(maxKeys, limit int, pass KeyPass) error {
+	c.mu.Lock()
+	from := c.at
+	c.mu.Unlock()
+	wrapped := from == [2]string{}
+	for {
+		visited, rows, last, err := pass(from)
+		if err != nil {
+			return err
+		}
+		if visited >= maxKeys || rows >= limit {
+			c.mu.Lock()
+			c.at = last
+			c.mu.Unlock()
+			return nil
+		}
+		if wrapped {
+			c.mu.Lock()
+			c.at = [2]string{}
+			c.mu.Unlock()
+			return nil
+		}
+		wrapped, from = true, [2]string{}
+	}
 }

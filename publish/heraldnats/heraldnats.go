@@ -4,6 +4,16 @@
 // Nats-Msg-Id set to the event id: a republished event (the relay delivers
 // at least once) that reaches the stream within its duplicate window is
 // dropped there, so consumers see it once.
+//
+// A batch is published pipelined: every message is sent before the first
+// PubAck is awaited, and JetStream stores the messages of one connection in
+// the order they were sent, so the events of one key reach the stream in
+// batch order. An event the client refuses before sending (a payload over
+// the server's limit, a subject no stream can hold) holds back the later
+// events of its key in the batch, which are reported with herald.ErrHeldBack
+// and not sent. An event whose PubAck reports a failure after later events
+// of its key were already sent cannot be taken back: those later events are
+// on the stream, and are reported as published.
 package heraldnats
 
 import (
@@ -151,16 +161,29 @@ func (p *Publisher) Publish(ctx context.Context, batch []herald.Envelope) error 
 
 	errs := make([]error, len(batch))
 	futures := make([]jetstream.PubAckFuture, len(batch))
+	var failedKeys map[[2]string]bool // keys with an event refused before sending
 	for i := range batch {
+		env := &batch[i]
+		k := [2]string{env.Topic, env.Key}
+		if env.Key != "" && failedKeys[k] {
+			errs[i] = herald.ErrHeldBack
+			continue
+		}
 		if ctx.Err() != nil {
 			errs[i] = unconfirmed(ctx)
 			continue
 		}
-		f, err := p.publishAsync(ctx, &batch[i])
+		f, err := p.publishAsync(ctx, env)
 		if connectionLost(err) {
 			return fmt.Errorf("heraldnats: connection lost during publish: %w", err)
 		}
 		futures[i], errs[i] = f, err
+		if err != nil && env.Key != "" {
+			if failedKeys == nil {
+				failedKeys = map[[2]string]bool{}
+			}
+			failedKeys[k] = true
+		}
 	}
 
 	duplicates := 0
