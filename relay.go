@@ -402,6 +402,13 @@ func (r *Relay) process(token string, claimedAt time.Time, batch []Envelope) {
 			"error", params.Failed[0].Error)
 	}
 
+	if !time.Now().Before(deadline) && len(params.Published)+len(params.Failed)+len(release) > 0 {
+		// Paused or starved past the lease: the token check would change
+		// nothing, and the rows are the rescuer's now.
+		r.log.Warn("lease expired before acknowledging; leaving the batch to the rescuer",
+			"rows", len(batch), "claim_token", token)
+		return
+	}
 	if len(params.Published) > 0 || len(params.Failed) > 0 {
 		var res CompleteResult
 		err := r.retryStore(deadline, "acknowledging batch", func(ctx context.Context) (err error) {

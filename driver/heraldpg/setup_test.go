@@ -20,6 +20,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	runOrderChildIfAsked()
 	heraldtest.Main(m)
 }
 
