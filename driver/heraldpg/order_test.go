@@ -9,9 +9,11 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -420,4 +422,104 @@ func TestOrderedRelayProcessesSurviveKillAndPause(t *testing.T) {
 
 func slogToStderr() *slog.Logger {
 	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+}
+
+func TestLateCommitIsDeliveredAfterWhatItsKeyPublished(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+
+	// Transaction A writes first, so its event has the lower seq, and stays
+	// open while B's events of the same key commit.
+	txA, err := b.pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = txA.Rollback(ctx) }()
+	late := herald.Message{ID: herald.NewID(), Topic: "orders", Key: "k", Payload: []byte(`{}`)}
+	require.NoError(t, b.writer.WriteTx(ctx, txA, late))
+	early := b.write(t, herald.Message{Topic: "orders", Key: "k", Payload: []byte(`{}`)},
+		herald.Message{Topic: "orders", Key: "k", Payload: []byte(`{}`)})
+
+	// The relay's first publish of key k waits at a gate.
+	rec := newRecorder()
+	entered, gate := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	pub := herald.PublisherFunc(func(ctx context.Context, batch []herald.Envelope) error {
+		once.Do(func() {
+			close(entered)
+			<-gate
+		})
+		return rec.Publish(ctx, batch)
+	})
+	b.startRelay(t, pub, nil)
+	<-entered
+
+	// A commits while its key is in flight: its event is now the key's
+	// lowest ready one, yet no claim may take it until the flight lands.
+	require.NoError(t, txA.Commit(ctx))
+	envs, err := b.driver.Claim(ctx, herald.ClaimParams{Token: herald.NewID(), Owner: "test", Limit: 10, Lease: time.Minute})
+	require.NoError(t, err)
+	require.Empty(t, envs, "key k is in flight: the late event must wait")
+
+	close(gate)
+	all := append(slices.Clone(early), late.ID)
+	requireAllDeliveredOnce(t, rec, all)
+	require.Equal(t, all, rec.orderOf(all...), "delivered in commit order, the late commit last, not skipped")
+}
+
+func TestPoisonEventParksOnlyItsKeyUntilRequeued(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	var msgs []herald.Message
+	for i := range 400 {
+		msgs = append(msgs, herald.Message{Topic: "orders", Key: fmt.Sprintf("k%02d", i%40), Payload: []byte(`{}`)})
+	}
+	ids := b.write(t, msgs...)
+	var poisoned []string // key k07, from its third event on
+	for i, m := range msgs {
+		if m.Key == "k07" {
+			poisoned = append(poisoned, ids[i])
+		}
+	}
+	poisoned = poisoned[2:]
+	poison := poisoned[0]
+
+	var cured atomic.Bool
+	rec := newRecorder()
+	rec.Fail = func(env herald.Envelope, _ int) error {
+		if env.ID == poison && !cured.Load() {
+			return herald.Permanent(errors.New("schema registry refuses this payload"))
+		}
+		return nil
+	}
+	b.startRelay(t, rec, func(c *herald.RelayConfig) { c.MaxInFlight = 4; c.BatchSize = 30 })
+
+	var others []string
+	for _, id := range ids {
+		if !contains(poisoned, id) {
+			others = append(others, id)
+		}
+	}
+	requireAllDeliveredOnce(t, rec, others)
+	require.Eventually(t, func() bool { return b.row(t, poison).State == herald.StateDead }, 10*time.Second, 5*time.Millisecond)
+
+	blocked, err := b.driver.BlockedKeys(ctx, 10)
+	require.NoError(t, err)
+	require.Len(t, blocked, 1)
+	require.Equal(t, herald.BlockedKey{Topic: "orders", Key: "k07", EventID: poison, Waiting: int64(len(poisoned) - 1),
+		Since: blocked[0].Since}, blocked[0])
+	for _, id := range poisoned[1:] {
+		require.Equal(t, herald.StateReady, b.row(t, id).State, "waiting behind the parked event")
+		require.Zero(t, rec.count(id))
+	}
+
+	cured.Store(true)
+	n, err := b.driver.RequeueDead(ctx, herald.EventFilter{IDs: []string{poison}})
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	requireAllDeliveredOnce(t, rec, poisoned)
+	require.Equal(t, poisoned, rec.orderOf(poisoned...), "the parked key resumed in order")
+	blocked, err = b.driver.BlockedKeys(ctx, 10)
+	require.NoError(t, err)
+	require.Empty(t, blocked)
 }

@@ -67,8 +67,7 @@ const (
 				      ORDER BY h.seq LIMIT 1) > now() THEN false
 				WHEN EXISTS (SELECT 1 FROM {{.Table}} b
 				             WHERE (b.state = 'claimed' OR b.parked) AND b.topic = nx.topic AND b.key = nx.key) THEN false
-				ELSE pg_try_advisory_xact_lock($7::integer, hashtext(nx.topic || E'
-' || nx.key))
+				ELSE pg_try_advisory_xact_lock($7::integer, hashtext(nx.topic || E'\n' || nx.key))
 			END AS ok
 		) c
 		CROSS JOIN LATERAL (

@@ -127,12 +127,15 @@ func (b *bundle) startRelay(t *testing.T, pub herald.Publisher, mod func(*herald
 }
 
 // recorder is a Publisher that records every confirmed delivery. Fail, when
-// set, decides per envelope: a non-nil error fails that envelope.
+// set, decides per envelope: a non-nil error fails that envelope, and holds
+// back the later events of its key in the batch, as the Publisher contract
+// asks.
 type recorder struct {
 	mu        sync.Mutex
 	delivered map[string]int
 	envs      map[string]herald.Envelope
 	attempts  map[string]int
+	order     []string // ids in delivery order
 	Fail      func(env herald.Envelope, attempt int) error
 }
 
@@ -145,16 +148,23 @@ func (r *recorder) Publish(ctx context.Context, batch []herald.Envelope) error {
 	defer r.mu.Unlock()
 	errs := make([]error, len(batch))
 	failed := false
+	failedKeys := map[string]bool{}
 	for i, env := range batch {
+		if env.Key != "" && failedKeys[env.Key] {
+			errs[i] = herald.ErrHeldBack
+			continue
+		}
 		r.attempts[env.ID]++
 		if r.Fail != nil {
 			if err := r.Fail(env, r.attempts[env.ID]); err != nil {
 				errs[i], failed = err, true
+				failedKeys[env.Key] = true
 				continue
 			}
 		}
 		r.delivered[env.ID]++
 		r.envs[env.ID] = env
+		r.order = append(r.order, env.ID)
 	}
 	if failed {
 		return &herald.BatchError{Errs: errs}
@@ -172,6 +182,19 @@ func (r *recorder) env(id string) herald.Envelope {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.envs[id]
+}
+
+// orderOf returns the delivered ids among ids, in delivery order.
+func (r *recorder) orderOf(ids ...string) []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []string
+	for _, id := range r.order {
+		if contains(ids, id) {
+			out = append(out, id)
+		}
+	}
+	return out
 }
 
 // total returns how many distinct events were delivered and how many
