@@ -29,7 +29,8 @@ var commands = []*command{
 	{name: "dead list", args: "[--topic T | --all] [--limit N] [--json]", summary: "list dead events (default --all)", setup: setupDeadList},
 	{name: "dead show", args: "ID [--json]", summary: "show one event: headers, payload, attempts, last error", setup: setupDeadShow},
 	{name: "dead requeue", args: "(ID... | --topic T | --all)", summary: "make dead events ready again, attempts reset", setup: setupDeadRequeue},
-	{name: "dead discard", args: "(ID... | --topic T | --all)", summary: "delete dead events", setup: setupDeadDiscard},
+	{name: "dead discard", args: "(ID... | --topic T | --all) [--resume]", summary: "delete dead events; --resume lets the keys they hold back go on", setup: setupDeadDiscard},
+	{name: "keys blocked", args: "[--limit N] [--json]", summary: "keys parked behind a dead event: topic, key, dead event, waiting count, since", setup: setupKeysBlocked},
 	{name: "demo", args: "[flags]", summary: "the whole pattern on SQLite and an embedded NATS, faults included", setup: setupDemo},
 }
 
@@ -131,6 +132,8 @@ func help(args []string, stdout, stderr io.Writer) int {
 	switch name {
 	case "bench":
 		return bench.Main(context.Background(), []string{"-h"}, stdout, stderr)
+	case "keys":
+		return help([]string{"keys", "blocked"}, stdout, stderr)
 	case "dead":
 		for i, c := range commands {
 			if strings.HasPrefix(c.name, "dead ") {

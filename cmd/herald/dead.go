@@ -243,8 +243,11 @@ func setupDeadRequeue(f *flagSet) func(context.Context, *invocation) error {
 }
 
 func setupDeadDiscard(f *flagSet) func(context.Context, *invocation) error {
+	resume := f.LocalBool("resume", "also discard dead events that hold back their key, letting the key's waiting events go on")
 	return setupDeadChange(f, "discarded", func(ctx context.Context, a herald.Admin, fl herald.EventFilter) (int, error) {
-		return a.DiscardDead(ctx, fl)
+		fl.Resume = *resume
+		n, err := a.DiscardDead(ctx, fl)
+		return n, parkedError(err)
 	})
 }
 

@@ -309,3 +309,51 @@ func TestRelayWithUnreachableBrokerDoesNotPrintItsPassword(t *testing.T) {
 		require.Equal(t, 1, strings.Count(r.stderr, "\n"), "one line on stderr: %q", r.stderr)
 	}
 }
+
+func TestKeysBlockedAndDiscardWithResume(t *testing.T) {
+	t.Parallel()
+	d := setup(t)
+	// Key k1 is parked behind a dead event with two events waiting; k2's
+	// dead event parks nothing.
+	d.exec(t, `INSERT INTO %s.herald_outbox (id, topic, key, payload, state, dead_at, last_error, parked) VALUES
+		('11111111-1111-4111-8111-111111111111', 'orders', 'k1', 'x', 'dead', now(), 'poison', true),
+		('22222222-2222-4222-8222-222222222222', 'orders', 'k2', 'x', 'dead', now(), 'poison', false)`)
+	d.exec(t, `INSERT INTO %s.herald_outbox (topic, key, payload) VALUES ('orders', 'k1', 'x'), ('orders', 'k1', 'x')`)
+
+	r := d.cli(t, "keys", "blocked")
+	require.Equal(t, 0, r.code, r)
+	require.Regexp(t, `orders\s+k1\s+11111111-1111-4111-8111-111111111111\s+2\s`, r.stdout)
+	require.NotContains(t, r.stdout, "k2")
+	require.Contains(t, r.stdout, "1 blocked key\n")
+
+	r = d.cli(t, "keys", "blocked", "--json")
+	require.Equal(t, 0, r.code, r)
+	var out keysBlockedJSON
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &out))
+	require.Len(t, out.Keys, 1)
+	require.Equal(t, blockedKeyJSON{Topic: "orders", Key: "k1", DeadEventID: "11111111-1111-4111-8111-111111111111",
+		Waiting: 2, Since: out.Keys[0].Since}, out.Keys[0])
+	require.WithinDuration(t, time.Now(), out.Keys[0].Since, time.Minute)
+
+	// Without --resume, a discard that would let k1 go on is refused whole.
+	r = d.cli(t, "dead", "discard", "--all")
+	require.Equal(t, 1, r.code, r)
+	require.Contains(t, r.stderr, `dead event 11111111-1111-4111-8111-111111111111 holds back key "k1" of topic "orders" (2 events waiting)`)
+	require.Contains(t, r.stderr, "pass --resume")
+	r = d.cli(t, "dead", "list", "--json")
+	require.Equal(t, 0, r.code, r)
+	var list deadListJSON
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &list))
+	require.Len(t, list.Events, 2, "nothing was discarded")
+
+	r = d.cli(t, "dead", "discard", "22222222-2222-4222-8222-222222222222")
+	require.Equal(t, 0, r.code, r)
+	require.Contains(t, r.stdout, "discarded 1 dead event")
+
+	r = d.cli(t, "dead", "discard", "--resume", "11111111-1111-4111-8111-111111111111")
+	require.Equal(t, 0, r.code, r)
+	require.Contains(t, r.stdout, "discarded 1 dead event")
+	r = d.cli(t, "keys", "blocked")
+	require.Equal(t, 0, r.code, r)
+	require.Equal(t, "no blocked keys\n", r.stdout)
+}

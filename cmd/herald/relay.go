@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -27,6 +28,8 @@ type relayFlags struct {
 	natsStream, natsSubjects, natsPrefix             *string
 	natsMaxPending                                   *int
 	natsAckTimeout                                   *time.Duration
+	ordering, unorderedTopics, skipDeadTopics        *string
+	maxPerKey                                        *int
 }
 
 func addRelayFlags(f *flagSet) *relayFlags {
@@ -52,6 +55,12 @@ func addRelayFlags(f *flagSet) *relayFlags {
 		natsPrefix:      f.String("nats-subject-prefix", "", "`prefix` joined to every topic with a dot to make the subject"),
 		natsMaxPending:  f.Int("nats-max-pending", 4096, "at most `N` messages await a PubAck"),
 		natsAckTimeout:  f.Duration("nats-ack-timeout", 30*time.Second, "a message waits this `duration` for its PubAck"),
+		ordering: f.String("ordering", "ordered", "`mode`: ordered publishes each key's events in commit order, one relay at a time per key; "+
+			"unordered claims by age alone, for throughput-first deployments"),
+		unorderedTopics: f.String("unordered-topics", "", "comma-separated `topics` claimed by age alone even when ordered"),
+		skipDeadTopics: f.String("skip-dead-topics", "", "comma-separated `topics` whose dead events do not park their key "+
+			"(elsewhere a dead event holds back its key until requeued or discarded)"),
+		maxPerKey: f.Int("max-per-key", 0, "claim and publish (pipelined) up to `N` events of one key together; 0 means --batch-size"),
 	}
 }
 
@@ -86,7 +95,32 @@ func (r *relayFlags) relayConfig(inv *invocation) (*herald.RelayConfig, *heraldn
 		return nil, nil, usagef("%s (%s) must not be below %s (%s)", label("retry-cap"), *r.retryCap,
 			label("retry-base"), *r.retryBase)
 	}
+	if *r.maxPerKey < 0 || *r.maxPerKey > *r.batchSize {
+		return nil, nil, usagef("%s: %d is not between 0 and %s (%d)", label("max-per-key"), *r.maxPerKey,
+			label("batch-size"), *r.batchSize)
+	}
+	var unordered bool
+	switch *r.ordering {
+	case "ordered":
+	case "unordered":
+		unordered = true
+	default:
+		return nil, nil, usagef("%s: %q is not ordered or unordered", label("ordering"), clean(*r.ordering))
+	}
+	unorderedTopics, err := topicList(label("unordered-topics"), *r.unorderedTopics)
+	if err != nil {
+		return nil, nil, err
+	}
+	skipDeadTopics, err := topicList(label("skip-dead-topics"), *r.skipDeadTopics)
+	if err != nil {
+		return nil, nil, err
+	}
+	if unordered && len(unorderedTopics)+len(skipDeadTopics) > 0 {
+		return nil, nil, usagef("%s and %s only apply with %s ordered", label("unordered-topics"),
+			label("skip-dead-topics"), label("ordering"))
+	}
 	rc := &herald.RelayConfig{
+		Unordered: unordered, UnorderedTopics: unorderedTopics, SkipDeadTopics: skipDeadTopics, MaxPerKey: *r.maxPerKey,
 		BatchSize: *r.batchSize, MaxInFlight: *r.maxInFlight, Lease: *r.lease,
 		PublishTimeout: *r.publishTimeout, PollInterval: *r.pollInterval, IdlePollInterval: *r.idlePoll,
 		Retry: herald.RetryPolicy{
@@ -125,6 +159,23 @@ func (r *relayFlags) relayConfig(inv *invocation) (*herald.RelayConfig, *heraldn
 		return nil, nil, usagef("%s is only used with --nats-create-stream", label("nats-stream-subjects"))
 	}
 	return rc, nc, nil
+}
+
+// topicList splits a comma-separated list of topics, refusing empty ones
+// and control characters.
+func topicList(label, raw string) ([]string, error) {
+	if strings.TrimSpace(raw) == "" {
+		return nil, nil
+	}
+	var topics []string
+	for _, t := range strings.Split(raw, ",") {
+		t = strings.TrimSpace(t)
+		if t == "" || strings.ContainsFunc(t, unicode.IsControl) {
+			return nil, usagef("%s: %q is not a list of topics (comma-separated, none empty)", label, clean(raw))
+		}
+		topics = append(topics, t)
+	}
+	return topics, nil
 }
 
 var (

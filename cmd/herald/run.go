@@ -85,11 +85,22 @@ func runWith(ctx context.Context, sys system, args []string, stdout, stderr io.W
 			return help([]string{"dead"}, stdout, stderr)
 		}
 		name, rest = "dead "+rest[0], rest[1:]
+	case "keys":
+		if len(rest) == 0 {
+			fmt.Fprintln(stderr, "herald: keys needs a subcommand: blocked (see herald help keys)")
+			return exitUsage
+		}
+		if rest[0] == "-h" || rest[0] == "--help" || rest[0] == "-help" {
+			return help([]string{"keys"}, stdout, stderr)
+		}
+		name, rest = "keys "+rest[0], rest[1:]
 	}
 	cmd := lookup(name)
 	if cmd == nil {
 		if len(name) > 5 && name[:5] == "dead " {
 			fmt.Fprintf(stderr, "herald: unknown dead subcommand %q: use list, show, requeue or discard\n", red.scrub(name[5:]))
+		} else if len(name) > 5 && name[:5] == "keys " {
+			fmt.Fprintf(stderr, "herald: unknown keys subcommand %q: use blocked\n", red.scrub(name[5:]))
 		} else {
 			fmt.Fprintf(stderr, "herald: unknown command %q (see herald help)\n", red.scrub(name))
 		}

@@ -63,6 +63,13 @@ func TestBadInputGivesOneClearLine(t *testing.T) {
 	}{
 		{"UnknownCommand", nil, []string{"frobnicate"}, 2, `herald: unknown command "frobnicate"`},
 		{"UnknownDeadSubcommand", nil, []string{"dead", "bury"}, 2, `unknown dead subcommand "bury"`},
+		{"UnknownKeysSubcommand", nil, []string{"keys", "unlock"}, 2, `unknown keys subcommand "unlock"`},
+		{"KeysWithoutSubcommand", nil, []string{"keys"}, 2, "keys needs a subcommand: blocked"},
+		{"BadOrdering", nil, relay("--ordering", "sorted"), 2, `--ordering: "sorted" is not ordered or unordered`},
+		{"BadOrderingFromEnv", map[string]string{"HERALD_ORDERING": "random"}, relay(), 2, `HERALD_ORDERING: "random" is not ordered or unordered`},
+		{"EmptyUnorderedTopic", nil, relay("--unordered-topics", "a,,b"), 2, `--unordered-topics: "a,,b" is not a list of topics`},
+		{"TopicListsNeedOrdered", nil, relay("--ordering", "unordered", "--skip-dead-topics", "a"), 2, "only apply with --ordering ordered"},
+		{"MaxPerKeyAboveBatch", nil, relay("--max-per-key", "5000"), 2, "--max-per-key: 5000 is not between 0 and --batch-size (1000)"},
 		{"UnknownFlag", nil, []string{"status", "--nope"}, 2, "herald: unknown flag --nope"},
 		{"BoolFlagWithValue", nil, []string{"status", "--json=maybe"}, 2, "herald: --json takes no value"},
 		{"FlagWithoutValue", nil, []string{"status", "--db"}, 2, "herald: --db needs a value"},
