@@ -8,12 +8,14 @@
 // A batch is published pipelined: every message is sent before the first
 // PubAck is awaited, and JetStream stores the messages of one connection in
 // the order they were sent, so the events of one key reach the stream in
-// batch order. An event the client refuses before sending (a payload over
-// the server's limit, a subject no stream can hold) holds back the later
-// events of its key in the batch, which are reported with herald.ErrHeldBack
-// and not sent. An event whose PubAck reports a failure after later events
-// of its key were already sent cannot be taken back: those later events are
-// on the stream, and are reported as published.
+// batch order. An event refused before sending (a payload over the server's
+// max_payload or Config.MaxMessageBytes, a subject no stream can hold) holds
+// back the later events of its key in the batch, which are reported with
+// herald.ErrHeldBack and not sent. An event whose PubAck reports a failure
+// after later events of its key were already sent cannot take them back:
+// they are on the stream, and are reported as published. Setting
+// MaxMessageBytes to the streams' MaxMsgSize keeps the most common such
+// failure, a message too large for the stream, on the safe side.
 package heraldnats
 
 import (
@@ -49,6 +51,13 @@ type Config struct {
 	// that it captures the published subjects before the first publish.
 	// Defaults to nil: streams are managed elsewhere and never created.
 	CreateStream *jetstream.StreamConfig
+	// MaxMessageBytes refuses, before sending, a message whose headers and
+	// payload exceed it: the refusal is permanent and holds back the later
+	// events of its key in the batch. Set it to the MaxMsgSize of the
+	// streams the publisher feeds: a message the stream refuses after the
+	// later events of its key were sent cannot hold them back. Defaults to
+	// 0: only the server's max_payload, which the client checks.
+	MaxMessageBytes int
 	// Logger receives the publisher's logs. Defaults to slog.Default().
 	Logger *slog.Logger
 }
@@ -74,6 +83,7 @@ type Publisher struct {
 	js         jetstream.JetStream
 	prefix     string // SubjectPrefix with its dot
 	ackTimeout time.Duration
+	maxBytes   int // Config.MaxMessageBytes
 	pubOpts    []jetstream.PublishOpt
 	log        *slog.Logger
 
@@ -108,6 +118,8 @@ func New(nc *nats.Conn, cfg *Config) (*Publisher, error) {
 		return nil, errors.New("heraldnats: Config.MaxPending must not be negative")
 	case c.AckTimeout < 0:
 		return nil, errors.New("heraldnats: Config.AckTimeout must not be negative")
+	case c.MaxMessageBytes < 0:
+		return nil, errors.New("heraldnats: Config.MaxMessageBytes must not be negative")
 	}
 	prefix := ""
 	if c.SubjectPrefix != "" {
@@ -135,6 +147,7 @@ func New(nc *nats.Conn, cfg *Config) (*Publisher, error) {
 		js:             js,
 		prefix:         prefix,
 		ackTimeout:     c.AckTimeout,
+		maxBytes:       c.MaxMessageBytes,
 		pubOpts:        []jetstream.PublishOpt{jetstream.WithStallWait(stallPoll)},
 		log:            c.Logger.With("component", "herald.nats"),
 		noStreamLogged: map[string]time.Time{},
@@ -234,6 +247,11 @@ func (p *Publisher) publishAsync(ctx context.Context, env *herald.Envelope) (jet
 		return nil, herald.Permanent(fmt.Errorf("heraldnats: subject %q %s", subj, reason))
 	}
 	msg := message(subj, env)
+	if p.maxBytes > 0 {
+		if n := messageSize(msg); n > p.maxBytes {
+			return nil, herald.Permanent(fmt.Errorf("heraldnats: message to %q of %d bytes exceeds MaxMessageBytes (%d)", subj, n, p.maxBytes))
+		}
+	}
 	for {
 		f, err := p.js.PublishMsgAsync(msg, p.pubOpts...)
 		if !errors.Is(err, jetstream.ErrTooManyStalledMsgs) {
@@ -246,6 +264,21 @@ func (p *Publisher) publishAsync(ctx context.Context, env *herald.Envelope) (jet
 			return nil, unconfirmed(ctx)
 		}
 	}
+}
+
+// messageSize is the size JetStream weighs against a stream's MaxMsgSize:
+// the encoded header block and the payload.
+func messageSize(m *nats.Msg) int {
+	n := len(m.Data)
+	if len(m.Header) > 0 {
+		n += len("NATS/1.0\r\n\r\n")
+		for k, vs := range m.Header {
+			for _, v := range vs {
+				n += len(k) + len(": ") + len(v) + len("\r\n")
+			}
+		}
+	}
+	return n
 }
 
 func message(subj string, env *herald.Envelope) *nats.Msg {

@@ -1,0 +1,75 @@
+package heraldredis
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/google/uuid"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/herald-outbox/herald"
+)
+
+// ErrNotHerald is returned by Parse for a stream entry without a valid id
+// field: it was not added by a Herald relay.
+var ErrNotHerald = errors.New("heraldredis: not a Herald event (no valid id field)")
+
+// Parse turns a stream entry, as XREAD, XREADGROUP or XRANGE return it, back
+// into the event a producer wrote: ID, Topic (without the publisher's
+// StreamPrefix), Key, Type, AggregateType, AggregateID, Payload and the
+// producer's Headers. Consumers key their inbox on the returned ID; the
+// entry's own stream id (msg.ID) is Redis's, not the event's.
+func Parse(msg redis.XMessage) (herald.Message, error) {
+	id, err := field(msg, FieldID)
+	if err != nil {
+		return herald.Message{}, err
+	}
+	if _, err := uuid.Parse(id); err != nil {
+		return herald.Message{}, ErrNotHerald
+	}
+	m := herald.Message{ID: id}
+	for _, f := range [...]struct {
+		name string
+		dst  *string
+	}{
+		{FieldTopic, &m.Topic},
+		{FieldKey, &m.Key},
+		{FieldType, &m.Type},
+		{FieldAggregateType, &m.AggregateType},
+		{FieldAggregateID, &m.AggregateID},
+	} {
+		if *f.dst, err = field(msg, f.name); err != nil {
+			return herald.Message{}, err
+		}
+	}
+	payload, err := field(msg, FieldPayload)
+	if err != nil {
+		return herald.Message{}, err
+	}
+	m.Payload = []byte(payload)
+	headers, err := field(msg, FieldHeaders)
+	if err != nil {
+		return herald.Message{}, err
+	}
+	if headers != "" {
+		if err := json.Unmarshal([]byte(headers), &m.Headers); err != nil {
+			return herald.Message{}, fmt.Errorf("heraldredis: entry %s: field %q: %w", msg.ID, FieldHeaders, err)
+		}
+	}
+	return m, nil
+}
+
+// field returns the named field of an entry, "" when it is absent.
+func field(msg redis.XMessage, name string) (string, error) {
+	switch v := msg.Values[name].(type) {
+	case nil:
+		return "", nil
+	case string:
+		return v, nil
+	case []byte:
+		return string(v), nil
+	default:
+		return "", fmt.Errorf("heraldredis: entry %s: field %q is a %T, not a string", msg.ID, name, v)
+	}
+}
