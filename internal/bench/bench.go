@@ -52,6 +52,8 @@ type options struct {
 	maxInFlight  int
 	rate         int
 	pollInterval time.Duration
+	unordered    bool
+	maxPerKey    int
 }
 
 const usage = `usage: herald bench [producers|drain|latency|all] [flags]
@@ -78,6 +80,9 @@ Flags:
   --keys N               distinct keys (drain) (default 1000)
   --batch-size N         relay batch size (default 1000)
   --max-in-flight N      relay batches in flight (default 4)
+  --ordering MODE        ordered (one claimer per key, in commit order) or
+                         unordered (claims by age) (drain) (default ordered)
+  --max-per-key N        events of one key per claim, 0 = batch size (drain)
   --rate N               events/s written (latency) (default 1000)
   --poll-interval D      relay poll interval (latency) (default 5ms)
 `
@@ -101,6 +106,8 @@ func parseArgs(args []string) (options, string, error) {
 	fs.IntVar(&o.maxInFlight, "max-in-flight", 4, "")
 	fs.IntVar(&o.rate, "rate", 1000, "")
 	fs.DurationVar(&o.pollInterval, "poll-interval", 5*time.Millisecond, "")
+	ordering := fs.String("ordering", "ordered", "")
+	fs.IntVar(&o.maxPerKey, "max-per-key", 0, "")
 
 	parse := func(a []string) error {
 		err := fs.Parse(a)
@@ -124,6 +131,16 @@ func parseArgs(args []string) (options, string, error) {
 		if fs.NArg() > 0 {
 			return o, "", fmt.Errorf("unexpected argument %q", fs.Arg(0))
 		}
+	}
+	switch *ordering {
+	case "ordered":
+	case "unordered":
+		o.unordered = true
+	default:
+		return o, "", fmt.Errorf("--ordering: %q is not ordered or unordered", *ordering)
+	}
+	if o.maxPerKey < 0 || o.maxPerKey > o.batchSize {
+		return o, "", fmt.Errorf("--max-per-key: %d is not between 0 and the batch size %d", o.maxPerKey, o.batchSize)
 	}
 	switch sub {
 	case "producers", "drain", "latency", "all":

@@ -52,6 +52,7 @@ type Breakdown struct {
 type DrainResult struct {
 	Events      int           `json:"events"`
 	Keys        int           `json:"keys"`
+	Ordering    string        `json:"ordering"` // ordered or unordered
 	BatchSize   int           `json:"batch_size"`
 	MaxInFlight int           `json:"max_in_flight"`
 	Targets     []DrainTarget `json:"targets"`
@@ -59,9 +60,13 @@ type DrainResult struct {
 
 func runDrain(ctx context.Context, e *env, out io.Writer) (*DrainResult, []string, error) {
 	o := e.o
-	fmt.Fprintf(out, "\ndrain: backlog of %d events, %d keys, %d-byte payloads; batch size %d, %d batches in flight\n",
-		o.events, o.keys, payloadSize, o.batchSize, o.maxInFlight)
-	res := &DrainResult{Events: o.events, Keys: o.keys, BatchSize: o.batchSize, MaxInFlight: o.maxInFlight}
+	ordering := "ordered"
+	if o.unordered {
+		ordering = "unordered"
+	}
+	fmt.Fprintf(out, "\ndrain: backlog of %d events, %d keys, %d-byte payloads; %s; batch size %d, %d batches in flight\n",
+		o.events, o.keys, payloadSize, ordering, o.batchSize, o.maxInFlight)
+	res := &DrainResult{Events: o.events, Keys: o.keys, Ordering: ordering, BatchSize: o.batchSize, MaxInFlight: o.maxInFlight}
 	var failures []string
 
 	jsPub, err := heraldnats.New(e.nats.pub, &heraldnats.Config{Logger: e.log})
@@ -162,7 +167,7 @@ func drainOnce(ctx context.Context, e *env, name string, pub herald.Publisher) (
 	tpub := &timedPublisher{Publisher: pub}
 	relay, err := herald.NewRelay(&herald.RelayConfig{
 		Store: store, Publisher: tpub, Logger: e.log, Owner: "herald-bench-" + name,
-		BatchSize: o.batchSize, MaxInFlight: o.maxInFlight,
+		BatchSize: o.batchSize, MaxInFlight: o.maxInFlight, Unordered: o.unordered, MaxPerKey: o.maxPerKey,
 	})
 	if err != nil {
 		return nil, err
