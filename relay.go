@@ -374,7 +374,7 @@ func (r *Relay) process(token string, claimedAt time.Time, batch []Envelope) {
 			// Shutting down: the broker did not confirm this event, so it
 			// goes back to ready at once with its attempt refunded.
 			release = append(release, env.ID)
-		case behind:
+		case behind || errors.Is(e, ErrHeldBack):
 			params.Failed = append(params.Failed, Failure{ID: env.ID, Error: ErrHeldBack.Error(), HeldBack: true})
 		default:
 			f := Failure{ID: env.ID, Error: Scrub(e.Error()), Permanent: IsPermanent(e)}

@@ -1,0 +1,201 @@
+package herald_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/herald-outbox/herald"
+)
+
+// logBuffer collects a relay's log lines from its goroutines.
+type logBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *logBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *logBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// relayOnce runs a relay over a fake store that hands out batch once, and
+// returns what the relay acknowledged, what the publisher was given and the
+// relay's log.
+func relayOnce(t *testing.T, batch []herald.Envelope, cfg herald.RelayConfig,
+	publish func(batch []herald.Envelope) error) (herald.CompleteParams, []herald.Envelope, string) {
+	t.Helper()
+	var (
+		once      sync.Once
+		completed = make(chan herald.CompleteParams, 1)
+		sent      []herald.Envelope
+		log       logBuffer
+	)
+	cfg.Store = &fakeStore{
+		ClaimFunc: func(context.Context, herald.ClaimParams) (out []herald.Envelope, err error) {
+			once.Do(func() { out = batch })
+			return out, nil
+		},
+		CompleteFunc: func(_ context.Context, p herald.CompleteParams) (herald.CompleteResult, error) {
+			completed <- p
+			return herald.CompleteResult{Published: len(p.Published), Retried: len(p.Failed)}, nil
+		},
+	}
+	cfg.Publisher = herald.PublisherFunc(func(_ context.Context, b []herald.Envelope) error {
+		sent = append(sent, b...)
+		return publish(b)
+	})
+	cfg.Logger = slog.New(slog.NewTextHandler(&log, nil))
+	relay, err := herald.NewRelay(&cfg)
+	require.NoError(t, err)
+	require.NoError(t, relay.Start(context.Background()))
+	var p herald.CompleteParams
+	select {
+	case p = <-completed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the relay never acknowledged the batch")
+	}
+	require.NoError(t, relay.Stop(context.Background()))
+	return p, sent, log.String()
+}
+
+func env(id, topic, key string) herald.Envelope {
+	return herald.Envelope{Message: herald.Message{ID: id, Topic: topic, Key: key, Payload: []byte("{}")}, Attempt: 1}
+}
+
+func failureOf(p herald.CompleteParams, id string) herald.Failure {
+	for _, f := range p.Failed {
+		if f.ID == id {
+			return f
+		}
+	}
+	return herald.Failure{}
+}
+
+func TestRelayHoldsBackTheRestOfAFailedKey(t *testing.T) {
+	t.Parallel()
+	batch := []herald.Envelope{env("a1", "t", "a"), env("b1", "t", "b"), env("a2", "t", "a"), env("a3", "t", "a")}
+	p, _, _ := relayOnce(t, batch, herald.RelayConfig{}, func(b []herald.Envelope) error {
+		return &herald.BatchError{Errs: []error{errors.New("nack"), nil, herald.ErrHeldBack, herald.ErrHeldBack}}
+	})
+	require.Equal(t, []string{"b1"}, p.Published)
+	first := failureOf(p, "a1")
+	require.False(t, first.HeldBack)
+	require.True(t, first.Park, "in an ordered relay a dead event parks its key")
+	require.Positive(t, first.Delay)
+	for _, id := range []string{"a2", "a3"} {
+		f := failureOf(p, id)
+		require.True(t, f.HeldBack, "%s waits behind a1 without spending an attempt", id)
+		require.Zero(t, f.Delay)
+	}
+}
+
+func TestRelayHoldsBackEvenWhenThePublisherReportsAnotherError(t *testing.T) {
+	t.Parallel()
+	batch := []herald.Envelope{env("a1", "t", "a"), env("a2", "t", "a")}
+	p, _, _ := relayOnce(t, batch, herald.RelayConfig{}, func(b []herald.Envelope) error {
+		return &herald.BatchError{Errs: []error{errors.New("nack"), herald.Permanent(errors.New("too large"))}}
+	})
+	require.True(t, failureOf(p, "a2").HeldBack, "after a1 failed, a2's own failure is only a hold: it is tried again behind a1")
+	require.False(t, failureOf(p, "a2").Permanent)
+}
+
+func TestRelayReportsAPublisherThatBreaksKeyOrder(t *testing.T) {
+	t.Parallel()
+	batch := []herald.Envelope{env("a1", "t", "a"), env("a2", "t", "a")}
+	p, _, log := relayOnce(t, batch, herald.RelayConfig{}, func(b []herald.Envelope) error {
+		return &herald.BatchError{Errs: []error{errors.New("nack"), nil}}
+	})
+	require.Equal(t, []string{"a2"}, p.Published, "a2 is on the broker: it counts as published")
+	require.Contains(t, log, "per-key order is broken on the broker")
+}
+
+func TestRelayDoesNotSendTheRestOfAKeyBehindAnInvalidRow(t *testing.T) {
+	t.Parallel()
+	bad := env("a1", "t", "a")
+	bad.Headers = map[string]string{"Nats-Msg-Id": "forged"} // written by another program with plain SQL
+	batch := []herald.Envelope{bad, env("a2", "t", "a"), env("b1", "t", "b")}
+	p, sent, _ := relayOnce(t, batch, herald.RelayConfig{}, func([]herald.Envelope) error { return nil })
+	require.Len(t, sent, 1)
+	require.Equal(t, "b1", sent[0].ID, "neither the invalid row nor the rest of its key reaches the broker")
+	require.True(t, failureOf(p, "a1").Permanent)
+	require.True(t, failureOf(p, "a2").HeldBack)
+}
+
+func TestUnorderedRelayAndTopicsHoldNothingBack(t *testing.T) {
+	t.Parallel()
+	batch := []herald.Envelope{env("a1", "t", "a"), env("a2", "t", "a"), env("u1", "free", "k"), env("u2", "free", "k"),
+		env("s1", "skip", "k"), env("n1", "t", ""), env("n2", "t", "")}
+	fail := func(b []herald.Envelope) error {
+		errs := make([]error, len(b))
+		for i, e := range b {
+			switch e.ID {
+			case "a1", "u1", "s1", "n1":
+				errs[i] = herald.Permanent(errors.New("poison"))
+			case "a2": // a publisher keeps its key's order whatever the relay's mode
+				errs[i] = herald.ErrHeldBack
+			}
+		}
+		return &herald.BatchError{Errs: errs}
+	}
+	p, _, _ := relayOnce(t, batch, herald.RelayConfig{UnorderedTopics: []string{"free"}, SkipDeadTopics: []string{"skip"}}, fail)
+	require.ElementsMatch(t, []string{"u2", "n2"}, p.Published, "unordered topics and empty keys hold nothing back")
+	require.True(t, failureOf(p, "a2").HeldBack)
+	require.True(t, failureOf(p, "a1").Park)
+	require.False(t, failureOf(p, "s1").Park, "a skip-dead topic does not park its key")
+	require.False(t, failureOf(p, "u1").Park)
+
+	p, _, _ = relayOnce(t, batch, herald.RelayConfig{Unordered: true}, fail)
+	require.ElementsMatch(t, []string{"u2", "n2"}, p.Published)
+	require.False(t, failureOf(p, "a1").Park, "an unordered relay parks no key")
+	require.True(t, failureOf(p, "a2").HeldBack, "what the publisher held back costs no attempt")
+}
+
+func TestRelayDoesNotPublishABatchWhoseLeaseExpired(t *testing.T) {
+	t.Parallel()
+	var log logBuffer
+	var once sync.Once
+	claimed := make(chan struct{})
+	published := make(chan struct{}, 1)
+	store := &fakeStore{
+		ClaimFunc: func(context.Context, herald.ClaimParams) (out []herald.Envelope, err error) {
+			once.Do(func() {
+				// The claim itself outlives the lease: the process was
+				// paused, or the database slow.
+				time.Sleep(1100 * time.Millisecond)
+				out = []herald.Envelope{env("a1", "t", "a")}
+				close(claimed)
+			})
+			return out, nil
+		},
+	}
+	relay, err := herald.NewRelay(&herald.RelayConfig{
+		Store: store, Lease: 1100 * time.Millisecond, PublishTimeout: 100 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(&log, nil)),
+		Publisher: herald.PublisherFunc(func(context.Context, []herald.Envelope) error {
+			published <- struct{}{}
+			return nil
+		}),
+	})
+	require.NoError(t, err)
+	require.NoError(t, relay.Start(context.Background()))
+	<-claimed
+	require.Eventually(t, func() bool { return strings.Contains(log.String(), "lease expired before publishing") },
+		5*time.Second, 5*time.Millisecond)
+	require.NoError(t, relay.Stop(context.Background()))
+	require.Empty(t, published, "nothing was published")
+}
