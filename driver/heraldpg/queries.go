@@ -77,6 +77,7 @@ const (
 					WHERE s.state = 'ready' AND s.topic = nx.topic AND s.key = nx.key
 					ORDER BY s.seq LIMIT $5) s)
 			ELSE 0 END AS size
+			OFFSET 0 -- evaluated once per key, not once per use
 		) sz
 		WHERE w.n < $3 AND w.total < $4
 	)
