@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 )
 
 // Publisher delivers a batch of committed events to a broker.
@@ -93,4 +94,37 @@ func (e *permanentError) Unwrap() error { return e.err }
 func IsPermanent(err error) bool {
 	var p *permanentError
 	return errors.As(err, &p)
+}
+
+// Unavailable marks err as the event's destination being unreachable or
+// overloaded, in a batch whose other events may be fine (one of several
+// destinations is down). The event's attempt is refunded and it is retried
+// after a pause, as in an outage, but the relay keeps claiming for the
+// other destinations. A whole batch failing with an ordinary error needs no
+// marking: that is an outage already.
+func Unavailable(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &unavailableError{err}
+}
+
+type unavailableError struct{ err error }
+
+func (e *unavailableError) Error() string { return "unavailable: " + e.err.Error() }
+func (e *unavailableError) Unwrap() error { return e.err }
+
+// IsUnavailable reports whether err, or an error it wraps, was marked
+// Unavailable.
+func IsUnavailable(err error) bool {
+	var u *unavailableError
+	return errors.As(err, &u)
+}
+
+// RetryAfter is implemented by errors that know when the destination wants
+// the event again (an HTTP Retry-After, an open circuit breaker). The relay
+// waits at least that long before the next attempt, within the retry
+// policy's cap.
+type RetryAfter interface {
+	RetryAfter() time.Duration
 }

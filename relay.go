@@ -378,11 +378,21 @@ func (r *Relay) process(token string, claimedAt time.Time, batch []Envelope) {
 			params.Failed = append(params.Failed, Failure{ID: env.ID, Error: ErrHeldBack.Error(), HeldBack: true})
 		default:
 			f := Failure{ID: env.ID, Error: Scrub(e.Error()), Permanent: IsPermanent(e)}
-			f.Outage = outage || errors.Is(e, context.DeadlineExceeded) || errors.Is(e, context.Canceled)
-			if f.Outage {
-				f.Delay = r.noteOutage()
-			} else {
+			timedOut := errors.Is(e, context.DeadlineExceeded) || errors.Is(e, context.Canceled)
+			switch {
+			case outage || timedOut:
+				// The destination as a whole failed: claims pause.
+				f.Outage, f.Delay = true, r.noteOutage()
+			case IsUnavailable(e):
+				// One destination of several is down: its events wait,
+				// the others' keep flowing.
+				f.Outage, f.Delay = true, r.cfg.OutageBackoffCap
+			default:
 				f.Delay = r.cfg.Retry.Backoff(env.Attempt)
+			}
+			var ra RetryAfter
+			if errors.As(e, &ra) && ra.RetryAfter() > f.Delay {
+				f.Delay = min(ra.RetryAfter(), r.cfg.Retry.Cap)
 			}
 			if ordered {
 				failedKeys[k] = true
