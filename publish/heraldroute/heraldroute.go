@@ -89,13 +89,13 @@ type Config struct {
 
 // Router is a herald.Publisher that routes events to destinations.
 type Router struct {
-	dests  map[string]*destination
-	order  []*destination // in configuration order, for Status
-	exact  map[string]Route
-	globs  []Route
-	def    *destination
-	log    *slog.Logger
-	now    func() time.Time
+	dests    map[string]*destination
+	order    []*destination // in configuration order, for Status
+	exact    map[string]Route
+	globs    []Route
+	def      *destination
+	log      *slog.Logger
+	now      func() time.Time
 	unrouted sync.Map // topic -> time last logged as unrouted
 }
 
