@@ -102,6 +102,17 @@ func (f *flagSet) int(name string, def int, usage string, env bool) *int {
 	return p
 }
 
+// List registers a repeatable configuration flag: each use adds values,
+// and its environment variable holds them separated by spaces.
+func (f *flagSet) List(name, usage string) *[]string {
+	p := new([]string)
+	f.add(name, usage, true, func(s string) error {
+		*p = append(*p, strings.Fields(s)...)
+		return nil
+	}, func() string { return strings.Join(*p, " ") })
+	return p
+}
+
 // Duration registers a configuration duration flag.
 func (f *flagSet) Duration(name string, def time.Duration, usage string) *time.Duration {
 	return f.duration(name, def, usage, true)

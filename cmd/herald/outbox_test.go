@@ -303,7 +303,7 @@ func TestRelayWithUnreachableBrokerDoesNotPrintItsPassword(t *testing.T) {
 	for _, url := range []string{"nats://relay:s3cr3t-pw@127.0.0.1:1", "nats://s3cr3t-pw@127.0.0.1:1"} {
 		r := d.cli(t, "relay", "--publisher", url)
 		require.Equal(t, 1, r.code, r)
-		require.Contains(t, r.stderr, "herald: cannot reach the broker at nats://")
+		require.Contains(t, r.stderr, "herald: cannot reach destination default at nats://")
 		require.Contains(t, r.stderr, "xxxxx@127.0.0.1:1")
 		require.NotContains(t, r.stdout+r.stderr, "s3cr3t-pw")
 		require.Equal(t, 1, strings.Count(r.stderr, "\n"), "one line on stderr: %q", r.stderr)

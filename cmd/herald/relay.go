@@ -11,7 +11,6 @@ import (
 	"time"
 	"unicode"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/herald-outbox/herald"
@@ -35,7 +34,8 @@ type relayFlags struct {
 func addRelayFlags(f *flagSet) *relayFlags {
 	retry := herald.DefaultRetryPolicy()
 	return &relayFlags{
-		publisher:       f.String("publisher", "", "NATS server `URL`: nats://[user:password@]host:4222; a comma-separated list for a cluster (required)"),
+		publisher: f.String("publisher", "", "the destination `URL` of every topic: nats://[user:password@]host:4222, kafka://host:9092 "+
+			"or redis://[:password@]host:6379/0; a comma-separated list for a NATS or Kafka cluster (or use --destination)"),
 		batchSize:       f.Int("batch-size", 1000, "claim, publish and acknowledge up to `N` events together"),
 		maxInFlight:     f.Int("max-in-flight", 4, "publish up to `N` claimed batches at once"),
 		lease:           f.Duration("lease", time.Minute, "a claim holds its rows for this `duration`; must exceed --publish-timeout by 1s"),
@@ -183,45 +183,6 @@ var (
 	natsSubject = regexp.MustCompile(`^[^.*>\s]+(\.[^.*>\s]+)*$`)
 )
 
-// parseNATSURLs checks --publisher: one or more nats:// (tls://, ws://,
-// wss://) URLs with a host. It returns the list for nats.Connect and its
-// display form, without password or token. Errors never repeat a secret.
-func parseNATSURLs(inv *invocation, raw string) (connect, display string, err error) {
-	label := inv.flags.label("publisher")
-	raw = strings.TrimSpace(raw)
-	if raw == "" {
-		return "", "", usagef("--publisher (or HERALD_PUBLISHER) is required: a nats://host:4222 URL")
-	}
-	var shown []string
-	for _, one := range strings.Split(raw, ",") {
-		one = strings.TrimSpace(one)
-		inv.stderr.add(userinfoSecrets(one, true)...)
-		u, err := url.Parse(one)
-		if err != nil {
-			return "", "", usagef("%s: not a URL: %s", label, inv.stderr.scrub(err.Error()))
-		}
-		inv.stderr.add(urlSecrets(u)...)
-		switch strings.ToLower(u.Scheme) {
-		case "nats", "tls", "ws", "wss":
-		case "":
-			return "", "", usagef("%s: %s has no scheme: use nats://host:4222", label, inv.stderr.scrub(redactURL(u, true)))
-		default:
-			return "", "", usagef("%s: scheme %q is not supported: use nats://", label, u.Scheme)
-		}
-		if u.Hostname() == "" {
-			return "", "", usagef("%s: %s has no host", label, inv.stderr.scrub(redactURL(u, true)))
-		}
-		if p := u.Port(); p != "" {
-			var n int
-			if _, err := fmt.Sscanf(p, "%d", &n); err != nil || n < 1 || n > 65535 {
-				return "", "", usagef("%s: port %q is not a port number", label, p)
-			}
-		}
-		shown = append(shown, redactURL(u, true))
-	}
-	return raw, strings.Join(shown, ","), nil
-}
-
 // urlSecrets returns the password of u, or its user when it is a token.
 func urlSecrets(u *url.URL) []string {
 	if u.User == nil {
@@ -236,6 +197,7 @@ func urlSecrets(u *url.URL) []string {
 func setupRelay(f *flagSet) func(context.Context, *invocation) error {
 	d := addDBFlags(f)
 	r := addRelayFlags(f)
+	dests := addDestinationFlags(f)
 	return func(ctx context.Context, inv *invocation) error {
 		// Every input is checked before anything connects.
 		log, err := d.logger(inv)
@@ -246,7 +208,7 @@ func setupRelay(f *flagSet) func(context.Context, *invocation) error {
 		if err != nil {
 			return err
 		}
-		natsURLs, natsShown, err := parseNATSURLs(inv, *r.publisher)
+		plan, err := dests.parsePlan(inv, *r.publisher)
 		if err != nil {
 			return err
 		}
@@ -257,7 +219,7 @@ func setupRelay(f *flagSet) func(context.Context, *invocation) error {
 		if err := noArgs(inv); err != nil {
 			return err
 		}
-		return runRelay(ctx, inv, log, db, natsURLs, natsShown, relayCfg, natsCfg, *r.shutdownTimeout)
+		return runRelay(ctx, inv, log, db, plan, relayCfg, natsCfg, *r.shutdownTimeout)
 	}
 }
 
@@ -265,7 +227,7 @@ func setupRelay(f *flagSet) func(context.Context, *invocation) error {
 // its drain, for the in-flight rows to be released.
 const stopGrace = 2 * time.Second
 
-func runRelay(ctx context.Context, inv *invocation, log *slog.Logger, db *database, natsURLs, natsShown string,
+func runRelay(ctx context.Context, inv *invocation, log *slog.Logger, db *database, plan *plan,
 	relayCfg *herald.RelayConfig, natsCfg *heraldnats.Config, shutdownTimeout time.Duration) (err error) {
 	pool, store, err := db.connect(ctx)
 	if err != nil {
@@ -282,34 +244,12 @@ func runRelay(ctx context.Context, inv *invocation, log *slog.Logger, db *databa
 
 	host, _ := os.Hostname()
 	owner := fmt.Sprintf("%s/%d", host, os.Getpid())
-	nlog := log.With("component", "nats")
-	nc, err := nats.Connect(natsURLs,
-		nats.Name("herald relay "+owner),
-		nats.MaxReconnects(-1),
-		nats.ReconnectWait(250*time.Millisecond),
-		nats.Timeout(5*time.Second),
-		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
-			if err != nil {
-				nlog.Warn("disconnected from NATS; reconnecting", "error", inv.stderr.scrub(err.Error()))
-			}
-		}),
-		nats.ReconnectHandler(func(c *nats.Conn) {
-			nlog.Info("reconnected to NATS", "server", c.ConnectedUrlRedacted())
-		}),
-		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
-			nlog.Warn("NATS error", "error", inv.stderr.scrub(err.Error()))
-		}),
-	)
-	if err != nil {
-		return fmt.Errorf("cannot reach the broker at %s: %w", natsShown, err)
-	}
-	defer nc.Close()
-
-	natsCfg.Logger = log
-	pub, err := heraldnats.New(nc, natsCfg)
+	pub, closeDestinations, err := plan.connect(ctx, inv, log, owner, natsCfg, relayCfg.PublishTimeout)
 	if err != nil {
 		return err
 	}
+	defer closeDestinations()
+
 	relayCfg.Store, relayCfg.Publisher, relayCfg.Logger, relayCfg.Owner = store, pub, log, owner
 	relay, err := herald.NewRelay(relayCfg)
 	if err != nil {
@@ -318,7 +258,7 @@ func runRelay(ctx context.Context, inv *invocation, log *slog.Logger, db *databa
 	if err := relay.Start(ctx); err != nil {
 		return err
 	}
-	log.Info("relaying", "table", store.Table(), "database", db.where, "publisher", natsShown)
+	log.Info("relaying", "table", store.Table(), "database", db.where, "destinations", plan.display())
 
 	<-ctx.Done()
 	log.Info("shutting down: finishing in-flight batches; a second signal aborts", "shutdown_timeout", shutdownTimeout)

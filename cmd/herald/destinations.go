@@ -1,0 +1,318 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/herald-outbox/herald"
+	"github.com/herald-outbox/herald/publish/heraldkafka"
+	"github.com/herald-outbox/herald/publish/heraldnats"
+	"github.com/herald-outbox/herald/publish/heraldredis"
+	"github.com/herald-outbox/herald/publish/heraldroute"
+)
+
+// endpoint is a destination as the command line gave it: a name and the
+// URL (or comma-separated URLs) whose scheme picks the publisher.
+type endpoint struct {
+	name    string
+	kind    string // nats, kafka or redis
+	raw     string // as given; may hold a password
+	display string // without secrets
+	hosts   []string
+}
+
+// schemes maps a URL scheme to the publisher it selects.
+var schemes = map[string]string{
+	"nats": "nats", "tls": "nats", "ws": "nats", "wss": "nats",
+	"kafka": "kafka",
+	"redis": "redis", "rediss": "redis",
+}
+
+var destinationName = regexp.MustCompile(`^[a-z][a-z0-9_-]{0,39}$`)
+
+// parseEndpoint checks one destination's URL list. Errors never repeat a
+// secret: every password and token is registered with the redactor first.
+func parseEndpoint(inv *invocation, label, name, raw string) (endpoint, error) {
+	ep := endpoint{name: name, raw: strings.TrimSpace(raw)}
+	if ep.raw == "" {
+		return ep, usagef("%s: no URL", label)
+	}
+	var shown []string
+	for _, one := range strings.Split(ep.raw, ",") {
+		one = strings.TrimSpace(one)
+		inv.stderr.add(userinfoSecrets(one, true)...)
+		u, err := url.Parse(one)
+		if err != nil {
+			return ep, usagef("%s: not a URL: %s", label, inv.stderr.scrub(err.Error()))
+		}
+		inv.stderr.add(urlSecrets(u)...)
+		scheme := strings.ToLower(u.Scheme)
+		kind, ok := schemes[scheme]
+		switch {
+		case scheme == "":
+			return ep, usagef("%s: %s has no scheme: use nats://, kafka:// or redis://", label, inv.stderr.scrub(redactURL(u, true)))
+		case !ok:
+			return ep, usagef("%s: scheme %q is not supported: use nats://, kafka:// or redis://", label, u.Scheme)
+		case ep.kind != "" && ep.kind != kind:
+			return ep, usagef("%s: one destination takes URLs of one broker; give another --destination for %s", label, scheme)
+		case u.Hostname() == "":
+			return ep, usagef("%s: %s has no host", label, inv.stderr.scrub(redactURL(u, true)))
+		}
+		if p := u.Port(); p != "" {
+			var n int
+			if _, err := fmt.Sscanf(p, "%d", &n); err != nil || n < 1 || n > 65535 {
+				return ep, usagef("%s: port %q is not a port number", label, p)
+			}
+		}
+		ep.kind = kind
+		ep.hosts = append(ep.hosts, u.Host)
+		shown = append(shown, redactURL(u, true))
+	}
+	if ep.kind == "redis" && len(ep.hosts) > 1 {
+		return ep, usagef("%s: a redis:// destination takes one URL", label)
+	}
+	ep.display = strings.Join(shown, ",")
+	return ep, nil
+}
+
+// destinationFlags are the flags that name destinations and route topics.
+type destinationFlags struct {
+	destinations, routes, debeziumRoutes *[]string
+	defaultDest                          *string
+}
+
+func addDestinationFlags(f *flagSet) destinationFlags {
+	return destinationFlags{
+		destinations: f.List("destination", "a named destination `NAME=URL` (nats://, kafka://, redis://); repeat for several"),
+		routes:       f.List("route", "send the topics matching `TOPIC=NAME` (exact, or a pattern with * and a final >) to a destination; repeat"),
+		debeziumRoutes: f.List("debezium-route", "like --route `TOPIC=NAME`, with Debezium's outbox shape: "+
+			"topic outbox.event.<aggregate_type>, key = aggregate id, id and type headers"),
+		defaultDest: f.String("default-destination", "", "the destination `NAME` of topics no route matches; with --publisher, that one"),
+	}
+}
+
+// plan is the destinations and routes a relay publishes through.
+type plan struct {
+	endpoints []endpoint
+	routes    []heraldroute.Route
+	def       string
+}
+
+// parsePlan checks --publisher, --destination, the routes and the default.
+func (df destinationFlags) parsePlan(inv *invocation, publisher string) (*plan, error) {
+	p := &plan{}
+	names := map[string]bool{}
+	if strings.TrimSpace(publisher) != "" {
+		ep, err := parseEndpoint(inv, inv.flags.label("publisher"), "default", publisher)
+		if err != nil {
+			return nil, err
+		}
+		p.endpoints, names["default"] = append(p.endpoints, ep), true
+		p.def = "default"
+	}
+	for _, d := range *df.destinations {
+		label := inv.flags.label("destination")
+		name, raw, ok := strings.Cut(d, "=")
+		if !ok {
+			inv.stderr.add(userinfoSecrets(d, true)...)
+			return nil, usagef("%s: %q is not NAME=URL", label, inv.stderr.scrub(clean(d)))
+		}
+		if !destinationName.MatchString(name) {
+			return nil, usagef("%s: name %q must match %s", label, clean(name), destinationName)
+		}
+		if names[name] {
+			return nil, usagef("%s: destination %q is given twice", label, name)
+		}
+		ep, err := parseEndpoint(inv, label+" "+name, name, raw)
+		if err != nil {
+			return nil, err
+		}
+		p.endpoints, names[name] = append(p.endpoints, ep), true
+	}
+	if len(p.endpoints) == 0 {
+		return nil, usagef("--publisher (or HERALD_PUBLISHER) or --destination is required: a nats://, kafka:// or redis:// URL")
+	}
+	for _, list := range []struct {
+		flag     string
+		entries  []string
+		debezium bool
+	}{{"route", *df.routes, false}, {"debezium-route", *df.debeziumRoutes, true}} {
+		for _, r := range list.entries {
+			label := inv.flags.label(list.flag)
+			topic, name, ok := strings.Cut(r, "=")
+			if !ok || strings.TrimSpace(topic) == "" {
+				return nil, usagef("%s: %q is not TOPIC=NAME", label, clean(r))
+			}
+			if !names[name] {
+				return nil, usagef("%s: %q routes to %q, which no --destination names", label, clean(r), clean(name))
+			}
+			p.routes = append(p.routes, heraldroute.Route{Topic: topic, Destination: name, Debezium: list.debezium})
+		}
+	}
+	if d := *df.defaultDest; d != "" {
+		if !names[d] {
+			return nil, usagef("%s: %q is not a destination", inv.flags.label("default-destination"), clean(d))
+		}
+		p.def = d
+	} else if len(p.endpoints) == 1 && p.def == "" {
+		p.def = p.endpoints[0].name
+	}
+	// Topics, routes and patterns are checked by the router.
+	if _, err := p.router(nil, func(string) herald.Publisher { return herald.PublisherFunc(nil) }, nil); err != nil {
+		return nil, usagef("%s", strings.TrimPrefix(err.Error(), "heraldroute: "))
+	}
+	return p, nil
+}
+
+// direct reports whether the plan is one destination taking every topic
+// as it is: no router needed.
+func (p *plan) direct() bool {
+	return len(p.endpoints) == 1 && len(p.routes) == 0 && p.def == p.endpoints[0].name
+}
+
+func (p *plan) router(log *slog.Logger, pub func(name string) herald.Publisher, timeout *time.Duration) (*heraldroute.Router, error) {
+	cfg := &heraldroute.Config{Routes: p.routes, Default: p.def, Logger: log}
+	for _, ep := range p.endpoints {
+		d := heraldroute.Destination{Name: ep.name, Publisher: pub(ep.name)}
+		if timeout != nil {
+			d.Timeout = *timeout
+		}
+		cfg.Destinations = append(cfg.Destinations, d)
+	}
+	return heraldroute.New(cfg)
+}
+
+func (p *plan) display() string {
+	var parts []string
+	for _, ep := range p.endpoints {
+		parts = append(parts, ep.name+"="+ep.display)
+	}
+	return strings.Join(parts, " ")
+}
+
+// connect opens every destination and returns the publisher the relay
+// uses, and what closes the connections.
+func (p *plan) connect(ctx context.Context, inv *invocation, log *slog.Logger, owner string,
+	natsCfg *heraldnats.Config, publishTimeout time.Duration) (herald.Publisher, func(), error) {
+	var closers []func()
+	closeAll := func() {
+		for i := len(closers) - 1; i >= 0; i-- {
+			closers[i]()
+		}
+	}
+	pubs := map[string]herald.Publisher{}
+	for _, ep := range p.endpoints {
+		pub, closer, err := openEndpoint(ctx, inv, log, owner, ep, natsCfg)
+		if err != nil {
+			closeAll()
+			return nil, nil, err
+		}
+		closers = append(closers, closer)
+		pubs[ep.name] = pub
+	}
+	if p.direct() {
+		return pubs[p.endpoints[0].name], closeAll, nil
+	}
+	// A destination's call ends before the relay's publish timeout, so that
+	// a slow one is cut off and its breaker learns of it.
+	timeout := publishTimeout * 3 / 4
+	r, err := p.router(log, func(name string) herald.Publisher { return pubs[name] }, &timeout)
+	if err != nil {
+		closeAll()
+		return nil, nil, err
+	}
+	return r, closeAll, nil
+}
+
+// brokerConnectTimeout bounds reaching a broker at start.
+const brokerConnectTimeout = 5 * time.Second
+
+func openEndpoint(ctx context.Context, inv *invocation, log *slog.Logger, owner string, ep endpoint,
+	natsCfg *heraldnats.Config) (herald.Publisher, func(), error) {
+	unreachable := func(err error) error {
+		return fmt.Errorf("cannot reach destination %s at %s: %s", ep.name, ep.display, inv.stderr.scrub(herald.Scrub(err.Error())))
+	}
+	switch ep.kind {
+	case "nats":
+		nc, err := connectNATS(inv, log, owner, ep.raw)
+		if err != nil {
+			return nil, nil, unreachable(err)
+		}
+		cfg := *natsCfg
+		cfg.Logger = log
+		pub, err := heraldnats.New(nc, &cfg)
+		if err != nil {
+			nc.Close()
+			return nil, nil, err
+		}
+		return pub, nc.Close, nil
+	case "kafka":
+		client, err := heraldkafka.NewClient(ep.hosts)
+		if err != nil {
+			return nil, nil, unreachable(err)
+		}
+		pctx, cancel := context.WithTimeout(ctx, brokerConnectTimeout)
+		defer cancel()
+		if err := client.Ping(pctx); err != nil {
+			client.Close()
+			return nil, nil, unreachable(err)
+		}
+		pub, err := heraldkafka.New(client, &heraldkafka.Config{Logger: log})
+		if err != nil {
+			client.Close()
+			return nil, nil, err
+		}
+		return pub, client.Close, nil
+	case "redis":
+		opts, err := redis.ParseURL(ep.raw)
+		if err != nil {
+			return nil, nil, usagef("%s: %s", inv.flags.label("destination"), inv.stderr.scrub(err.Error()))
+		}
+		rdb := redis.NewClient(opts)
+		pctx, cancel := context.WithTimeout(ctx, brokerConnectTimeout)
+		defer cancel()
+		if err := rdb.Ping(pctx).Err(); err != nil {
+			_ = rdb.Close()
+			return nil, nil, unreachable(err)
+		}
+		pub, err := heraldredis.New(rdb, &heraldredis.Config{Logger: log})
+		if err != nil {
+			_ = rdb.Close()
+			return nil, nil, err
+		}
+		return pub, func() { _ = rdb.Close() }, nil
+	}
+	return nil, nil, errors.New("unknown destination kind " + ep.kind)
+}
+
+// connectNATS connects to a NATS server list and logs the connection's
+// ups and downs.
+func connectNATS(inv *invocation, log *slog.Logger, owner, urls string) (*nats.Conn, error) {
+	nlog := log.With("component", "nats")
+	return nats.Connect(urls,
+		nats.Name("herald relay "+owner),
+		nats.MaxReconnects(-1),
+		nats.ReconnectWait(250*time.Millisecond),
+		nats.Timeout(brokerConnectTimeout),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			if err != nil {
+				nlog.Warn("disconnected from NATS; reconnecting", "error", inv.stderr.scrub(err.Error()))
+			}
+		}),
+		nats.ReconnectHandler(func(c *nats.Conn) {
+			nlog.Info("reconnected to NATS", "server", c.ConnectedUrlRedacted())
+		}),
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+			nlog.Warn("NATS error", "error", inv.stderr.scrub(err.Error()))
+		}),
+	)
+}

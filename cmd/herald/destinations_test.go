@@ -1,0 +1,101 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/herald-outbox/herald/internal/heraldtest"
+)
+
+// One relay, three brokers picked by URL scheme: orders.* to Kafka (the
+// legacy.* topics in Debezium's shape), audit to Redis Streams, the rest to
+// NATS JetStream by default.
+func TestRelayRoutesTopicsToDestinationsByScheme(t *testing.T) {
+	t.Parallel()
+	d := setup(t)
+	ns := heraldtest.NATS(t)
+	ns.CreateStream(t, "REST", "billing.>")
+	kc, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "orders.placed", "outbox.event.customer"))
+	require.NoError(t, err)
+	t.Cleanup(kc.Close)
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
+	t.Cleanup(func() { _ = rdb.Close() })
+	if err := rdb.Ping(context.Background()).Err(); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("Redis is required in CI: %v", err)
+		}
+		t.Skipf("Redis is not reachable at 127.0.0.1:6379 (%v): start it with redis-server --daemonize yes", err)
+	}
+	stream := "audit-" + d.schema
+	t.Cleanup(func() { rdb.Del(context.Background(), stream) })
+
+	d.exec(t, `INSERT INTO %s.herald_outbox (topic, key, aggregate_type, aggregate_id, type, payload) VALUES
+		('orders.placed', 'o1', 'order', 'o1', 'OrderPlaced', 'a'),
+		('legacy.customer', 'c1', 'customer', 'c1', 'CustomerMoved', 'b'),
+		('billing.invoiced', 'i1', '', '', '', 'c')`)
+	d.exec(t, `INSERT INTO %s.herald_outbox (topic, key, payload) VALUES ('`+stream+`', 'x', 'd')`)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan result, 1)
+	go func() {
+		done <- cliCtx(ctx, nil, nil, append([]string{"relay",
+			"--destination", "events=" + ns.URL(),
+			"--destination", "kafka=kafka://" + kc.ListenAddrs()[0],
+			"--destination", "audit=redis://127.0.0.1:6379/0",
+			"--route", "orders.*=kafka", "--debezium-route", "legacy.>=kafka", "--route", stream + "=audit",
+			"--default-destination", "events", "--log-level", "warn"}, d.flags...)...)
+	}()
+	require.Eventually(t, func() bool {
+		var published int
+		err := heraldtest.PostgresPool(t).QueryRow(context.Background(), fmt.Sprintf(
+			`SELECT count(*) FROM %s.herald_outbox WHERE state = 'published'`, d.schema)).Scan(&published)
+		return err == nil && published == 4
+	}, 30*time.Second, 20*time.Millisecond)
+	cancel()
+	r := <-done
+	require.Equal(t, 0, r.code, r)
+
+	// Kafka: the order as is, the legacy event reshaped.
+	cl, err := kgo.NewClient(kgo.SeedBrokers(kc.ListenAddrs()...), kgo.ConsumeTopics("orders.placed", "outbox.event.customer"),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	require.NoError(t, err)
+	defer cl.Close()
+	got := map[string]*kgo.Record{}
+	fctx, fcancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer fcancel()
+	for len(got) < 2 && fctx.Err() == nil {
+		cl.PollFetches(fctx).EachRecord(func(rec *kgo.Record) { got[rec.Topic] = rec })
+	}
+	require.Equal(t, "o1", string(got["orders.placed"].Key))
+	legacy := got["outbox.event.customer"]
+	require.NotNil(t, legacy, "the Debezium route publishes to outbox.event.<aggregate_type>")
+	require.Equal(t, "c1", string(legacy.Key))
+	headers := map[string]string{}
+	for _, h := range legacy.Headers {
+		headers[h.Key] = string(h.Value)
+	}
+	require.Equal(t, "CustomerMoved", headers["type"])
+	require.NotEmpty(t, headers["id"])
+
+	// Redis and NATS.
+	n, err := rdb.XLen(context.Background(), stream).Result()
+	require.NoError(t, err)
+	require.EqualValues(t, 1, n)
+	js, err := jetstream.New(ns.Conn(t))
+	require.NoError(t, err)
+	st, err := js.Stream(context.Background(), "REST")
+	require.NoError(t, err)
+	si, err := st.Info(context.Background())
+	require.NoError(t, err)
+	require.EqualValues(t, 1, si.State.Msgs, "billing.invoiced went to the default destination")
+}
