@@ -54,6 +54,7 @@ type options struct {
 	pollInterval time.Duration
 	unordered    bool
 	maxPerKey    int
+	to           string
 }
 
 const usage = `usage: herald bench [producers|drain|latency|all] [flags]
@@ -83,6 +84,9 @@ Flags:
   --ordering MODE        ordered (one claimer per key, in commit order) or
                          unordered (claims by age) (drain) (default ordered)
   --max-per-key N        events of one key per claim, 0 = batch size (drain)
+  --to LIST              drain destinations, comma-separated, of jetstream,
+                         discard, kafka (in-process kfake), redis (127.0.0.1:6379)
+                         (drain) (default jetstream,discard)
   --rate N               events/s written (latency) (default 1000)
   --poll-interval D      relay poll interval (latency) (default 5ms)
 `
@@ -108,6 +112,7 @@ func parseArgs(args []string) (options, string, error) {
 	fs.DurationVar(&o.pollInterval, "poll-interval", 5*time.Millisecond, "")
 	ordering := fs.String("ordering", "ordered", "")
 	fs.IntVar(&o.maxPerKey, "max-per-key", 0, "")
+	fs.StringVar(&o.to, "to", "jetstream,discard", "")
 
 	parse := func(a []string) error {
 		err := fs.Parse(a)
@@ -141,6 +146,9 @@ func parseArgs(args []string) (options, string, error) {
 	}
 	if o.maxPerKey < 0 || o.maxPerKey > o.batchSize {
 		return o, "", fmt.Errorf("--max-per-key: %d is not between 0 and the batch size %d", o.maxPerKey, o.batchSize)
+	}
+	if _, err := sinksNamed(o.to); err != nil {
+		return o, "", err
 	}
 	switch sub {
 	case "producers", "drain", "latency", "all":

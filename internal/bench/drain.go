@@ -12,7 +12,6 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/herald-outbox/herald"
-	"github.com/herald-outbox/herald/publish/heraldnats"
 )
 
 // DrainTarget is one drain of the backlog to one publisher.
@@ -69,65 +68,66 @@ func runDrain(ctx context.Context, e *env, out io.Writer) (*DrainResult, []strin
 	res := &DrainResult{Events: o.events, Keys: o.keys, Ordering: ordering, BatchSize: o.batchSize, MaxInFlight: o.maxInFlight}
 	var failures []string
 
-	jsPub, err := heraldnats.New(e.nats.pub, &heraldnats.Config{Logger: e.log})
+	sinks, err := sinksNamed(o.to)
 	if err != nil {
 		return res, nil, err
 	}
-	discard := herald.PublisherFunc(func(context.Context, []herald.Envelope) error { return nil })
-	for _, t := range []struct {
-		name   string
-		pub    herald.Publisher
-		target float64
-	}{
-		{"jetstream", jsPub, targetDrainJetStream},
-		{"discard", discard, targetDrainDiscard},
-	} {
-		r, err := drainOnce(ctx, e, t.name, t.pub)
+	for _, t := range sinks {
+		pub, count, closeSink, err := t.open(ctx, e)
 		if err != nil {
 			return res, failures, fmt.Errorf("%s: %w", t.name, err)
 		}
-		r.Target, r.TargetMet = t.target, r.EventsPerSec >= t.target
+		r, err := drainOnce(ctx, e, t.name, pub)
+		if err != nil {
+			closeSink()
+			return res, failures, fmt.Errorf("%s: %w", t.name, err)
+		}
+		r.Target, r.TargetMet = t.target, t.target == 0 || r.EventsPerSec >= t.target
 		// Verify: every row published once, by the relay's count and the
-		// table's; for JetStream, the stream holds exactly the backlog.
+		// table's; where the destination can tell, it holds exactly the
+		// backlog.
 		var problems []string
 		if r.Published != int64(o.events) || r.Dead != 0 {
 			problems = append(problems, fmt.Sprintf("relay acknowledged %d published and %d dead, want %d and 0", r.Published, r.Dead, o.events))
 		}
 		n, err := e.countState(ctx, string(herald.StatePublished))
 		if err != nil {
+			closeSink()
 			return res, failures, err
 		}
 		if n != o.events {
 			problems = append(problems, fmt.Sprintf("%d rows published in the table, want %d", n, o.events))
 		}
-		if t.name == "jetstream" {
-			st, err := e.nats.js.Stream(ctx, drainStream)
+		if count != nil {
+			held, err := count(ctx)
 			if err != nil {
-				return res, failures, fmt.Errorf("reading stream %s: %w", drainStream, err)
+				closeSink()
+				return res, failures, fmt.Errorf("counting what %s holds: %w", t.name, err)
 			}
-			info, err := st.Info(ctx)
-			if err != nil {
-				return res, failures, fmt.Errorf("reading stream %s: %w", drainStream, err)
-			}
-			msgs := info.State.Msgs
+			msgs := uint64(held)
 			r.StreamMessages = &msgs
-			if msgs != uint64(o.events) {
-				problems = append(problems, fmt.Sprintf("stream %s holds %d messages, want %d", drainStream, msgs, o.events))
+			if held != int64(o.events) {
+				problems = append(problems, fmt.Sprintf("%s holds %d messages, want %d", t.name, held, o.events))
 			}
 		}
+		closeSink()
 		r.Verified = len(problems) == 0
 		for _, p := range problems {
 			failures = append(failures, "drain "+t.name+": "+p)
 		}
 		res.Targets = append(res.Targets, *r)
 
-		fmt.Fprintf(out, "  to %-10s %7.2fs %9s events/s   (target >= %s/s): %s\n",
-			t.name, r.Seconds, fmtRate(r.EventsPerSec), fmtRate(t.target), verdict(r.TargetMet))
+		if t.target > 0 {
+			fmt.Fprintf(out, "  to %-10s %7.2fs %9s events/s   (target >= %s/s): %s\n",
+				t.name, r.Seconds, fmtRate(r.EventsPerSec), fmtRate(t.target), verdict(r.TargetMet))
+		} else {
+			fmt.Fprintf(out, "  to %-10s %7.2fs %9s events/s   (%s)\n", t.name, r.Seconds, fmtRate(r.EventsPerSec), t.note)
+		}
 		b := r.Breakdown
 		fmt.Fprintf(out, "     claim %d x %.1fms (%.0f%% of wall time), publish %d x %.1fms, acknowledge %d x %.1fms\n",
 			b.Claims, b.ClaimMeanMS, b.ClaimBusyPct, b.Publishes, b.PublishMeanMS, b.Completes, b.CompleteMeanMS)
 		if r.StreamMessages != nil {
-			fmt.Fprintf(out, "     stream %s holds %d messages (want %d)\n", drainStream, *r.StreamMessages, o.events)
+			fmt.Fprintf(out, "     %s holds %d messages (want %d)\n", t.name, *r.StreamMessages, o.events)
 		}
 		if !r.Verified {
 			fmt.Fprintf(out, "     VERIFICATION FAILED: %v\n", problems)
