@@ -260,6 +260,7 @@ func (r *Relay) claimLoop(ctx context.Context) {
 		}
 		idle = r.cfg.PollInterval
 		r.stats.claimed.Add(int64(len(batch)))
+		r.cfg.Observer.Claimed(batch)
 		r.log.Debug("claimed batch", "batch_size", len(batch), "claim_token", token)
 		r.batches.Add(1)
 		go func() {
@@ -439,9 +440,11 @@ func (r *Relay) process(token string, claimedAt time.Time, batch []Envelope) {
 				}
 			}
 			done := res.Published + res.Retried + res.HeldBack + len(res.Dead)
-			if lost := len(params.Published) + len(params.Failed) - done; lost > 0 {
+			lost := len(params.Published) + len(params.Failed) - done
+			if lost > 0 {
 				r.log.Warn("lease lost before acknowledgement; rows belong to another relay now", "rows", lost, "claim_token", token)
 			}
+			r.cfg.Observer.Acknowledged(acknowledgement(batch, params, res, lost))
 		}
 	}
 	if len(release) > 0 {
@@ -508,6 +511,41 @@ func (r *Relay) retryStore(deadline time.Time, what string, op func(context.Cont
 		time.Sleep(delay)
 		delay = min(delay*2, 2*time.Second)
 	}
+}
+
+// acknowledgement describes a recorded batch for the Observer. When the
+// lease was lost for some rows, which ones is unknown: only the failures
+// the database reported are described, and no publication.
+func acknowledgement(batch []Envelope, p CompleteParams, res CompleteResult, lost int) Acknowledgement {
+	a := Acknowledgement{LeaseLost: lost}
+	byID := make(map[string]*Envelope, len(batch))
+	for i := range batch {
+		byID[batch[i].ID] = &batch[i]
+	}
+	if lost == 0 {
+		for _, id := range p.Published {
+			a.Published = append(a.Published, *byID[id])
+		}
+	}
+	dead := setOf(res.Dead)
+	parked := setOf(res.Parked)
+	for _, f := range p.Failed {
+		out := OutcomeRetry
+		switch {
+		case parked[f.ID]:
+			out = OutcomeParked
+		case dead[f.ID]:
+			out = OutcomeDead
+		case lost > 0:
+			continue // retried, or another relay's now: unknown
+		case f.HeldBack:
+			out = OutcomeHeldBack
+		case f.Outage:
+			out = OutcomeOutage
+		}
+		a.Failed = append(a.Failed, FailedEvent{Envelope: *byID[f.ID], Outcome: out, Error: f.Error})
+	}
+	return a
 }
 
 func setOf(items []string) map[string]bool {
@@ -607,6 +645,7 @@ func (r *Relay) rescue(ctx context.Context) {
 		}
 		if n > 0 {
 			r.stats.rescued.Add(int64(n))
+			r.cfg.Observer.Rescued(n)
 			r.log.Info("lease rescued", "rows", n)
 		}
 		if n < limit {

@@ -75,6 +75,9 @@ type RelayConfig struct {
 	// dead event parks its key until an operator requeues or discards it
 	// (herald keys blocked). Defaults to none.
 	SkipDeadTopics []string
+	// Observer receives what the relay does, for metrics (heraldprom).
+	// Defaults to none.
+	Observer Observer
 	// MaxPerKey is the most events of one key in one claimed batch. They
 	// are published pipelined, in order; a hot key moves MaxPerKey events
 	// per broker round trip. Defaults to BatchSize.
@@ -102,6 +105,9 @@ func (c *RelayConfig) withDefaults() RelayConfig {
 	setDefault(&out.CleanupInterval, time.Minute)
 	setDefault(&out.CleanupBatchSize, 1000)
 	setDefault(&out.MaxPerKey, out.BatchSize)
+	if out.Observer == nil {
+		out.Observer = nopObserver{}
+	}
 	out.Retry = out.Retry.withDefaults()
 	return out
 }

@@ -109,6 +109,20 @@ type Admin interface {
 	// BlockedKeys lists up to limit keys parked by a dead event, oldest
 	// first.
 	BlockedKeys(ctx context.Context, limit int) ([]BlockedKey, error)
+	// Backlog summarises, per topic, the rows that wait (ready, claimed)
+	// and the dead ones. It reads those rows only, through their partial
+	// indexes, never the published ones: cheap enough for metrics.
+	Backlog(ctx context.Context) ([]TopicBacklog, error)
+}
+
+// TopicBacklog is what waits on one topic.
+type TopicBacklog struct {
+	Topic         string
+	Ready         int64
+	Claimed       int64
+	Dead          int64
+	ParkedKeys    int64         // dead events that park their key
+	OldestPending time.Duration // age of the oldest ready or claimed row; 0 when none
 }
 
 // BlockedKey is a key whose events wait behind a dead event.

@@ -37,7 +37,7 @@ func Exercise(t *testing.T, h Harness) {
 	if h.New == nil || h.Name == "" {
 		t.Fatal("heralddrivertest: Harness.Name and Harness.New are required")
 	}
-	all := slices.Concat(cases, orderingCases)
+	all := slices.Concat(cases, orderingCases, backlogCases)
 	known := make(map[string]bool, len(all))
 	for _, c := range all {
 		known[c.name] = true

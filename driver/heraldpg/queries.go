@@ -208,6 +208,23 @@ const (
 	)
 	DELETE FROM {{.Table}} o USING old WHERE o.id = old.id`
 
+	// The backlog reads each state through its partial index: the ready,
+	// claimed and dead rows, never the published ones.
+	backlogSQL = `SELECT topic, sum(ready)::bigint, sum(claimed)::bigint, sum(dead)::bigint, sum(parked)::bigint,
+	       coalesce(extract(epoch FROM now() - min(oldest)), 0)::float8
+	FROM (
+		SELECT topic, count(*) AS ready, 0 AS claimed, 0 AS dead, 0 AS parked, min(created_at) AS oldest
+		FROM {{.Table}} WHERE state = 'ready' GROUP BY topic
+		UNION ALL
+		SELECT topic, 0, count(*), 0, 0, min(created_at)
+		FROM {{.Table}} WHERE state = 'claimed' GROUP BY topic
+		UNION ALL
+		SELECT topic, 0, 0, count(*), count(*) FILTER (WHERE parked), NULL
+		FROM {{.Table}} WHERE state = 'dead' GROUP BY topic
+	) b
+	GROUP BY topic
+	ORDER BY topic`
+
 	statusSQL = `SELECT topic, state, count(*),
 	       coalesce(extract(epoch FROM now() - min(created_at)), 0)::float8
 	FROM {{.Table}}
@@ -221,7 +238,7 @@ const (
 
 type queries struct {
 	insertOne, insertMany, claim, walkKeys, claimKeys, publish, complete string
-	release, rescue, deletePublished, status, blockedKeys                string
+	release, rescue, deletePublished, status, blockedKeys, backlog       string
 	table                                                                string
 }
 
@@ -233,6 +250,7 @@ func newQueries(n names) queries {
 		walkKeys:        n.render(walkKeysSQL),
 		claimKeys:       n.render(claimKeysSQL),
 		blockedKeys:     n.render(blockedKeysSQL),
+		backlog:         n.render(backlogSQL),
 		publish:         n.render(publishSQL),
 		complete:        n.render(completeSQL),
 		release:         n.render(releaseSQL),

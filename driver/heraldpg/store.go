@@ -364,6 +364,27 @@ func (d *Driver) DiscardDead(ctx context.Context, f herald.EventFilter) (int, er
 	return int(n), nil
 }
 
+// Backlog implements herald.Admin.
+func (d *Driver) Backlog(ctx context.Context) ([]herald.TopicBacklog, error) {
+	var out []herald.TopicBacklog
+	err := d.db.query(ctx, d.q.backlog, nil, func(scan func(...any) error) error {
+		var (
+			b   herald.TopicBacklog
+			age float64
+		)
+		if err := scan(&b.Topic, &b.Ready, &b.Claimed, &b.Dead, &b.ParkedKeys, &age); err != nil {
+			return err
+		}
+		b.OldestPending = time.Duration(age * float64(time.Second))
+		out = append(out, b)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("heraldpg: reading the backlog: %w", err)
+	}
+	return out, nil
+}
+
 // BlockedKeys implements herald.Admin.
 func (d *Driver) BlockedKeys(ctx context.Context, limit int) ([]herald.BlockedKey, error) {
 	if limit <= 0 {

@@ -145,6 +145,23 @@ const (
 		LIMIT ?2
 	)`
 
+	// The backlog reads each state through its partial index: the ready,
+	// claimed and dead rows, never the published ones.
+	backlogSQL = `SELECT topic, sum(ready), sum(claimed), sum(dead), sum(parked),
+	       coalesce(max({{.Now}} - min(oldest), 0), 0)
+	FROM (
+		SELECT topic, count(*) AS ready, 0 AS claimed, 0 AS dead, 0 AS parked, min(created_at) AS oldest
+		FROM {{.Table}} WHERE state = 'ready' GROUP BY topic
+		UNION ALL
+		SELECT topic, 0, count(*), 0, 0, min(created_at)
+		FROM {{.Table}} WHERE state = 'claimed' GROUP BY topic
+		UNION ALL
+		SELECT topic, 0, 0, count(*), sum(parked), NULL
+		FROM {{.Table}} WHERE state = 'dead' GROUP BY topic
+	)
+	GROUP BY topic
+	ORDER BY topic`
+
 	statusSQL = `SELECT topic, state, count(*), max({{.Now}} - min(created_at), 0)
 	FROM {{.Table}}
 	GROUP BY topic, state
@@ -173,7 +190,7 @@ type queries struct {
 	insertPrefix, insertTuple                                          string
 	claim, publish, complete, release, rescue, deletePublished, status string
 	nextKey, keyBlocked, keyRun, keyAvailable, claimSeqs, blockedKeys  string
-	getEvent, listEvents, requeue, discard                             string
+	getEvent, listEvents, requeue, discard, backlog                    string
 }
 
 func newQueries(n names) queries {
@@ -187,6 +204,7 @@ func newQueries(n names) queries {
 		keyRun:          n.render(keyRunSQL),
 		claimSeqs:       n.render(claimSeqsSQL),
 		blockedKeys:     n.render(blockedKeysSQL),
+		backlog:         n.render(backlogSQL),
 		publish:         n.render(publishSQL),
 		complete:        n.render(completeSQL),
 		release:         n.render(releaseSQL),

@@ -490,6 +490,31 @@ func (d *Driver) DiscardDead(ctx context.Context, f herald.EventFilter) (int, er
 	return int(n), nil
 }
 
+// Backlog implements herald.Admin.
+func (d *Driver) Backlog(ctx context.Context) ([]herald.TopicBacklog, error) {
+	rows, err := d.db.QueryContext(ctx, d.q.backlog)
+	if err != nil {
+		return nil, fmt.Errorf("heraldsqlite: reading the backlog: %w", err)
+	}
+	defer rows.Close()
+	var out []herald.TopicBacklog
+	for rows.Next() {
+		var (
+			b     herald.TopicBacklog
+			ageUS int64
+		)
+		if err := rows.Scan(&b.Topic, &b.Ready, &b.Claimed, &b.Dead, &b.ParkedKeys, &ageUS); err != nil {
+			return nil, fmt.Errorf("heraldsqlite: reading the backlog: %w", err)
+		}
+		b.OldestPending = time.Duration(ageUS) * time.Microsecond
+		out = append(out, b)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("heraldsqlite: reading the backlog: %w", err)
+	}
+	return out, nil
+}
+
 // BlockedKeys implements herald.Admin.
 func (d *Driver) BlockedKeys(ctx context.Context, limit int) ([]herald.BlockedKey, error) {
 	if limit <= 0 {
