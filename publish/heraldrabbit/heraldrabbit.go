@@ -1,0 +1,636 @@
+// Package heraldrabbit publishes Herald events to RabbitMQ (AMQP 0-9-1).
+//
+// Every event becomes one persistent message published to the Publisher's
+// exchange, with the event's topic as its routing key (or whatever
+// Config.RoutingKey returns). The message carries the event id as its
+// message-id property, the event type as its type property, the payload
+// byte for byte as its body, and the event's fields and the producer's
+// headers as string headers (see the herald.Header* constants). A consumer
+// turns a delivery back into the event with Parse.
+//
+// # What counts as published
+//
+// The channel is in confirm mode and every message is published
+// mandatory. Publish reports an event as published only once the broker
+// acknowledged it (basic.ack) and did not return it (basic.return):
+//
+//   - A returned message had no queue to go to: the exchange has no
+//     binding for its routing key (or, on the default exchange, no queue
+//     of that name exists). It is reported as a failure of that event. By
+//     default the failure is retried like any other, spending the event's
+//     attempts until the retry policy sends it to the dead letters: a
+//     missing binding is often a deployment race (the consumer that
+//     declares the queue starts later) rather than a permanent mistake.
+//     Config.UnroutablePermanent sends it to the dead letters at once.
+//   - A nacked message (a queue refusing it, such as one with
+//     x-overflow=reject-publish that is full) is a failure, retried.
+//   - A message whose channel or connection closed before the broker
+//     answered is marked herald.Unavailable: the relay retries it without
+//     spending an attempt. When nothing in the batch got an answer, Publish
+//     returns a plain error, which the relay takes as an outage.
+//
+// RabbitMQ has no broker-side deduplication: an event the relay republishes
+// (after a lost confirm or a crash) is delivered again, so consumers
+// deduplicate on the event id, as Herald's inbox does.
+//
+// # Order per key
+//
+// RabbitMQ keeps the order of the messages of one channel, but reports a
+// returned or nacked message only after the later messages of the channel
+// were sent. So that no event is ever delivered after an earlier event of
+// its key failed, Publish sends a batch in rounds: each round sends, on one
+// channel and without waiting, the next event of every key (and every event
+// without a key), then waits for the broker's confirms. An event whose
+// round failed holds back the later events of its key, which are reported
+// with herald.ErrHeldBack without being sent. A batch of many keys takes
+// one round; a batch holding n events of one key takes n round trips.
+//
+// # Connection
+//
+// The Publisher owns one connection, dialled on the first Publish, and a
+// pool of channels on it, one per Publish in progress. When the connection
+// closes (a broker restart, a network failure, an operator closing it),
+// Publish fails with an ordinary error and the next Publish dials again;
+// after a failed dial, further dials wait an exponential backoff, and
+// Publish fails at once in the meantime.
+package heraldrabbit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/herald-outbox/herald"
+)
+
+// DefaultMaxMessageBytes is the default Config.MaxMessageBytes: 16 MiB,
+// RabbitMQ's default max_message_size since 4.0 (earlier releases allow
+// 128 MiB).
+const DefaultMaxMessageBytes = 16 << 20
+
+// ErrClosed is returned by Publish after Close.
+var ErrClosed = errors.New("heraldrabbit: publisher closed")
+
+// Config configures a Publisher.
+type Config struct {
+	// URL is the broker's AMQP URI, amqp://user:password@host:5672/vhost
+	// (amqps:// for TLS). Required, unless Dial is set.
+	URL string
+	// Dial, when set, makes the publisher's connections instead of URL: a
+	// factory that owns TLS, authentication and tuning. The Publisher
+	// closes the connections it got from Dial and dials again when one is
+	// lost, so leave the client's own recovery (amqp091.Config.Recovery)
+	// off. Defaults to nil (dial URL).
+	Dial func(ctx context.Context) (*amqp.Connection, error)
+	// Exchange is the exchange every event is published to. Defaults to ""
+	// (the default exchange, which routes a message to the queue named by
+	// its routing key).
+	Exchange string
+	// RoutingKey returns the routing key of an event, at most 255 bytes; a
+	// longer one fails the event permanently. Defaults to the event's topic.
+	RoutingKey func(env *herald.Envelope) string
+	// ContentType is the content-type property of every message. Defaults
+	// to "" (not set).
+	ContentType string
+	// MaxMessageBytes is the largest payload Publish sends; a larger one is
+	// reported with herald.Permanent without being sent. RabbitMQ answers a
+	// body over its max_message_size by closing the channel, which fails
+	// the rest of the batch: set this to the server's limit. Defaults to
+	// DefaultMaxMessageBytes.
+	MaxMessageBytes int
+	// UnroutablePermanent reports a message the broker returned as
+	// unroutable with herald.Permanent, sending the event to the dead
+	// letters at once. Defaults to false (retried per the retry policy).
+	UnroutablePermanent bool
+	// ConnectionName is the connection_name client property, which the
+	// management UI and rabbitmqctl list_connections show. Defaults to
+	// "herald".
+	ConnectionName string
+	// DialTimeout bounds connecting to URL, TCP and AMQP handshake
+	// together. Defaults to 10s.
+	DialTimeout time.Duration
+	// ReconnectMinDelay and ReconnectMaxDelay bound the backoff between
+	// failed dials, which doubles from the first to the second. They
+	// default to 100ms and 10s.
+	ReconnectMinDelay, ReconnectMaxDelay time.Duration
+	// Logger receives the publisher's logs. Defaults to slog.Default().
+	Logger *slog.Logger
+}
+
+// Publisher is a herald.Publisher over an AMQP connection it owns. It is
+// safe for concurrent use; Close it when done.
+type Publisher struct {
+	exchange    string
+	routingKey  func(env *herald.Envelope) string
+	contentType string
+	maxBytes    int
+	unroutable  bool
+	conns       *connector
+	log         *slog.Logger
+}
+
+var _ herald.Publisher = (*Publisher)(nil)
+
+// New returns a publisher configured by cfg. It does not connect: the first
+// Publish does (call Connect to find out at once whether the broker is
+// reachable). Errors name the Config field at fault and never contain the
+// URL's password.
+func New(cfg *Config) (*Publisher, error) {
+	var c Config
+	if cfg != nil {
+		c = *cfg
+	}
+	if c.MaxMessageBytes == 0 {
+		c.MaxMessageBytes = DefaultMaxMessageBytes
+	}
+	if c.ConnectionName == "" {
+		c.ConnectionName = "herald"
+	}
+	if c.DialTimeout == 0 {
+		c.DialTimeout = 10 * time.Second
+	}
+	if c.ReconnectMinDelay == 0 {
+		c.ReconnectMinDelay = 100 * time.Millisecond
+	}
+	if c.ReconnectMaxDelay == 0 {
+		c.ReconnectMaxDelay = 10 * time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.RoutingKey == nil {
+		c.RoutingKey = func(env *herald.Envelope) string { return env.Topic }
+	}
+	switch {
+	case c.URL == "" && c.Dial == nil:
+		return nil, errors.New("heraldrabbit: Config.URL is required (or Config.Dial)")
+	case c.URL != "" && c.Dial != nil:
+		return nil, errors.New("heraldrabbit: Config.URL and Config.Dial are exclusive")
+	case len(c.Exchange) > maxShortString:
+		return nil, fmt.Errorf("heraldrabbit: Config.Exchange is longer than %d bytes", maxShortString)
+	case len(c.ContentType) > maxShortString:
+		return nil, fmt.Errorf("heraldrabbit: Config.ContentType is longer than %d bytes", maxShortString)
+	case c.MaxMessageBytes < 0:
+		return nil, errors.New("heraldrabbit: Config.MaxMessageBytes must not be negative")
+	case c.DialTimeout < 0:
+		return nil, errors.New("heraldrabbit: Config.DialTimeout must not be negative")
+	case c.ReconnectMinDelay < 0:
+		return nil, errors.New("heraldrabbit: Config.ReconnectMinDelay must not be negative")
+	case c.ReconnectMaxDelay < c.ReconnectMinDelay:
+		return nil, errors.New("heraldrabbit: Config.ReconnectMaxDelay must not be less than Config.ReconnectMinDelay")
+	}
+	log := c.Logger.With("component", "herald.rabbit")
+	dial, where := c.Dial, "Config.Dial"
+	if c.URL != "" {
+		uri, err := amqp.ParseURI(c.URL)
+		if err != nil {
+			// The parser's error can quote the URL, password included.
+			return nil, fmt.Errorf("heraldrabbit: Config.URL is not an AMQP URI: %s", herald.Scrub(err.Error()))
+		}
+		where = redact(uri)
+		dial = urlDialer(c.URL, c.ConnectionName, c.DialTimeout)
+	}
+	return &Publisher{
+		exchange:    c.Exchange,
+		routingKey:  c.RoutingKey,
+		contentType: c.ContentType,
+		maxBytes:    c.MaxMessageBytes,
+		unroutable:  c.UnroutablePermanent,
+		conns:       newConnector(dial, where, c.ReconnectMinDelay, c.ReconnectMaxDelay, log),
+		log:         log,
+	}, nil
+}
+
+// redact returns uri as a URL without its password.
+func redact(uri amqp.URI) string {
+	vhost := ""
+	if uri.Vhost != "/" {
+		vhost = url.PathEscape(uri.Vhost)
+	}
+	user := ""
+	if uri.Username != "" {
+		user = url.User(uri.Username).String() + "@"
+	}
+	return fmt.Sprintf("%s://%s%s/%s", uri.Scheme, user, net.JoinHostPort(uri.Host, strconv.Itoa(uri.Port)), vhost)
+}
+
+// Connect connects to the broker now, if the publisher is not connected,
+// and reports whether it could, within ctx.
+func (p *Publisher) Connect(ctx context.Context) error {
+	if !p.conns.enter() {
+		return ErrClosed
+	}
+	defer p.conns.exit()
+	c, err := p.conns.acquire(ctx)
+	if err != nil {
+		return err
+	}
+	p.conns.release(c)
+	return nil
+}
+
+// Close closes the connection and waits for the publisher's goroutines to
+// end. A Publish in progress fails. Closing twice does nothing.
+func (p *Publisher) Close() error {
+	p.conns.close()
+	return nil
+}
+
+// maxShortString is AMQP's limit on a short string: exchange and routing
+// key, header names, message-id, type and content-type.
+const maxShortString = 255
+
+// Publish sends the batch in rounds (see the package documentation) and
+// waits for the broker's confirms. It returns nil only when the broker
+// acknowledged every event without returning it; a *herald.BatchError when
+// some events failed; and a plain error when no event got an answer
+// because the broker is unreachable, the connection or channel closed, or
+// ctx ended first.
+func (p *Publisher) Publish(ctx context.Context, batch []herald.Envelope) error {
+	if len(batch) == 0 {
+		return nil
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("heraldrabbit: not published: %w", context.Cause(ctx))
+	}
+	if !p.conns.enter() {
+		return ErrClosed
+	}
+	defer p.conns.exit()
+	c, err := p.conns.acquire(ctx)
+	if err != nil {
+		return err
+	}
+
+	var (
+		errs     = make([]error, len(batch))
+		msgs     = make([]amqp.Publishing, len(batch))
+		keys     = make([]string, len(batch))
+		failed   = map[string]string{} // ordering key -> id of its failed event
+		pending  = make([]int, 0, len(batch))
+		answered = 0 // events the broker answered for, or that we refused
+		rounds   = 0
+		usable   = true // c can take another round
+		stopped  error  // why the rounds stopped early
+	)
+	for i := range batch {
+		pending = append(pending, i)
+	}
+	for len(pending) > 0 {
+		var (
+			next  []int
+			round []int
+			inRnd = map[string]bool{}
+		)
+		for _, i := range pending {
+			env := &batch[i]
+			key, ordered := orderKey(env)
+			switch {
+			case ordered && failed[key] != "":
+				errs[i] = fmt.Errorf("heraldrabbit: event %s not sent after event %s of its key failed: %w",
+					env.ID, failed[key], herald.ErrHeldBack)
+				continue
+			case !usable || ctx.Err() != nil:
+				errs[i] = p.notSent(ctx, env, stopped)
+				continue
+			case ordered && inRnd[key]:
+				next = append(next, i)
+				continue
+			}
+			msg, rk, err := p.message(env, c.frameMax)
+			if err != nil {
+				errs[i] = err
+				answered++
+				if ordered {
+					failed[key] = env.ID
+				}
+				continue
+			}
+			msgs[i], keys[i] = msg, rk
+			round = append(round, i)
+			inRnd[key] = ordered
+		}
+		pending = next
+		if len(round) == 0 {
+			continue
+		}
+		rounds++
+		var n int
+		n, usable, stopped = p.round(ctx, c, batch, round, msgs, keys, errs)
+		answered += n
+		for _, i := range round {
+			if key, ordered := orderKey(&batch[i]); ordered && errs[i] != nil && failed[key] == "" {
+				failed[key] = batch[i].ID
+			}
+		}
+	}
+	if usable {
+		p.conns.release(c)
+	}
+
+	var first error
+	for _, err := range errs {
+		if err != nil {
+			first = err
+			break
+		}
+	}
+	if first == nil {
+		p.log.Debug("published batch", "batch_size", len(batch), "rounds", rounds)
+		return nil
+	}
+	if answered == 0 {
+		if stopped == nil {
+			stopped = first
+		}
+		return fmt.Errorf("heraldrabbit: no event of %d confirmed: %w", len(batch), stopped)
+	}
+	return &herald.BatchError{Errs: errs}
+}
+
+// notSent is the error of an event the rounds did not reach because ctx
+// ended or the channel failed.
+func (p *Publisher) notSent(ctx context.Context, env *herald.Envelope, stopped error) error {
+	if ctx.Err() != nil {
+		return fmt.Errorf("heraldrabbit: event %s not sent: %w", env.ID, context.Cause(ctx))
+	}
+	if stopped == nil {
+		stopped = errors.New("channel failed")
+	}
+	return herald.Unavailable(fmt.Errorf("heraldrabbit: event %s not sent: %w", env.ID, stopped))
+}
+
+// orderKey returns the key that orders env as the relay sees it, and
+// whether env is ordered at all (an event without a key is not).
+func orderKey(env *herald.Envelope) (string, bool) {
+	return env.Key, env.Key != ""
+}
+
+// message builds the AMQP message of env and its routing key, or the
+// permanent error that keeps it from being sent. frameMax is the
+// connection's negotiated frame size (0 for no limit): the properties,
+// headers included, travel in a single frame.
+func (p *Publisher) message(env *herald.Envelope, frameMax int) (amqp.Publishing, string, error) {
+	fail := func(format string, args ...any) (amqp.Publishing, string, error) {
+		return amqp.Publishing{}, "", herald.Permanent(fmt.Errorf("heraldrabbit: event %s: "+format, append([]any{env.ID}, args...)...))
+	}
+	rk := p.routingKey(env)
+	if len(rk) > maxShortString {
+		return fail("routing key is longer than %d bytes", maxShortString)
+	}
+	if len(env.Payload) > p.maxBytes {
+		return fail("payload of %d bytes is over the limit of %d (Config.MaxMessageBytes)", len(env.Payload), p.maxBytes)
+	}
+	headers, err := p.headers(env)
+	if err != nil {
+		return fail("%v", err)
+	}
+	msg := amqp.Publishing{
+		Headers:      headers,
+		ContentType:  p.contentType,
+		DeliveryMode: amqp.Persistent,
+		MessageId:    env.ID,
+		Timestamp:    env.CreatedAt,
+		Body:         env.Payload,
+	}
+	// The type property is a short string; the Herald-Type header always
+	// carries the whole type.
+	if len(env.Type) <= maxShortString {
+		msg.Type = env.Type
+	}
+	if msg.Body == nil {
+		msg.Body = []byte{}
+	}
+	if size := propertiesSize(&msg); frameMax > 0 && size > frameMax {
+		return fail("headers take %d bytes, over the connection's frame size of %d", size, frameMax)
+	}
+	return msg, rk, nil
+}
+
+// headers returns the message headers of env: the producer's, then
+// Herald's own. CC and BCC, which would make RabbitMQ route a copy to
+// other queues, and Herald-* names, which would stand in for the event's
+// own fields, are dropped: writers refuse them, but a row inserted with
+// plain SQL is not checked.
+func (p *Publisher) headers(env *herald.Envelope) (amqp.Table, error) {
+	h := make(amqp.Table, len(env.Headers)+6)
+	for name, value := range env.Headers {
+		if dropped(name) {
+			p.log.Warn("dropped a reserved header", "event_id", env.ID, "header", name)
+			continue
+		}
+		if len(name) > maxShortString {
+			return nil, fmt.Errorf("header name is longer than %d bytes", maxShortString)
+		}
+		h[name] = value
+	}
+	h[herald.HeaderID] = env.ID
+	h[herald.HeaderTopic] = env.Topic
+	for _, f := range [...]struct{ name, v string }{
+		{herald.HeaderType, env.Type},
+		{herald.HeaderKey, env.Key},
+		{herald.HeaderAggregateType, env.AggregateType},
+		{herald.HeaderAggregateID, env.AggregateID},
+	} {
+		if f.v != "" {
+			h[f.name] = f.v
+		}
+	}
+	return h, nil
+}
+
+// dropped reports whether a producer header of this name is not sent.
+func dropped(name string) bool {
+	return strings.EqualFold(name, "cc") || strings.EqualFold(name, "bcc") ||
+		len(name) >= 7 && strings.EqualFold(name[:7], "herald-")
+}
+
+// propertiesSize bounds from above the size of the content header frame
+// that carries msg's properties, frame overhead included.
+func propertiesSize(msg *amqp.Publishing) int {
+	const (
+		frameOverhead = 7 + 1 // type, channel, size; end marker
+		headerFixed   = 2 + 2 + 8 + 2
+		fixedProps    = 1 + 1 + 8 // delivery mode, priority, timestamp
+	)
+	n := frameOverhead + headerFixed + fixedProps
+	n += 1 + len(msg.ContentType) + 1 + len(msg.MessageId) + 1 + len(msg.Type)
+	n += 4 // the table's length
+	for name, v := range msg.Headers {
+		s, _ := v.(string)
+		n += 1 + len(name) + 1 + 4 + len(s)
+	}
+	return n
+}
+
+// sent is the outcome of handing one message of a round to the channel.
+type sent struct {
+	j   int // position in the round
+	dc  *amqp.DeferredConfirmation
+	err error
+}
+
+// round publishes the events of batch at idx on c without waiting, then
+// waits for their confirms, storing each event's result in errs. It
+// returns how many events the broker answered for, whether c can take
+// another round, and, when it cannot, why.
+func (p *Publisher) round(ctx context.Context, c *channel, batch []herald.Envelope, idx []int,
+	msgs []amqp.Publishing, keys []string, errs []error) (answered int, usable bool, stopped error) {
+	for _, i := range idx {
+		errs[i] = herald.Unavailable(fmt.Errorf("heraldrabbit: event %s not sent", batch[i].ID))
+	}
+	// Sending happens in its own goroutine: a write blocks while the
+	// broker does not read (a resource alarm blocks publishing
+	// connections), and Publish must still return when ctx ends.
+	results := make(chan sent, len(idx))
+	senderDone := make(chan struct{})
+	p.conns.wg.Add(1)
+	go func() {
+		defer p.conns.wg.Done()
+		defer close(senderDone)
+		defer close(results)
+		for j, i := range idx {
+			dc, err := c.ch.PublishWithDeferredConfirmWithContext(ctx, p.exchange, keys[i], true, false, msgs[i])
+			results <- sent{j, dc, err}
+			if err != nil {
+				return
+			}
+		}
+	}()
+
+	var (
+		queue    []sent // sent, confirm awaited, in publish order
+		returned = map[string]amqp.Return{}
+		returns  = c.returns
+		sending  = results
+		broken   error
+	)
+	// Returns arrive before the confirm of the same message (the broker
+	// sends basic.return first and the client hands it to c.returns
+	// before it reads the ack): drain them before taking a confirm as
+	// success.
+	drain := func() {
+		for {
+			select {
+			case r, ok := <-returns:
+				if !ok {
+					returns = nil
+					return
+				}
+				returned[r.MessageId] = r
+			default:
+				return
+			}
+		}
+	}
+	for sending != nil || len(queue) > 0 {
+		var head <-chan struct{}
+		if len(queue) > 0 {
+			head = queue[0].dc.Done()
+		}
+		select {
+		case s, ok := <-sending:
+			switch {
+			case !ok:
+				sending = nil
+			case s.err != nil:
+				if ctx.Err() == nil {
+					broken = p.channelError(c, s.err)
+				}
+			case s.dc == nil:
+				broken = errors.New("channel not in confirm mode")
+			default:
+				queue = append(queue, s)
+			}
+		case r, ok := <-returns:
+			if !ok {
+				returns = nil
+				continue
+			}
+			returned[r.MessageId] = r
+		case <-head:
+			drain()
+			s := queue[0]
+			queue = queue[1:]
+			i := idx[s.j]
+			err, answer := p.outcome(c, &batch[i], keys[i], s.dc, returned)
+			errs[i] = err
+			if answer {
+				answered++
+			} else if broken == nil {
+				broken = p.channelError(c, nil)
+			}
+		case <-ctx.Done():
+			for _, s := range queue {
+				errs[idx[s.j]] = fmt.Errorf("heraldrabbit: event %s not confirmed: %w", batch[idx[s.j]].ID, context.Cause(ctx))
+			}
+			for _, i := range idx {
+				if herald.IsUnavailable(errs[i]) {
+					errs[i] = fmt.Errorf("heraldrabbit: event %s not confirmed: %w", batch[i].ID, context.Cause(ctx))
+				}
+			}
+			// Confirms and returns may still come for what was sent: the
+			// channel is of no further use.
+			p.conns.discard(c, senderDone)
+			return answered, false, context.Cause(ctx)
+		}
+	}
+	if broken != nil || c.ch.IsClosed() {
+		if broken == nil {
+			broken = p.channelError(c, nil)
+		}
+		p.conns.discard(c, senderDone)
+		return answered, false, broken
+	}
+	return answered, true, nil
+}
+
+// outcome is the result of one sent event whose confirmation is done, and
+// whether the broker answered for it (as opposed to the channel closing).
+func (p *Publisher) outcome(c *channel, env *herald.Envelope, rk string, dc *amqp.DeferredConfirmation,
+	returned map[string]amqp.Return) (error, bool) {
+	if r, ok := returned[env.ID]; ok {
+		err := fmt.Errorf("heraldrabbit: event %s returned unroutable by the broker (exchange %q, routing key %q): %d %s",
+			env.ID, p.exchange, rk, r.ReplyCode, r.ReplyText)
+		if p.unroutable {
+			err = herald.Permanent(err)
+		}
+		return err, true
+	}
+	// The client completes a confirmation with a nack when its channel
+	// closes, after marking the channel closed.
+	if dc.Acked() {
+		return nil, true
+	}
+	if c.ch.IsClosed() {
+		cause := p.channelError(c, nil)
+		err := fmt.Errorf("heraldrabbit: event %s not confirmed: %w", env.ID, cause)
+		if c.closedBy(amqp.PreconditionFailed) {
+			// The broker closed the channel over a message (one over its
+			// max_message_size): retrying as an outage would never end,
+			// so the event spends its attempts.
+			return err, true
+		}
+		return herald.Unavailable(err), false
+	}
+	return fmt.Errorf("heraldrabbit: event %s refused by the broker (basic.nack; a queue may be full)", env.ID), true
+}
+
+// channelError describes why c failed.
+func (p *Publisher) channelError(c *channel, err error) error {
+	if reason := c.reason(); reason != nil {
+		return fmt.Errorf("heraldrabbit: channel closed: %s", herald.Scrub(reason.Error()))
+	}
+	if err != nil {
+		return fmt.Errorf("heraldrabbit: publishing: %s", herald.Scrub(err.Error()))
+	}
+	return errors.New("heraldrabbit: channel closed")
+}

@@ -1,0 +1,619 @@
+// Package heraldwebhook publishes Herald events as HTTP webhooks signed
+// per the Standard Webhooks specification.
+//
+// Each event is one POST to the URL of its topic (Config.Endpoints, or
+// Config.Default). The body is the payload, byte for byte, with the
+// producer's Content-Type header or application/json. The request carries:
+//
+//   - webhook-id: the event id, the same on every attempt, for the
+//     receiver to drop duplicates (delivery is at least once);
+//   - webhook-timestamp: the attempt's time in unix seconds;
+//   - webhook-signature: "v1," and the base64 HMAC-SHA256 of
+//     "id.timestamp.body" under the endpoint's secret;
+//   - Herald-Id, Herald-Topic, Herald-Key, Herald-Type and the aggregate
+//     headers, when set;
+//   - the producer's headers, except hop-by-hop and framing headers
+//     (Connection, Keep-Alive, Proxy-*, TE, Trailer, Transfer-Encoding,
+//     Upgrade, Host, Content-Length, Expect) and the names the publisher
+//     sets itself (webhook-*, Herald-*, User-Agent), which are dropped
+//     even when a row inserted by SQL carries them.
+//
+// Receivers check a request with Verify.
+//
+// # Results
+//
+// A 2xx answer confirms the event. 408, 429 and 5xx answers, timeouts and
+// connection errors are retryable; a Retry-After header is kept on the
+// *StatusError (see RetryAfter). Redirects are never followed, to the same
+// host or another: a 3xx is a retryable error that asks for the endpoint's
+// URL to be updated. Any other 4xx is permanent (herald.Permanent). When
+// every request of a batch failed to reach its endpoint (refused, reset,
+// timed out, refused by the address guard), Publish returns a plain error,
+// which the relay treats as an outage; otherwise a *herald.BatchError.
+//
+// # Order per key
+//
+// The events of one key are sent one after the other, in batch order, each
+// only once the previous one was confirmed; after a failure the key's later
+// events are reported with herald.ErrHeldBack without being sent. Different
+// keys are sent in parallel, up to Config.MaxConcurrency requests at once.
+// Events without a key are not ordered.
+//
+// # Internal destinations
+//
+// The publisher refuses to connect to private, loopback, link-local,
+// unique-local, unspecified, multicast and other special-purpose
+// addresses, unless Config.AllowedNetworks or Config.AllowPrivate allows
+// them. The check runs on every connection, on the address it is about to
+// dial after name resolution, so a public name that resolves (or
+// rebinds) to an internal address is refused as well. Proxies from the
+// environment (HTTP_PROXY) are not used: the guard would otherwise only see
+// the proxy.
+//
+// # Secrets
+//
+// Signing secrets never appear in errors, logs or the String form of a
+// Config or Publisher. Endpoint URLs are reduced to their origin
+// (scheme://host:port) wherever the publisher reports them, since their
+// path or query often carries a token.
+package heraldwebhook
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/herald-outbox/herald"
+)
+
+// Defaults of Config.
+const (
+	DefaultTimeout        = 10 * time.Second
+	DefaultMaxConcurrency = 16
+	DefaultUserAgent      = "herald-webhook"
+)
+
+// Endpoint is where the events of a topic go.
+type Endpoint struct {
+	// URL receives one POST per event: http or https, with a host. Its path
+	// and query are kept out of errors and logs. Required.
+	URL string
+	// Secret signs the endpoint's requests, a Standard Webhooks secret:
+	// "whsec_" then the base64 of a 24 to 64 byte key. Defaults to
+	// Config.Secret.
+	Secret string
+}
+
+// String shows the endpoint without its secret, its path or its query.
+func (e Endpoint) String() string {
+	secret := "none"
+	if e.Secret != "" {
+		secret = "set"
+	}
+	return fmt.Sprintf("{URL:%s Secret:%s}", origin(e.URL), secret)
+}
+
+// GoString keeps %#v from printing the secret.
+func (e Endpoint) GoString() string { return "heraldwebhook.Endpoint" + e.String() }
+
+// LogValue keeps slog handlers from printing the secret.
+func (e Endpoint) LogValue() slog.Value { return slog.StringValue(e.String()) }
+
+// Config configures a Publisher. New requires at least one endpoint and a
+// secret for each.
+type Config struct {
+	// Endpoints maps exact topic names to their endpoints. Defaults to
+	// none.
+	Endpoints map[string]Endpoint
+	// Default receives the events of topics not in Endpoints. Defaults to
+	// none (URL ""): such an event fails permanently.
+	Default Endpoint
+	// Secret signs the requests of every endpoint without a Secret of its
+	// own (see Endpoint.Secret). Defaults to "".
+	Secret string
+	// Timeout bounds each request, from dialling to the end of the answer.
+	// Defaults to DefaultTimeout (10s).
+	Timeout time.Duration
+	// MaxConcurrency bounds the requests one Publish call has in flight,
+	// each for a different key. Defaults to DefaultMaxConcurrency (16).
+	MaxConcurrency int
+	// AllowedNetworks lists CIDR prefixes ("10.20.0.0/16", "127.0.0.0/8")
+	// the publisher may connect to although they are private or
+	// special-purpose. Public addresses are always allowed. Defaults to
+	// none.
+	AllowedNetworks []string
+	// AllowPrivate allows every destination, turning the address guard
+	// off. Defaults to false.
+	AllowPrivate bool
+	// TLSConfig configures https connections (root CAs, client
+	// certificates). Defaults to nil: the system's roots.
+	TLSConfig *tls.Config
+	// UserAgent is the User-Agent of every request. Defaults to
+	// DefaultUserAgent ("herald-webhook").
+	UserAgent string
+	// Logger receives the publisher's logs. Defaults to slog.Default().
+	Logger *slog.Logger
+}
+
+// String shows the configuration without secrets, paths or queries.
+func (c Config) String() string {
+	var b strings.Builder
+	b.WriteString("{Endpoints:map[")
+	topics := make([]string, 0, len(c.Endpoints))
+	for t := range c.Endpoints {
+		topics = append(topics, t)
+	}
+	slices.Sort(topics)
+	for i, t := range topics {
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		fmt.Fprintf(&b, "%s:%s", t, c.Endpoints[t])
+	}
+	secret := "none"
+	if c.Secret != "" {
+		secret = "set"
+	}
+	fmt.Fprintf(&b, "] Default:%s Secret:%s Timeout:%s MaxConcurrency:%d AllowedNetworks:%v AllowPrivate:%t UserAgent:%q}",
+		c.Default, secret, c.Timeout, c.MaxConcurrency, c.AllowedNetworks, c.AllowPrivate, c.UserAgent)
+	return b.String()
+}
+
+// GoString keeps %#v from printing secrets.
+func (c Config) GoString() string { return "heraldwebhook.Config" + c.String() }
+
+// LogValue keeps slog handlers from printing secrets.
+func (c Config) LogValue() slog.Value { return slog.StringValue(c.String()) }
+
+// endpoint is a validated Endpoint.
+type endpoint struct {
+	url    string
+	origin string // scheme://host:port, for errors and logs
+	key    []byte
+}
+
+// Publisher is a herald.Publisher that POSTs each event to its topic's
+// webhook endpoint. Close it to release its idle connections.
+type Publisher struct {
+	endpoints map[string]*endpoint
+	def       *endpoint
+	transport *http.Transport
+	client    *http.Client
+	timeout   time.Duration
+	maxConc   int
+	userAgent string
+	log       *slog.Logger
+	summary   string
+}
+
+var _ herald.Publisher = (*Publisher)(nil)
+
+// New validates cfg and returns a publisher. Its errors name the field at
+// fault and never contain a secret or an endpoint's path or query.
+func New(cfg *Config) (*Publisher, error) {
+	var c Config
+	if cfg != nil {
+		c = *cfg
+	}
+	if c.Timeout == 0 {
+		c.Timeout = DefaultTimeout
+	}
+	if c.MaxConcurrency == 0 {
+		c.MaxConcurrency = DefaultMaxConcurrency
+	}
+	if c.UserAgent == "" {
+		c.UserAgent = DefaultUserAgent
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	fail := func(format string, args ...any) (*Publisher, error) {
+		return nil, fmt.Errorf("heraldwebhook: "+format, args...)
+	}
+	switch {
+	case c.Timeout < 0:
+		return fail("Config.Timeout must not be negative")
+	case c.MaxConcurrency < 0:
+		return fail("Config.MaxConcurrency must not be negative")
+	case len(c.Endpoints) == 0 && c.Default == (Endpoint{}):
+		return fail("Config.Endpoints: at least one endpoint, or Config.Default, is required")
+	case !validHeaderValue(c.UserAgent):
+		return fail("Config.UserAgent: contains a control character")
+	}
+	if c.Secret != "" {
+		if _, err := parseSecret("Config.Secret", c.Secret); err != nil {
+			return fail("%v", err)
+		}
+	}
+	p := &Publisher{
+		endpoints: make(map[string]*endpoint, len(c.Endpoints)),
+		timeout:   c.Timeout,
+		maxConc:   c.MaxConcurrency,
+		userAgent: c.UserAgent,
+		log:       c.Logger.With("component", "herald.webhook"),
+	}
+	for topic, e := range c.Endpoints {
+		if topic == "" {
+			return fail("Config.Endpoints: a topic name is empty")
+		}
+		ep, err := newEndpoint(fmt.Sprintf("Config.Endpoints[%q]", topic), e, c.Secret)
+		if err != nil {
+			return fail("%v", err)
+		}
+		p.endpoints[topic] = ep
+	}
+	if c.Default.URL != "" || c.Default.Secret != "" {
+		ep, err := newEndpoint("Config.Default", c.Default, c.Secret)
+		if err != nil {
+			return fail("%v", err)
+		}
+		p.def = ep
+	}
+
+	g := &guard{allowAll: c.AllowPrivate}
+	for i, s := range c.AllowedNetworks {
+		prefix, err := netip.ParsePrefix(strings.TrimSpace(s))
+		if err != nil {
+			return fail("Config.AllowedNetworks[%d]: %q is not a CIDR prefix such as 10.0.0.0/8", i, s)
+		}
+		g.allowed = append(g.allowed, prefix.Masked())
+	}
+
+	dialer := &net.Dialer{Timeout: c.Timeout, KeepAlive: 30 * time.Second, Control: g.control}
+	p.transport = &http.Transport{
+		Proxy:                  nil, // see "Internal destinations" in the package doc
+		DialContext:            dialer.DialContext,
+		TLSClientConfig:        c.TLSConfig.Clone(),
+		TLSHandshakeTimeout:    c.Timeout,
+		ForceAttemptHTTP2:      true,
+		MaxIdleConnsPerHost:    c.MaxConcurrency,
+		IdleConnTimeout:        90 * time.Second,
+		MaxResponseHeaderBytes: 64 << 10,
+		// Answers are drained and dropped: no need to ask for gzip.
+		DisableCompression: true,
+	}
+	p.client = &http.Client{
+		Transport: p.transport,
+		CheckRedirect: func(*http.Request, []*http.Request) error {
+			// A redirect could lead anywhere, another host included; the
+			// 3xx becomes the result instead (see StatusError).
+			return http.ErrUseLastResponse
+		},
+	}
+	p.summary = fmt.Sprintf("heraldwebhook.Publisher{endpoints:%d default:%t timeout:%s max_concurrency:%d}",
+		len(p.endpoints), p.def != nil, p.timeout, p.maxConc)
+	return p, nil
+}
+
+func newEndpoint(field string, e Endpoint, secret string) (*endpoint, error) {
+	if e.URL == "" {
+		return nil, fmt.Errorf("%s.URL: required", field)
+	}
+	u, err := url.Parse(e.URL)
+	if err != nil {
+		// url.Parse's error quotes the whole URL: say nothing of it.
+		return nil, fmt.Errorf("%s.URL: not a valid URL", field)
+	}
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return nil, fmt.Errorf("%s.URL: the scheme must be http or https", field)
+	}
+	if u.Hostname() == "" {
+		return nil, fmt.Errorf("%s.URL: a host is required", field)
+	}
+	if e.Secret != "" {
+		secret = e.Secret
+	}
+	if secret == "" {
+		return nil, fmt.Errorf("%s.Secret: required, or set Config.Secret", field)
+	}
+	key, err := parseSecret(field+".Secret", secret)
+	if err != nil {
+		return nil, err
+	}
+	return &endpoint{url: u.String(), origin: u.Scheme + "://" + u.Host, key: key}, nil
+}
+
+// origin returns scheme://host:port of a URL, or "(invalid URL)".
+func origin(raw string) string {
+	if raw == "" {
+		return `""`
+	}
+	u, err := url.Parse(raw)
+	if err != nil || u.Host == "" {
+		return "(invalid URL)"
+	}
+	return u.Scheme + "://" + u.Host
+}
+
+// String describes the publisher without secrets or URLs.
+func (p *Publisher) String() string { return p.summary }
+
+// Close closes the publisher's idle connections. A Publish in flight
+// completes; a later Publish opens new connections.
+func (p *Publisher) Close() error {
+	p.transport.CloseIdleConnections()
+	return nil
+}
+
+// outcome says how one event's request ended, to tell an outage apart.
+type outcome uint8
+
+const (
+	notSent     outcome = iota // no request: held back, invalid, cancelled
+	answered                   // the endpoint answered, 2xx or not
+	unreachable                // dial, TLS, reset, timeout or guard failure
+)
+
+// Publish POSTs every event of the batch to its endpoint; see the package
+// documentation for order, results and errors. It returns nil only when
+// every event was answered with a 2xx.
+func (p *Publisher) Publish(ctx context.Context, batch []herald.Envelope) error {
+	if len(batch) == 0 {
+		return nil
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("heraldwebhook: not published: %w", err)
+	}
+	errs := make([]error, len(batch))
+	outcomes := make([]outcome, len(batch))
+	groups := keyGroups(batch)
+
+	// Workers take whole keys, so a key's events are sent by one goroutine,
+	// in order; each worker writes only the entries of its keys.
+	work := make(chan []int, len(groups))
+	for _, g := range groups {
+		work <- g
+	}
+	close(work)
+	var wg sync.WaitGroup
+	for range min(p.maxConc, len(groups)) {
+		wg.Go(func() {
+			for g := range work {
+				p.sendKey(ctx, batch, g, errs, outcomes)
+			}
+		})
+	}
+	wg.Wait()
+
+	confirmed, requests, reachedAny := 0, 0, false
+	var firstUnreachable error
+	for i, err := range errs {
+		switch {
+		case err == nil:
+			confirmed++
+		case outcomes[i] == unreachable && firstUnreachable == nil:
+			firstUnreachable = err
+		}
+		if outcomes[i] != notSent {
+			requests++
+		}
+		if outcomes[i] == answered {
+			reachedAny = true
+		}
+	}
+	if confirmed == len(batch) {
+		p.log.Debug("published batch", "batch_size", len(batch), "keys", len(groups))
+		return nil
+	}
+	if confirmed == 0 {
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("heraldwebhook: not published: %w", err)
+		}
+		if requests > 0 && !reachedAny {
+			// Every request failed before an answer: the endpoints are
+			// down, so the relay should back off without spending the
+			// events' attempts.
+			return fmt.Errorf("heraldwebhook: no endpoint reachable (%d requests failed): %w", requests, firstUnreachable)
+		}
+	}
+	p.log.Debug("published batch with failures", "batch_size", len(batch), "confirmed", confirmed)
+	return &herald.BatchError{Errs: errs}
+}
+
+// keyGroups returns the positions of the batch's events grouped by key, in
+// the order each key first appears. An event without a key is a group of
+// its own.
+func keyGroups(batch []herald.Envelope) [][]int {
+	var groups [][]int
+	byKey := make(map[string]int)
+	for i := range batch {
+		k := batch[i].Key
+		if k == "" {
+			groups = append(groups, []int{i})
+			continue
+		}
+		if g, ok := byKey[k]; ok {
+			groups[g] = append(groups[g], i)
+			continue
+		}
+		byKey[k] = len(groups)
+		groups = append(groups, []int{i})
+	}
+	return groups
+}
+
+// sendKey sends the events of one key in order and stops at the first
+// failure: the later ones are held back.
+func (p *Publisher) sendKey(ctx context.Context, batch []herald.Envelope, idx []int, errs []error, outcomes []outcome) {
+	for j, i := range idx {
+		if err := ctx.Err(); err != nil {
+			for _, k := range idx[j:] {
+				errs[k] = fmt.Errorf("heraldwebhook: not sent: %w", err)
+			}
+			return
+		}
+		outcomes[i], errs[i] = p.send(ctx, &batch[i])
+		if errs[i] != nil {
+			for _, k := range idx[j+1:] {
+				errs[k] = fmt.Errorf("heraldwebhook: not sent after event %s of its key failed: %w", batch[i].ID, herald.ErrHeldBack)
+			}
+			return
+		}
+	}
+}
+
+// errRequestTimeout is the cause of a request's context when Timeout ran
+// out, to tell it from the caller's deadline.
+var errRequestTimeout = errors.New("request timeout")
+
+// send POSTs one event.
+func (p *Publisher) send(ctx context.Context, env *herald.Envelope) (outcome, error) {
+	ep := p.endpoints[env.Topic]
+	if ep == nil {
+		ep = p.def
+	}
+	if ep == nil {
+		return notSent, herald.Permanent(fmt.Errorf("heraldwebhook: no endpoint for topic %q (set Config.Endpoints or Config.Default)", env.Topic))
+	}
+	header, err := p.header(env)
+	if err != nil {
+		return notSent, herald.Permanent(err)
+	}
+
+	reqCtx, cancel := context.WithTimeoutCause(ctx, p.timeout, errRequestTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(reqCtx, http.MethodPost, ep.url, bytes.NewReader(env.Payload))
+	if err != nil {
+		// Not reached with a URL New validated; the error would quote it.
+		return notSent, fmt.Errorf("heraldwebhook: building the request to %s failed", ep.origin)
+	}
+	ts := strconv.FormatInt(time.Now().Unix(), 10)
+	header.Set(HeaderWebhookID, env.ID)
+	header.Set(HeaderWebhookTimestamp, ts)
+	header.Set(HeaderWebhookSignature, signature(ep.key, env.ID, ts, env.Payload))
+	req.Header = header
+
+	resp, err := p.client.Do(req)
+	if err != nil {
+		// *url.Error repeats the full URL: keep only what went wrong.
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		switch {
+		case ctx.Err() != nil:
+			return notSent, fmt.Errorf("heraldwebhook: POST to %s (topic %q) abandoned: %w", ep.origin, env.Topic, ctx.Err())
+		case errors.Is(context.Cause(reqCtx), errRequestTimeout):
+			return unreachable, fmt.Errorf("heraldwebhook: POST to %s (topic %q): no answer within %s (Config.Timeout): %w", ep.origin, env.Topic, p.timeout, err)
+		}
+		return unreachable, fmt.Errorf("heraldwebhook: POST to %s (topic %q): %w", ep.origin, env.Topic, err)
+	}
+	// Drain a little of the answer so the connection can be reused; a
+	// receiver that answers with more is cut off by Close.
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	_ = resp.Body.Close()
+
+	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
+		return answered, nil
+	}
+	se := &StatusError{StatusCode: resp.StatusCode, Endpoint: ep.origin, Topic: env.Topic}
+	if !retryableStatus(resp.StatusCode) {
+		return answered, herald.Permanent(se)
+	}
+	se.RetryAfter = parseRetryAfter(resp.Header.Get("Retry-After"), time.Now())
+	return answered, se
+}
+
+// dropped are the producer header names the publisher never sends:
+// hop-by-hop and framing headers, which would change how the request is
+// carried, and the ones it sets itself. Canonical form.
+var dropped = map[string]bool{
+	"Connection": true, "Keep-Alive": true, "Te": true, "Trailer": true,
+	"Transfer-Encoding": true, "Upgrade": true, "Host": true,
+	"Content-Length": true, "Expect": true, "User-Agent": true,
+}
+
+// droppedPrefixes, lower case.
+var droppedPrefixes = []string{"proxy-", "webhook-", "herald-"}
+
+func isDropped(name string) bool {
+	if dropped[http.CanonicalHeaderKey(name)] {
+		return true
+	}
+	lower := strings.ToLower(name)
+	for _, p := range droppedPrefixes {
+		if strings.HasPrefix(lower, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// header returns the request headers of env, without the webhook-*
+// signing headers. A header that cannot be sent (a name outside the HTTP
+// token set, a value with a control character) fails the event: the row
+// was not written through a Writer, which refuses them.
+func (p *Publisher) header(env *herald.Envelope) (http.Header, error) {
+	h := make(http.Header, len(env.Headers)+10)
+	for name, value := range env.Headers {
+		if isDropped(name) {
+			p.log.Debug("dropped a reserved producer header", "event_id", env.ID, "header", name)
+			continue
+		}
+		if !validHeaderName(name) {
+			return nil, fmt.Errorf("heraldwebhook: event %s: header name %q is not an HTTP token", env.ID, name)
+		}
+		if !validHeaderValue(value) {
+			return nil, fmt.Errorf("heraldwebhook: event %s: header %q: the value contains a control character", env.ID, name)
+		}
+		h[http.CanonicalHeaderKey(name)] = []string{value}
+	}
+	if h.Get("Content-Type") == "" {
+		h.Set("Content-Type", "application/json")
+	}
+	h.Set("User-Agent", p.userAgent)
+	for _, f := range [...]struct{ name, v string }{
+		{herald.HeaderID, env.ID},
+		{herald.HeaderTopic, env.Topic},
+		{herald.HeaderKey, env.Key},
+		{herald.HeaderType, env.Type},
+		{herald.HeaderAggregateType, env.AggregateType},
+		{herald.HeaderAggregateID, env.AggregateID},
+	} {
+		if f.v == "" {
+			continue
+		}
+		if !validHeaderValue(f.v) {
+			return nil, fmt.Errorf("heraldwebhook: event %s: %s contains a control character", env.ID, f.name)
+		}
+		h.Set(f.name, f.v)
+	}
+	return h, nil
+}
+
+func validHeaderName(name string) bool {
+	if name == "" {
+		return false
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0) {
+			return false
+		}
+	}
+	return true
+}
+
+// validHeaderValue refuses the control characters net/http refuses (all
+// but tab); bytes of 0x80 and up are allowed, as UTF-8 text.
+func validHeaderValue(v string) bool {
+	for i := 0; i < len(v); i++ {
+		if c := v[i]; c < ' ' && c != '\t' || c == 0x7f {
+			return false
+		}
+	}
+	return true
+}

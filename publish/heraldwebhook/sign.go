@@ -1,0 +1,146 @@
+package heraldwebhook
+
+import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Names of the Standard Webhooks headers every request carries.
+const (
+	HeaderWebhookID        = "webhook-id"
+	HeaderWebhookTimestamp = "webhook-timestamp"
+	HeaderWebhookSignature = "webhook-signature"
+)
+
+// SecretPrefix starts every signing secret: the Standard Webhooks
+// serialization of an HMAC key is "whsec_" followed by the key in base64.
+const SecretPrefix = "whsec_"
+
+// Bounds on the decoded signing key, from the Standard Webhooks
+// specification: at least 192 bits, at most 512.
+const (
+	minKeyBytes = 24
+	maxKeyBytes = 64
+)
+
+// DefaultTolerance is how far a webhook-timestamp may be from the
+// receiver's clock when Verify is given no tolerance.
+const DefaultTolerance = 5 * time.Minute
+
+// Errors Verify returns, wrapped with the detail.
+var (
+	// ErrMissingHeader: a webhook-* header is absent or empty.
+	ErrMissingHeader = errors.New("heraldwebhook: missing webhook header")
+	// ErrTimestamp: the webhook-timestamp is not an integer, or is further
+	// from now than the tolerance (a replay, or a badly wrong clock).
+	ErrTimestamp = errors.New("heraldwebhook: webhook-timestamp out of tolerance")
+	// ErrSignature: no v1 signature of the header matches the request.
+	ErrSignature = errors.New("heraldwebhook: no matching webhook signature")
+)
+
+// parseSecret decodes a "whsec_" secret into its HMAC key. Its errors never
+// contain the secret; field names the setting for the message.
+func parseSecret(field, secret string) ([]byte, error) {
+	if secret == "" {
+		return nil, fmt.Errorf("%s: required", field)
+	}
+	b64, ok := strings.CutPrefix(secret, SecretPrefix)
+	if !ok {
+		return nil, fmt.Errorf("%s: must start with %q (a Standard Webhooks secret)", field, SecretPrefix)
+	}
+	key, err := base64.StdEncoding.DecodeString(b64)
+	if err != nil {
+		// The padding is optional in practice; accept a secret without it.
+		key, err = base64.RawStdEncoding.DecodeString(b64)
+	}
+	if err != nil {
+		// base64's error quotes the offending byte position only, but say
+		// nothing of the input at all.
+		return nil, fmt.Errorf("%s: the part after %q is not valid base64", field, SecretPrefix)
+	}
+	if len(key) < minKeyBytes || len(key) > maxKeyBytes {
+		return nil, fmt.Errorf("%s: the key must decode to %d to %d bytes, not %d", field, minKeyBytes, maxKeyBytes, len(key))
+	}
+	return key, nil
+}
+
+// mac returns the HMAC-SHA256 of "id.timestamp.body" under key.
+func mac(key []byte, id, timestamp string, body []byte) []byte {
+	h := hmac.New(sha256.New, key)
+	h.Write([]byte(id))
+	h.Write([]byte{'.'})
+	h.Write([]byte(timestamp))
+	h.Write([]byte{'.'})
+	h.Write(body)
+	return h.Sum(nil)
+}
+
+// signature returns the webhook-signature value of one request.
+func signature(key []byte, id, timestamp string, body []byte) string {
+	return "v1," + base64.StdEncoding.EncodeToString(mac(key, id, timestamp, body))
+}
+
+// Verify checks a webhook request as a receiver: that its webhook-signature
+// holds a v1 signature of its webhook-id, webhook-timestamp and body under
+// secret (a "whsec_" secret, as given to the publisher), and that its
+// timestamp is within tolerance of now, in either direction, which bounds
+// replays. A tolerance of zero or less means DefaultTolerance.
+//
+// body must be the raw bytes of the request body, before any JSON decoding.
+// The comparison is in constant time. Signatures of other schemes in the
+// header (v1a, ...) are ignored, so a signature list sent during a key
+// rotation verifies when one entry matches.
+//
+// After Verify, use webhook-id (the Herald event id) to drop duplicates:
+// delivery is at least once.
+func Verify(secret string, h http.Header, body []byte, tolerance time.Duration) error {
+	return verifyAt(secret, h, body, tolerance, time.Now())
+}
+
+func verifyAt(secret string, h http.Header, body []byte, tolerance time.Duration, now time.Time) error {
+	key, err := parseSecret("heraldwebhook: Verify: secret", secret)
+	if err != nil {
+		return err
+	}
+	if tolerance <= 0 {
+		tolerance = DefaultTolerance
+	}
+	id, ts, sigs := h.Get(HeaderWebhookID), h.Get(HeaderWebhookTimestamp), h.Get(HeaderWebhookSignature)
+	for _, f := range [...]struct{ name, v string }{
+		{HeaderWebhookID, id}, {HeaderWebhookTimestamp, ts}, {HeaderWebhookSignature, sigs},
+	} {
+		if f.v == "" {
+			return fmt.Errorf("%w: %s", ErrMissingHeader, f.name)
+		}
+	}
+	sec, err := strconv.ParseInt(ts, 10, 64)
+	if err != nil {
+		return fmt.Errorf("%w: %q is not unix seconds", ErrTimestamp, ts)
+	}
+	sent := time.Unix(sec, 0)
+	if d := now.Sub(sent); d > tolerance || d < -tolerance {
+		return fmt.Errorf("%w: sent at %s, %s from now, tolerance %s", ErrTimestamp, sent.UTC().Format(time.RFC3339), d.Round(time.Second), tolerance)
+	}
+	want := mac(key, id, ts, body)
+	for _, s := range strings.Fields(sigs) {
+		version, b64, ok := strings.Cut(s, ",")
+		if !ok || version != "v1" {
+			continue
+		}
+		got, err := base64.StdEncoding.DecodeString(b64)
+		if err != nil {
+			continue
+		}
+		if hmac.Equal(got, want) {
+			return nil
+		}
+	}
+	return ErrSignature
+}
