@@ -1,6 +1,7 @@
 package herald_test
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"testing"
@@ -102,3 +103,34 @@ func FuzzValidateHeaderName(f *testing.F) {
 		require.False(t, strings.HasPrefix(lower, "nats-") || strings.HasPrefix(lower, "herald-"), "accepted %q", name)
 	})
 }
+
+func TestWriterAddsContextHeadersWithoutOverriding(t *testing.T) {
+	var got []herald.Message
+	w, err := herald.NewWriter[int](insertFunc(func(_ context.Context, _ int, msgs []herald.Message) error {
+		got = msgs
+		return nil
+	}), nil)
+	require.NoError(t, err)
+	type key struct{}
+	w = w.WithContextHeaders(func(ctx context.Context) map[string]string {
+		tp, _ := ctx.Value(key{}).(string)
+		if tp == "" {
+			return nil
+		}
+		return map[string]string{"traceparent": tp, "tracestate": "vendor=1"}
+	})
+	ctx := context.WithValue(context.Background(), key{}, "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
+	own := map[string]string{"tracestate": "mine=2"}
+	require.NoError(t, w.WriteTx(ctx, 0, herald.Message{Topic: "t", Headers: own}, herald.Message{Topic: "t"}))
+	require.Equal(t, map[string]string{"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", "tracestate": "mine=2"},
+		got[0].Headers, "a header the message sets wins")
+	require.Equal(t, "vendor=1", got[1].Headers["tracestate"])
+	require.Equal(t, map[string]string{"tracestate": "mine=2"}, own, "the caller's map is not changed")
+
+	require.NoError(t, w.WriteTx(context.Background(), 0, herald.Message{Topic: "t"}))
+	require.Empty(t, got[0].Headers, "no context, no headers")
+}
+
+type insertFunc func(ctx context.Context, tx int, msgs []herald.Message) error
+
+func (f insertFunc) InsertTx(ctx context.Context, tx int, msgs []herald.Message) error { return f(ctx, tx, msgs) }

@@ -39,6 +39,12 @@ type Relay struct {
 	outageMu    sync.Mutex
 	outageUntil time.Time
 	outageDelay time.Duration
+	outageErr   string // what the destination said when the outage began
+
+	healthMu sync.Mutex
+	dbErr    string // the last claim error while the database is unreachable
+
+	inFlight atomic.Int64 // claimed rows not yet acknowledged or given up
 
 	stats relayCounters
 
@@ -183,6 +189,38 @@ func (r *Relay) Wake() {
 	}
 }
 
+// Health is whether the relay's database and destination answer.
+type Health struct {
+	Running bool
+	// Database is the last error of a claim while the database is
+	// unreachable; empty when it answers.
+	Database string
+	// Destination is the error that made the relay pause for an outage;
+	// empty when the destination answers.
+	Destination string
+}
+
+// Health returns the relay's view of its database and destination, as of
+// its last claim and publish.
+func (r *Relay) Health() Health {
+	r.mu.Lock()
+	h := Health{Running: r.state == relayRunning}
+	r.mu.Unlock()
+	r.healthMu.Lock()
+	h.Database = r.dbErr
+	r.healthMu.Unlock()
+	r.outageMu.Lock()
+	if r.outageDelay != 0 {
+		h.Destination = r.outageErr
+	}
+	r.outageMu.Unlock()
+	return h
+}
+
+// InFlight returns how many claimed rows the relay holds and has not yet
+// acknowledged, released or given up.
+func (r *Relay) InFlight() int64 { return r.inFlight.Load() }
+
 // Stats returns the relay's counters.
 func (r *Relay) Stats() RelayStats {
 	s := &r.stats
@@ -233,6 +271,9 @@ func (r *Relay) claimLoop(ctx context.Context) {
 			<-slots
 			// One line when the database becomes unreachable and one when
 			// it is back; each retry in between only at Debug.
+			r.healthMu.Lock()
+			r.dbErr = Scrub(err.Error())
+			r.healthMu.Unlock()
 			if !dbDown {
 				dbDown = true
 				r.log.Warn("database unreachable; retrying claims", "error", Scrub(err.Error()))
@@ -247,6 +288,9 @@ func (r *Relay) claimLoop(ctx context.Context) {
 		}
 		if dbDown {
 			dbDown = false
+			r.healthMu.Lock()
+			r.dbErr = ""
+			r.healthMu.Unlock()
 			r.log.Info("database reachable again")
 		}
 		claimErrDelay = r.cfg.PollInterval
@@ -260,12 +304,14 @@ func (r *Relay) claimLoop(ctx context.Context) {
 		}
 		idle = r.cfg.PollInterval
 		r.stats.claimed.Add(int64(len(batch)))
+		r.inFlight.Add(int64(len(batch)))
 		r.cfg.Observer.Claimed(batch)
 		r.log.Debug("claimed batch", "batch_size", len(batch), "claim_token", token)
 		r.batches.Add(1)
 		go func() {
 			defer r.batches.Done()
 			defer func() { <-slots }()
+			defer r.inFlight.Add(-int64(len(batch)))
 			r.process(token, claimedAt, batch)
 		}()
 		if len(batch) < r.cfg.BatchSize && !r.sleep(ctx, r.cfg.PollInterval) {
@@ -383,7 +429,7 @@ func (r *Relay) process(token string, claimedAt time.Time, batch []Envelope) {
 			switch {
 			case outage || timedOut:
 				// The destination as a whole failed: claims pause.
-				f.Outage, f.Delay = true, r.noteOutage()
+				f.Outage, f.Delay = true, r.noteOutage(f.Error)
 			case IsUnavailable(e):
 				// One destination of several is down: its events wait,
 				// the others' keep flowing.
@@ -590,10 +636,11 @@ func batchErrors(err error, n int) []error {
 // noteOutage records that the destination failed as a whole and returns how
 // long to wait: doubling from the retry base up to OutageBackoffCap. Claims
 // pause for that long, so an outage costs a few cheap retries, not a storm.
-func (r *Relay) noteOutage() time.Duration {
+func (r *Relay) noteOutage(reason string) time.Duration {
 	r.outageMu.Lock()
 	defer r.outageMu.Unlock()
 	if r.outageDelay == 0 {
+		r.outageErr = reason
 		r.outageDelay = min(100*time.Millisecond, r.cfg.OutageBackoffCap)
 		r.log.Warn("destination unreachable; pausing claims")
 	} else if time.Now().After(r.outageUntil) {

@@ -1,0 +1,166 @@
+package heraldprom_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"os"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/require"
+
+	"github.com/herald-outbox/herald"
+	"github.com/herald-outbox/herald/heraldprom"
+	"github.com/herald-outbox/herald/internal/heraldtest"
+)
+
+func TestMain(m *testing.M) { heraldtest.Main(m) }
+
+// fakeAdmin serves Backlog from a function and counts the reads.
+type fakeAdmin struct {
+	herald.Admin
+	reads   atomic.Int64
+	backlog func() ([]herald.TopicBacklog, error)
+}
+
+func (f *fakeAdmin) Backlog(context.Context) ([]herald.TopicBacklog, error) {
+	f.reads.Add(1)
+	return f.backlog()
+}
+
+type fakeRelay struct{ inFlight int64 }
+
+func (r fakeRelay) Health() herald.Health { return herald.Health{Running: true} }
+func (r fakeRelay) InFlight() int64       { return r.inFlight }
+
+func scrape(t *testing.T, m *heraldprom.Metrics) string {
+	t.Helper()
+	srv := httptest.NewServer(m.Handler())
+	defer srv.Close()
+	resp, err := srv.Client().Get(srv.URL)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.Equal(t, 200, resp.StatusCode)
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return string(body)
+}
+
+func TestMetricsCountWhatTheRelayReports(t *testing.T) {
+	t.Parallel()
+	admin := &fakeAdmin{backlog: func() ([]herald.TopicBacklog, error) {
+		return []herald.TopicBacklog{{Topic: "orders", Ready: 7, Claimed: 3, Dead: 2, ParkedKeys: 1, OldestPending: 90 * time.Second}}, nil
+	}}
+	m, err := heraldprom.New(&heraldprom.Config{Admin: admin,
+		Destinations: func() []heraldprom.Destination { return []heraldprom.Destination{{Name: "kafka", Breaker: "open"}} }})
+	require.NoError(t, err)
+	m.Watch(fakeRelay{inFlight: 42})
+
+	created := time.Now().Add(-2 * time.Second)
+	env := func(topic string, attempt int) herald.Envelope {
+		return herald.Envelope{Message: herald.Message{ID: herald.NewID(), Topic: topic}, Attempt: attempt, CreatedAt: created}
+	}
+	m.Claimed(make([]herald.Envelope, 250))
+	m.Acknowledged(herald.Acknowledgement{
+		Published: []herald.Envelope{env("orders", 1), env("orders", 3), env("billing", 1)},
+		Failed: []herald.FailedEvent{
+			{Envelope: env("orders", 1), Outcome: herald.OutcomeRetry},
+			{Envelope: env("orders", 1), Outcome: herald.OutcomeHeldBack},
+			{Envelope: env("orders", 5), Outcome: herald.OutcomeParked},
+		},
+	})
+	m.Rescued(4)
+
+	text := scrape(t, m)
+	for _, want := range []string{
+		`herald_published_total{topic="orders"} 2`,
+		`herald_published_total{topic="billing"} 1`,
+		`herald_failed_total{outcome="retry",topic="orders"} 1`,
+		`herald_failed_total{outcome="held_back",topic="orders"} 1`,
+		`herald_failed_total{outcome="parked",topic="orders"} 1`,
+		`herald_commit_to_ack_seconds_count 3`,
+		`herald_commit_to_ack_seconds_bucket{le="1"} 0`,
+		`herald_commit_to_ack_seconds_bucket{le="2.5"} 3`,
+		`herald_publish_attempts_bucket{le="1"} 2`,
+		`herald_publish_attempts_bucket{le="3"} 3`,
+		`herald_claim_batch_size_bucket{le="250"} 1`,
+		`herald_rescued_total 4`,
+		`herald_relay_up 1`,
+		`herald_relay_leased_events 42`,
+		`herald_pending_events{topic="orders"} 10`,
+		`herald_oldest_pending_seconds{topic="orders"} 90`,
+		`herald_dead_events{topic="orders"} 2`,
+		`herald_parked_keys{topic="orders"} 1`,
+		`herald_destination_breaker{destination="kafka",state="open"} 1`,
+		`herald_destination_breaker{destination="kafka",state="closed"} 0`,
+	} {
+		require.Contains(t, text, want)
+	}
+	// Every metric is documented in the README.
+	readme := readREADME(t)
+	for _, line := range strings.Split(text, "\n") {
+		if name, ok := strings.CutPrefix(line, "# TYPE herald_"); ok {
+			name = "herald_" + strings.Fields(name)[0]
+			require.True(t, strings.Contains(readme, "`"+name+"`"), "metric %s is not in the README", name)
+		}
+	}
+	lint, err := testutil.GatherAndLint(m.Registry())
+	require.NoError(t, err)
+	require.Empty(t, lint, "metric names and help follow Prometheus conventions")
+}
+
+func TestBacklogIsReadAtMostOncePerInterval(t *testing.T) {
+	t.Parallel()
+	admin := &fakeAdmin{backlog: func() ([]herald.TopicBacklog, error) {
+		return []herald.TopicBacklog{{Topic: "t", Ready: 1}}, nil
+	}}
+	m, err := heraldprom.New(&heraldprom.Config{Admin: admin, BacklogInterval: time.Hour})
+	require.NoError(t, err)
+	for range 5 {
+		require.Contains(t, scrape(t, m), `herald_pending_events{topic="t"} 1`)
+	}
+	require.EqualValues(t, 1, admin.reads.Load(), "five scrapes, one database read")
+}
+
+func TestAFailedBacklogReadKeepsTheLastFiguresAndHidesSecrets(t *testing.T) {
+	t.Parallel()
+	var fail atomic.Bool
+	admin := &fakeAdmin{backlog: func() ([]herald.TopicBacklog, error) {
+		if fail.Load() {
+			return nil, errors.New("dial postgres://app:canary-s3cret@db:5432/shop: connection refused")
+		}
+		return []herald.TopicBacklog{{Topic: "t", Ready: 3}}, nil
+	}}
+	var log heraldtest.LogBuffer
+	m, err := heraldprom.New(&heraldprom.Config{Admin: admin, BacklogInterval: time.Nanosecond,
+		Logger: slog.New(slog.NewTextHandler(&log, nil))})
+	require.NoError(t, err)
+	require.Contains(t, scrape(t, m), `herald_pending_events{topic="t"} 3`)
+	fail.Store(true)
+	text := scrape(t, m)
+	require.Contains(t, text, `herald_pending_events{topic="t"} 3`, "the last figures stay; their timestamp shows their age")
+	require.Contains(t, log.String(), "reading the backlog for metrics failed")
+	require.NotContains(t, log.String(), "canary-s3cret")
+	require.NotContains(t, text, "canary-s3cret")
+}
+
+func TestConfigIsChecked(t *testing.T) {
+	t.Parallel()
+	_, err := heraldprom.New(nil)
+	require.ErrorContains(t, err, "Config.Admin")
+	_, err = heraldprom.New(&heraldprom.Config{Admin: &fakeAdmin{}, BacklogInterval: -time.Second})
+	require.ErrorContains(t, err, "BacklogInterval")
+}
+
+func readREADME(t *testing.T) string {
+	t.Helper()
+	b, err := os.ReadFile("../README.md")
+	require.NoError(t, err)
+	return string(b)
+}
