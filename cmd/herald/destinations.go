@@ -16,8 +16,10 @@ import (
 	"github.com/herald-outbox/herald"
 	"github.com/herald-outbox/herald/publish/heraldkafka"
 	"github.com/herald-outbox/herald/publish/heraldnats"
+	"github.com/herald-outbox/herald/publish/heraldrabbit"
 	"github.com/herald-outbox/herald/publish/heraldredis"
 	"github.com/herald-outbox/herald/publish/heraldroute"
+	"github.com/herald-outbox/herald/publish/heraldwebhook"
 )
 
 // endpoint is a destination as the command line gave it: a name and the
@@ -35,7 +37,12 @@ var schemes = map[string]string{
 	"nats": "nats", "tls": "nats", "ws": "nats", "wss": "nats",
 	"kafka": "kafka",
 	"redis": "redis", "rediss": "redis",
+	"amqp": "amqp", "amqps": "amqp",
+	"http": "webhook", "https": "webhook",
 }
+
+// supportedSchemes is said in errors.
+const supportedSchemes = "nats://, kafka://, redis://, amqp:// or http(s)://"
 
 var destinationName = regexp.MustCompile(`^[a-z][a-z0-9_-]{0,39}$`)
 
@@ -59,9 +66,9 @@ func parseEndpoint(inv *invocation, label, name, raw string) (endpoint, error) {
 		kind, ok := schemes[scheme]
 		switch {
 		case scheme == "":
-			return ep, usagef("%s: %s has no scheme: use nats://, kafka:// or redis://", label, inv.stderr.scrub(redactURL(u, true)))
+			return ep, usagef("%s: %s has no scheme: use %s", label, inv.stderr.scrub(redactURL(u, true)), supportedSchemes)
 		case !ok:
-			return ep, usagef("%s: scheme %q is not supported: use nats://, kafka:// or redis://", label, u.Scheme)
+			return ep, usagef("%s: scheme %q is not supported: use %s", label, u.Scheme, supportedSchemes)
 		case ep.kind != "" && ep.kind != kind:
 			return ep, usagef("%s: one destination takes URLs of one broker; give another --destination for %s", label, scheme)
 		case u.Hostname() == "":
@@ -77,8 +84,8 @@ func parseEndpoint(inv *invocation, label, name, raw string) (endpoint, error) {
 		ep.hosts = append(ep.hosts, u.Host)
 		shown = append(shown, redactURL(u, true))
 	}
-	if ep.kind == "redis" && len(ep.hosts) > 1 {
-		return ep, usagef("%s: a redis:// destination takes one URL", label)
+	if ep.kind != "nats" && ep.kind != "kafka" && len(ep.hosts) > 1 {
+		return ep, usagef("%s: a %s destination takes one URL", label, ep.kind)
 	}
 	ep.display = strings.Join(shown, ",")
 	return ep, nil
@@ -92,7 +99,7 @@ type destinationFlags struct {
 
 func addDestinationFlags(f *flagSet) destinationFlags {
 	return destinationFlags{
-		destinations: f.List("destination", "a named destination `NAME=URL` (nats://, kafka://, redis://); repeat for several"),
+		destinations: f.List("destination", "a named destination `NAME=URL` ("+supportedSchemes+"); repeat for several"),
 		routes:       f.List("route", "send the topics matching `TOPIC=NAME` (exact, or a pattern with * and a final >) to a destination; repeat"),
 		debeziumRoutes: f.List("debezium-route", "like --route `TOPIC=NAME`, with Debezium's outbox shape: "+
 			"topic outbox.event.<aggregate_type>, key = aggregate id, id and type headers"),
@@ -138,8 +145,17 @@ func (df destinationFlags) parsePlan(inv *invocation, publisher string) (*plan, 
 		}
 		p.endpoints, names[name] = append(p.endpoints, ep), true
 	}
+	for _, ep := range p.endpoints {
+		if ep.kind == "webhook" {
+			pub, err := newWebhook(inv, slog.New(slog.DiscardHandler), ep)
+			if err != nil {
+				return nil, err
+			}
+			_ = pub.Close()
+		}
+	}
 	if len(p.endpoints) == 0 {
-		return nil, usagef("--publisher (or HERALD_PUBLISHER) or --destination is required: a nats://, kafka:// or redis:// URL")
+		return nil, usagef("--publisher (or HERALD_PUBLISHER) or --destination is required: a %s URL", supportedSchemes)
 	}
 	for _, list := range []struct {
 		flag     string
@@ -233,6 +249,34 @@ func (p *plan) connect(ctx context.Context, inv *invocation, log *slog.Logger, o
 	return r, closeAll, nil
 }
 
+// newWebhook builds a webhook destination's publisher; it connects to
+// nothing, so parsePlan uses it to check the configuration early.
+func newWebhook(inv *invocation, log *slog.Logger, ep endpoint) (*heraldwebhook.Publisher, error) {
+	// The signing secret comes from the environment only, never from a
+	// flag that would show in the process list.
+	secret, _ := inv.getenv(webhookSecretEnv)
+	if secret != "" {
+		inv.stderr.add(secret)
+	}
+	allowed, _ := inv.getenv(webhookAllowEnv)
+	pub, err := heraldwebhook.New(&heraldwebhook.Config{
+		Default: heraldwebhook.Endpoint{URL: ep.raw}, Secret: secret,
+		AllowedNetworks: strings.Fields(strings.ReplaceAll(allowed, ",", " ")), Logger: log,
+	})
+	if err != nil {
+		return nil, usagef("destination %s: %s", ep.name, inv.stderr.scrub(err.Error()))
+	}
+	return pub, nil
+}
+
+// The webhook destinations' settings from the environment: the Standard
+// Webhooks signing secret (whsec_...), and the networks (CIDRs) a webhook
+// may reach although private or loopback.
+const (
+	webhookSecretEnv = "HERALD_WEBHOOK_SECRET"
+	webhookAllowEnv  = "HERALD_WEBHOOK_ALLOW_NETWORKS"
+)
+
 // brokerConnectTimeout bounds reaching a broker at start.
 const brokerConnectTimeout = 5 * time.Second
 
@@ -290,6 +334,26 @@ func openEndpoint(ctx context.Context, inv *invocation, log *slog.Logger, owner 
 			return nil, nil, err
 		}
 		return pub, func() { _ = rdb.Close() }, nil
+	case "amqp":
+		pub, err := heraldrabbit.New(&heraldrabbit.Config{URL: ep.raw, ConnectionName: "herald relay " + owner, Logger: log})
+		if err != nil {
+			return nil, nil, usagef("%s: %s", inv.flags.label("destination"), inv.stderr.scrub(err.Error()))
+		}
+		pctx, cancel := context.WithTimeout(ctx, brokerConnectTimeout)
+		defer cancel()
+		if err := pub.Connect(pctx); err != nil {
+			_ = pub.Close()
+			return nil, nil, unreachable(err)
+		}
+		return pub, func() { _ = pub.Close() }, nil
+	case "webhook":
+		// The signing secret comes from the environment only, never from a
+		// flag that would show in the process list.
+		pub, err := newWebhook(inv, log, ep)
+		if err != nil {
+			return nil, nil, err
+		}
+		return pub, func() { _ = pub.Close() }, nil
 	}
 	return nil, nil, errors.New("unknown destination kind " + ep.kind)
 }

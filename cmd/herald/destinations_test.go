@@ -3,9 +3,15 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"os"
+	"sync"
 	"testing"
 	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/redis/go-redis/v9"
@@ -14,6 +20,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/herald-outbox/herald/internal/heraldtest"
+	"github.com/herald-outbox/herald/publish/heraldwebhook"
 )
 
 // One relay, three brokers picked by URL scheme: orders.* to Kafka (the
@@ -98,4 +105,72 @@ func TestRelayRoutesTopicsToDestinationsByScheme(t *testing.T) {
 	si, err := st.Info(context.Background())
 	require.NoError(t, err)
 	require.EqualValues(t, 1, si.State.Msgs, "billing.invoiced went to the default destination")
+}
+
+// amqp:// and http(s):// destinations: RabbitMQ through the default
+// exchange (routing key = topic = queue), and a signed webhook, its secret
+// and allow-list from the environment.
+func TestRelayPublishesToRabbitMQAndWebhooks(t *testing.T) {
+	t.Parallel()
+	d := setup(t)
+	conn, err := amqp.Dial("amqp://guest:guest@127.0.0.1:5672/")
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("RabbitMQ is required in CI: %v", err)
+		}
+		t.Skipf("RabbitMQ is not reachable at 127.0.0.1:5672 (%v): start it with rabbitmq-server -detached", err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	ch, err := conn.Channel()
+	require.NoError(t, err)
+	queue := "herald-cli-" + d.schema
+	_, err = ch.QueueDeclare(queue, false, true, false, false, nil)
+	require.NoError(t, err)
+
+	const secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+	var (
+		mu       sync.Mutex
+		received []string
+	)
+	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		if err := heraldwebhook.Verify(secret, r.Header, body, time.Minute); err != nil {
+			http.Error(w, err.Error(), http.StatusUnauthorized)
+			return
+		}
+		mu.Lock()
+		received = append(received, string(body))
+		mu.Unlock()
+	}))
+	t.Cleanup(hook.Close)
+
+	d.exec(t, `INSERT INTO %s.herald_outbox (topic, key, payload) VALUES ('`+queue+`', 'k', 'to rabbit'), ('hooks.order', 'k', 'to the webhook')`)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan result, 1)
+	go func() {
+		done <- cliCtx(ctx, map[string]string{"HERALD_WEBHOOK_SECRET": secret, "HERALD_WEBHOOK_ALLOW_NETWORKS": "127.0.0.0/8"}, nil,
+			append([]string{"relay", "--destination", "rabbit=amqp://guest:guest@127.0.0.1:5672/",
+				"--destination", "hook=" + hook.URL + "/herald", "--route", queue + "=rabbit", "--route", "hooks.*=hook",
+				"--log-level", "warn"}, d.flags...)...)
+	}()
+	require.Eventually(t, func() bool {
+		var published int
+		err := heraldtest.PostgresPool(t).QueryRow(context.Background(), fmt.Sprintf(
+			`SELECT count(*) FROM %s.herald_outbox WHERE state = 'published'`, d.schema)).Scan(&published)
+		return err == nil && published == 2
+	}, 30*time.Second, 20*time.Millisecond)
+	cancel()
+	r := <-done
+	require.Equal(t, 0, r.code, r)
+	require.NotContains(t, r.stderr, secret)
+
+	msg, ok, err := ch.Get(queue, true)
+	require.NoError(t, err)
+	require.True(t, ok, "the event is in the queue")
+	require.Equal(t, "to rabbit", string(msg.Body))
+	require.True(t, msg.DeliveryMode == amqp.Persistent)
+	mu.Lock()
+	defer mu.Unlock()
+	require.Equal(t, []string{"to the webhook"}, received, "one signed POST")
 }

@@ -14,7 +14,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/herald-outbox/herald"
+	"github.com/herald-outbox/herald/heraldprom"
 	"github.com/herald-outbox/herald/publish/heraldnats"
+	"github.com/herald-outbox/herald/publish/heraldroute"
 )
 
 // relayFlags are the flags of `herald relay` beyond the database's.
@@ -29,6 +31,7 @@ type relayFlags struct {
 	natsAckTimeout                                   *time.Duration
 	ordering, unorderedTopics, skipDeadTopics        *string
 	maxPerKey                                        *int
+	adminAddr                                        *string
 }
 
 func addRelayFlags(f *flagSet) *relayFlags {
@@ -61,6 +64,7 @@ func addRelayFlags(f *flagSet) *relayFlags {
 		skipDeadTopics: f.String("skip-dead-topics", "", "comma-separated `topics` whose dead events do not park their key "+
 			"(elsewhere a dead event holds back its key until requeued or discarded)"),
 		maxPerKey: f.Int("max-per-key", 0, "claim and publish (pipelined) up to `N` events of one key together; 0 means --batch-size"),
+		adminAddr: f.String("admin-addr", "", "serve /metrics, /healthz and /readyz on this `host:port` (such as 127.0.0.1:9464); off when empty"),
 	}
 }
 
@@ -216,10 +220,13 @@ func setupRelay(f *flagSet) func(context.Context, *invocation) error {
 		if err != nil {
 			return err
 		}
+		if err := checkAdminAddr(inv, *r.adminAddr); err != nil {
+			return err
+		}
 		if err := noArgs(inv); err != nil {
 			return err
 		}
-		return runRelay(ctx, inv, log, db, plan, relayCfg, natsCfg, *r.shutdownTimeout)
+		return runRelay(ctx, inv, log, db, plan, relayCfg, natsCfg, *r.shutdownTimeout, *r.adminAddr)
 	}
 }
 
@@ -228,7 +235,7 @@ func setupRelay(f *flagSet) func(context.Context, *invocation) error {
 const stopGrace = 2 * time.Second
 
 func runRelay(ctx context.Context, inv *invocation, log *slog.Logger, db *database, plan *plan,
-	relayCfg *herald.RelayConfig, natsCfg *heraldnats.Config, shutdownTimeout time.Duration) (err error) {
+	relayCfg *herald.RelayConfig, natsCfg *heraldnats.Config, shutdownTimeout time.Duration, adminAddr string) (err error) {
 	pool, store, err := db.connect(ctx)
 	if err != nil {
 		return err
@@ -251,12 +258,40 @@ func runRelay(ctx context.Context, inv *invocation, log *slog.Logger, db *databa
 	defer closeDestinations()
 
 	relayCfg.Store, relayCfg.Publisher, relayCfg.Logger, relayCfg.Owner = store, pub, log, owner
+	var metrics *heraldprom.Metrics
+	if adminAddr != "" {
+		mcfg := &heraldprom.Config{Admin: store, Logger: log}
+		if router, ok := pub.(*heraldroute.Router); ok {
+			mcfg.Destinations = func() []heraldprom.Destination {
+				var out []heraldprom.Destination
+				for _, d := range router.Status() {
+					out = append(out, heraldprom.Destination{Name: d.Name, Breaker: d.Breaker})
+				}
+				return out
+			}
+		}
+		if metrics, err = heraldprom.New(mcfg); err != nil {
+			return err
+		}
+		relayCfg.Observer = metrics
+	}
 	relay, err := herald.NewRelay(relayCfg)
 	if err != nil {
 		return usagef("%s", err)
 	}
 	if err := relay.Start(ctx); err != nil {
 		return err
+	}
+	if metrics != nil {
+		metrics.Watch(relay)
+		admin, err := startAdmin(inv, log, adminAddr, metrics, relay)
+		if err != nil {
+			stopCtx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+			defer cancel()
+			_ = relay.Stop(stopCtx)
+			return err
+		}
+		defer admin.stop()
 	}
 	log.Info("relaying", "table", store.Table(), "database", db.where, "destinations", plan.display())
 

@@ -1,0 +1,105 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/herald-outbox/herald/internal/heraldtest"
+)
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := ln.Addr().String()
+	require.NoError(t, ln.Close())
+	return addr
+}
+
+func get(addr, path string) (int, string, error) {
+	resp, err := http.Get("http://" + addr + path)
+	if err != nil {
+		return 0, "", err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body), err
+}
+
+// The admin server of herald relay: health, readiness that follows the
+// destination, metrics; and a canary password in the DSN shows up in none
+// of them, nor in the logs.
+func TestRelayAdminServer(t *testing.T) {
+	t.Parallel()
+	d := setup(t)
+	const canary = "canary-Pw-7731"
+	dsn := heraldtest.PostgresDSN(t)
+	if u, err := url.Parse(dsn); err == nil && u.Scheme != "" && u.User != nil {
+		// Trust authentication takes any password: the canary rides along.
+		u.User = url.UserPassword(u.User.Username(), canary)
+		dsn = u.String()
+	}
+	flags := []string{"--db", dsn, "--schema", d.schema}
+	ns := heraldtest.NATS(t)
+	ns.CreateStream(t, "ADMIN", "orders.>")
+	addr := freeAddr(t)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan result, 1)
+	go func() {
+		done <- cliCtx(ctx, nil, nil, append([]string{"relay", "--publisher", ns.URL(), "--admin-addr", addr,
+			"--log-format", "json", "--poll-interval", "2ms", "--idle-poll-interval", "20ms"}, flags...)...)
+	}()
+	require.Eventually(t, func() bool {
+		code, body, err := get(addr, "/readyz")
+		return err == nil && code == 200 && strings.Contains(body, `"ready":true`)
+	}, 30*time.Second, 10*time.Millisecond)
+	code, body, err := get(addr, "/healthz")
+	require.NoError(t, err)
+	require.Equal(t, 200, code)
+	require.Equal(t, "ok\n", body)
+
+	d.exec(t, `INSERT INTO %s.herald_outbox (topic, key, payload) SELECT 'orders.placed', 'k' || i, 'x' FROM generate_series(1, 20) i`)
+	var metrics string
+	require.Eventually(t, func() bool {
+		code, body, err := get(addr, "/metrics")
+		metrics = body
+		return err == nil && code == 200 && strings.Contains(body, `herald_published_total{topic="orders.placed"} 20`)
+	}, 30*time.Second, 20*time.Millisecond)
+	require.Contains(t, metrics, "herald_relay_up 1")
+	require.Contains(t, metrics, "herald_claim_batch_size_count")
+
+	// The broker goes away: not ready, and it says why.
+	ns.Stop()
+	d.exec(t, `INSERT INTO %s.herald_outbox (topic, key, payload) VALUES ('orders.placed', 'late', 'x')`)
+	var ready string
+	require.Eventually(t, func() bool {
+		code, body, err := get(addr, "/readyz")
+		ready = body
+		return err == nil && code == 503
+	}, 30*time.Second, 20*time.Millisecond)
+	var rj readyJSON
+	require.NoError(t, json.Unmarshal([]byte(ready), &rj))
+	require.False(t, rj.Ready)
+	require.NotEmpty(t, rj.Destination)
+	_, metrics, err = get(addr, "/metrics")
+	require.NoError(t, err)
+
+	cancel()
+	r := <-done
+	for what, text := range map[string]string{"stderr": r.stderr, "stdout": r.stdout, "/metrics": metrics, "/readyz": ready} {
+		require.NotContains(t, text, canary, "the DSN's password leaked into %s", what)
+	}
+	require.Contains(t, r.stderr, `"msg":"admin server listening"`)
+}
