@@ -85,8 +85,9 @@ Flags:
                          unordered (claims by age) (drain) (default ordered)
   --max-per-key N        events of one key per claim, 0 = batch size (drain)
   --to LIST              drain destinations, comma-separated, of jetstream,
-                         discard, kafka (in-process kfake), redis (127.0.0.1:6379)
-                         (drain) (default jetstream,discard)
+                         discard, kafka (in-process kfake), redis (127.0.0.1:6379),
+                         rabbitmq (127.0.0.1:5672), webhook (in-process HTTP
+                         server) (drain) (default jetstream,discard)
   --rate N               events/s written (latency) (default 1000)
   --poll-interval D      relay poll interval (latency) (default 5ms)
 `

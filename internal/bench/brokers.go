@@ -3,7 +3,13 @@ package bench
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync/atomic"
+
+	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kfake"
@@ -12,7 +18,9 @@ import (
 	"github.com/herald-outbox/herald"
 	"github.com/herald-outbox/herald/publish/heraldkafka"
 	"github.com/herald-outbox/herald/publish/heraldnats"
+	"github.com/herald-outbox/herald/publish/heraldrabbit"
 	"github.com/herald-outbox/herald/publish/heraldredis"
+	"github.com/herald-outbox/herald/publish/heraldwebhook"
 )
 
 // drainSink is a destination the drain benchmark can publish to: open
@@ -33,6 +41,8 @@ var drainSinks = []drainSink{
 		}},
 	{name: "kafka", note: "franz-go against kfake, an in-process Kafka: no disk, no network", open: openKafka},
 	{name: "redis", note: "the Redis server on 127.0.0.1:6379", open: openRedis},
+	{name: "rabbitmq", note: "the RabbitMQ server on 127.0.0.1:5672, publisher confirms", open: openRabbit},
+	{name: "webhook", note: "signed POSTs to an in-process HTTP server on loopback", open: openWebhook},
 }
 
 // sinksNamed returns the sinks of a comma-separated list.
@@ -126,4 +136,60 @@ func openRedis(ctx context.Context, e *env) (herald.Publisher, func(context.Cont
 	rdb.Del(ctx, key)
 	count := func(ctx context.Context) (int64, error) { return rdb.XLen(ctx, key).Result() }
 	return pub, count, func() { rdb.Del(context.Background(), key); _ = rdb.Close() }, nil
+}
+
+func openRabbit(ctx context.Context, e *env) (herald.Publisher, func(context.Context) (int64, error), func(), error) {
+	const url = "amqp://guest:guest@127.0.0.1:5672/"
+	conn, err := amqp.Dial(url)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("RabbitMQ on 127.0.0.1:5672: %w", err)
+	}
+	ch, err := conn.Channel()
+	if err != nil {
+		_ = conn.Close()
+		return nil, nil, nil, err
+	}
+	// The default exchange routes each event to the queue named by its
+	// topic.
+	if _, err := ch.QueueDeclare(drainSubject, false, false, false, false, nil); err != nil {
+		_ = conn.Close()
+		return nil, nil, nil, err
+	}
+	if _, err := ch.QueuePurge(drainSubject, false); err != nil {
+		_ = conn.Close()
+		return nil, nil, nil, err
+	}
+	pub, err := heraldrabbit.New(&heraldrabbit.Config{URL: url, Logger: e.log})
+	if err != nil {
+		_ = conn.Close()
+		return nil, nil, nil, err
+	}
+	count := func(context.Context) (int64, error) {
+		q, err := ch.QueueDeclarePassive(drainSubject, false, false, false, false, nil)
+		return int64(q.Messages), err
+	}
+	return pub, count, func() {
+		_ = pub.Close()
+		_, _ = ch.QueueDelete(drainSubject, false, false, false)
+		_ = conn.Close()
+	}, nil
+}
+
+func openWebhook(ctx context.Context, e *env) (herald.Publisher, func(context.Context) (int64, error), func(), error) {
+	var received atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		received.Add(1)
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	pub, err := heraldwebhook.New(&heraldwebhook.Config{
+		Default: heraldwebhook.Endpoint{URL: srv.URL + "/events"}, Secret: "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+		AllowedNetworks: []string{"127.0.0.0/8"}, MaxConcurrency: 64, Logger: e.log,
+	})
+	if err != nil {
+		srv.Close()
+		return nil, nil, nil, err
+	}
+	count := func(context.Context) (int64, error) { return received.Load(), nil }
+	return pub, count, func() { _ = pub.Close(); srv.Close() }, nil
 }
