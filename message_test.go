@@ -133,4 +133,6 @@ func TestWriterAddsContextHeadersWithoutOverriding(t *testing.T) {
 
 type insertFunc func(ctx context.Context, tx int, msgs []herald.Message) error
 
-func (f insertFunc) InsertTx(ctx context.Context, tx int, msgs []herald.Message) error { return f(ctx, tx, msgs) }
+func (f insertFunc) InsertTx(ctx context.Context, tx int, msgs []herald.Message) error {
+	return f(ctx, tx, msgs)
+}

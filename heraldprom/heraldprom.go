@@ -49,12 +49,12 @@ type Destination struct {
 type Metrics struct {
 	reg *prometheus.Registry
 
-	published  *prometheus.CounterVec
-	failed     *prometheus.CounterVec
-	latency    prometheus.Histogram
-	attempts   prometheus.Histogram
-	batchSize  prometheus.Histogram
-	rescued    prometheus.Counter
+	published *prometheus.CounterVec
+	failed    *prometheus.CounterVec
+	latency   prometheus.Histogram
+	attempts  prometheus.Histogram
+	batchSize prometheus.Histogram
+	rescued   prometheus.Counter
 
 	relayMu sync.Mutex
 	relay   Relay // set by Watch
