@@ -455,8 +455,14 @@ func (r *Relay) process(token string, claimedAt time.Time, batch []Envelope) {
 	if len(params.Failed) == 0 {
 		r.clearOutage()
 	} else {
-		r.log.Warn("publish failed", "failed", len(params.Failed), "batch_size", len(batch), "outage", outage,
-			"error", params.Failed[0].Error)
+		// An outage is logged once, when it begins and when it ends; the
+		// batches it fails in between only at Debug.
+		level := slog.LevelWarn
+		if outage {
+			level = slog.LevelDebug
+		}
+		r.log.Log(context.Background(), level, "publish failed", "failed", len(params.Failed), "batch_size", len(batch),
+			"outage", outage, "error", params.Failed[0].Error)
 	}
 
 	if !time.Now().Before(deadline) && len(params.Published)+len(params.Failed)+len(release) > 0 {

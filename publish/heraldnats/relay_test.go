@@ -102,8 +102,11 @@ func TestRelayDeliversEverythingAcrossABrokerRestart(t *testing.T) {
 	ns.stop()
 	write(1000, 2000) // committed while the broker is down
 	// Let the relay fail against the outage many times over: more failed
-	// rounds than MaxAttempts would allow if outages spent attempts.
-	require.Eventually(t, func() bool { return relay.Stats().Retried >= 5*100 }, 30*time.Second, time.Millisecond)
+	// rounds than MaxAttempts would allow if outages spent attempts. Per
+	// key, the first event fails and the rest wait behind it (held back):
+	// 50 retries over 10 keys is 5 failures per key on average, above
+	// MaxAttempts (3).
+	require.Eventually(t, func() bool { return relay.Stats().Retried >= 5*10 }, 30*time.Second, time.Millisecond)
 	ns.start(t)
 	write(2000, events)
 
