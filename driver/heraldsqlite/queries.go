@@ -58,6 +58,22 @@ const (
 	keyAvailableSQL = `SELECT seq, true FROM {{.Table}}
 	WHERE state = 'ready' AND topic = ?1 AND key = ?2 AND available_at <= {{.Now}}
 	ORDER BY seq LIMIT ?3`
+	// Inside the write transaction, over the candidate keys (?1, a JSON
+	// array of [topic, key, unordered]): which are blocked, and the lowest
+	// ready events of each (available ones only for an unordered key), at
+	// most ?2 per key, in key then seq order.
+	blockedKeysOfSQL = `SELECT k.key FROM json_each(?1) k
+	WHERE EXISTS (SELECT 1 FROM {{.Table}} b
+	              WHERE (b.state = 'claimed' OR b.parked = 1)
+	                AND b.topic = json_extract(k.value, '$[0]') AND b.key = json_extract(k.value, '$[1]'))`
+	runsOfSQL = `SELECT k.key, o.seq, o.available_at <= {{.Now}}
+	FROM json_each(?1) k
+	JOIN {{.Table}} o ON o.seq IN (
+		SELECT s.seq FROM {{.Table}} s
+		WHERE s.state = 'ready' AND s.topic = json_extract(k.value, '$[0]') AND s.key = json_extract(k.value, '$[1]')
+		  AND (NOT json_extract(k.value, '$[2]') OR s.available_at <= {{.Now}})
+		ORDER BY s.seq LIMIT ?2)
+	ORDER BY k.key, o.seq`
 	claimSeqsSQL = `UPDATE {{.Table}}
 	SET state = 'claimed', claim_token = ?2, claimed_by = ?3,
 	    lease_until = {{.Now}} + ?4, attempts = attempts + 1
@@ -190,6 +206,7 @@ type queries struct {
 	insertPrefix, insertTuple                                          string
 	claim, publish, complete, release, rescue, deletePublished, status string
 	nextKey, keyBlocked, keyRun, keyAvailable, claimSeqs, blockedKeys  string
+	blockedKeysOf, runsOf                                              string
 	getEvent, listEvents, requeue, discard, backlog                    string
 }
 
@@ -203,6 +220,8 @@ func newQueries(n names) queries {
 		keyBlocked:      n.render(keyBlockedSQL),
 		keyRun:          n.render(keyRunSQL),
 		claimSeqs:       n.render(claimSeqsSQL),
+		blockedKeysOf:   n.render(blockedKeysOfSQL),
+		runsOf:          n.render(runsOfSQL),
 		blockedKeys:     n.render(blockedKeysSQL),
 		backlog:         n.render(backlogSQL),
 		publish:         n.render(publishSQL),

@@ -53,28 +53,26 @@ func (d *Driver) Claim(ctx context.Context, p herald.ClaimParams) ([]herald.Enve
 const walkKeysFactor = 2
 
 // claimOrdered walks the keys with ready events from where the last claim
-// stopped and claims each free key's lowest available events, all in one
-// transaction (see nextKeySQL).
+// stopped, then claims each free key's lowest available events. The walk
+// only reads, outside any transaction, and nominates keys; the decision is
+// taken again in one short write transaction (see blockedKeysOfSQL), which
+// SQLite runs alone: the write lock is held for three statements, not for
+// the walk.
 func (d *Driver) claimOrdered(ctx context.Context, p herald.ClaimParams) ([]herald.Envelope, error) {
 	perKey := p.PerKey
 	if perKey <= 0 || perKey > p.Limit {
 		perKey = p.Limit
 	}
 	maxKeys := max(walkKeysFactor*p.Limit, 64)
-	tx, err := d.db.BeginTx(ctx, nil)
-	if err != nil {
-		return nil, err
-	}
-	defer func() { _ = tx.Rollback() }()
 
 	var (
-		seqs []int64
-		seen = map[[2]string]bool{}
+		candidates []candidateKey
+		seen       = map[[2]string]bool{}
 	)
-	err = d.cursor.Walk(maxKeys, p.Limit, func(from [2]string) (visited, rows int, last [2]string, err error) {
+	err := d.cursor.Walk(maxKeys, p.Limit, func(from [2]string) (visited, rows int, last [2]string, err error) {
 		k := from
-		for visited < maxKeys && len(seqs) < p.Limit {
-			err := tx.QueryRowContext(ctx, d.q.nextKey, k[0], k[1]).Scan(&k[0], &k[1])
+		for visited < maxKeys && rows < p.Limit {
+			err := d.db.QueryRowContext(ctx, d.q.nextKey, k[0], k[1]).Scan(&k[0], &k[1])
 			if errors.Is(err, sql.ErrNoRows) {
 				break
 			}
@@ -86,16 +84,28 @@ func (d *Driver) claimOrdered(ctx context.Context, p herald.ClaimParams) ([]hera
 				continue
 			}
 			seen[k] = true
-			run, err := d.keyRun(ctx, tx, k, perKey, k[1] == "" || slices.Contains(p.UnorderedTopics, k[0]))
+			free := k[1] == "" || slices.Contains(p.UnorderedTopics, k[0])
+			run, err := d.keyRun(ctx, d.db, k, perKey, free)
 			if err != nil {
 				return 0, 0, last, err
 			}
-			run = run[:min(len(run), p.Limit-len(seqs))]
-			seqs = append(seqs, run...)
-			rows += len(run)
+			if len(run) > 0 {
+				candidates = append(candidates, candidateKey{Topic: k[0], Key: k[1], Free: free})
+				rows += len(run)
+			}
 		}
-		return visited, len(seqs), last, nil
+		return visited, rows, last, nil
 	})
+	if err != nil || len(candidates) == 0 {
+		return nil, err
+	}
+
+	tx, err := d.db.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = tx.Rollback() }()
+	seqs, err := d.decide(ctx, tx, candidates, perKey, p.Limit)
 	if err != nil || len(seqs) == 0 {
 		return nil, err
 	}
@@ -106,15 +116,82 @@ func (d *Driver) claimOrdered(ctx context.Context, p herald.ClaimParams) ([]hera
 	return envs, tx.Commit()
 }
 
+// candidateKey is a key the walk nominated.
+type candidateKey struct {
+	Topic, Key string
+	Free       bool // unordered: any available events, no key rule
+}
+
+// decide returns, inside the write transaction, the rows to claim of the
+// candidate keys: for an ordered key nothing when one of its events is
+// claimed or parked, else its lowest ready events up to the first not yet
+// available; for an unordered key its available events among its lowest
+// ready ones. At most perKey per key and limit in all, in candidate order.
+func (d *Driver) decide(ctx context.Context, tx *sql.Tx, cands []candidateKey, perKey, limit int) ([]int64, error) {
+	keys := make([][3]any, len(cands))
+	for i, c := range cands {
+		keys[i] = [3]any{c.Topic, c.Key, c.Free}
+	}
+	param := jsonArray(keys)
+	blocked := map[int]bool{}
+	rows, err := tx.QueryContext(ctx, d.q.blockedKeysOf, param)
+	if err != nil {
+		return nil, err
+	}
+	for rows.Next() {
+		var i int
+		if err := rows.Scan(&i); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		blocked[i] = true
+	}
+	if err := rows.Close(); err != nil {
+		return nil, err
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+
+	rows, err = tx.QueryContext(ctx, d.q.runsOf, param, perKey)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var (
+		seqs    []int64
+		stopped = map[int]bool{} // ordered keys past their first unavailable event
+	)
+	for rows.Next() {
+		var (
+			i         int
+			seq       int64
+			available bool
+		)
+		if err := rows.Scan(&i, &seq, &available); err != nil {
+			return nil, err
+		}
+		free := cands[i].Free
+		switch {
+		case len(seqs) >= limit, blocked[i] && !free, stopped[i]:
+		case !available && !free:
+			stopped[i] = true
+		case available:
+			seqs = append(seqs, seq)
+		}
+	}
+	return seqs, rows.Err()
+}
+
 // keyRun returns the sequence numbers of key's events to claim: for an
 // ordered key nothing when one of its events is claimed or parked or its
 // lowest ready event is not yet available, else its lowest ready events up
 // to the first not yet available; for an unordered key its available ready
 // events. At most perKey either way.
-func (d *Driver) keyRun(ctx context.Context, tx *sql.Tx, k [2]string, perKey int, unordered bool) ([]int64, error) {
+func (d *Driver) keyRun(ctx context.Context, q rowQueryer, k [2]string, perKey int, unordered bool) ([]int64, error) {
 	if !unordered {
 		var blocked bool
-		if err := tx.QueryRowContext(ctx, d.q.keyBlocked, k[0], k[1]).Scan(&blocked); err != nil {
+		if err := q.QueryRowContext(ctx, d.q.keyBlocked, k[0], k[1]).Scan(&blocked); err != nil {
 			return nil, err
 		}
 		if blocked {
@@ -125,7 +202,7 @@ func (d *Driver) keyRun(ctx context.Context, tx *sql.Tx, k [2]string, perKey int
 	if unordered {
 		query = d.q.keyAvailable
 	}
-	rows, err := tx.QueryContext(ctx, query, k[0], k[1], perKey)
+	rows, err := q.QueryContext(ctx, query, k[0], k[1], perKey)
 	if err != nil {
 		return nil, err
 	}
@@ -145,6 +222,12 @@ func (d *Driver) keyRun(ctx context.Context, tx *sql.Tx, k [2]string, perKey int
 		run = append(run, seq)
 	}
 	return run, rows.Err()
+}
+
+// rowQueryer is what a *sql.DB and a *sql.Tx have in common for reads.
+type rowQueryer interface {
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
 }
 
 // queryer is what a *sql.DB and a *sql.Tx have in common for a claim.
