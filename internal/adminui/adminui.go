@@ -1,0 +1,237 @@
+package adminui
+
+import (
+	"context"
+	"crypto/rand"
+	"embed"
+	"errors"
+	"fmt"
+	"html/template"
+	"io/fs"
+	"log/slog"
+	"net/http"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/herald-outbox/herald"
+)
+
+// Config configures the operator page.
+type Config struct {
+	// Admin reads and changes the outbox table. Required.
+	Admin herald.Admin
+	// Token lets an operator requeue and discard dead events. It must be at
+	// least 16 bytes long. Empty makes the page read-only. Defaults to "".
+	Token string
+	// Rate returns the events published in each of the last minutes,
+	// oldest first. It is called on every overview, possibly from several
+	// requests at once. Nil means the page says the rate is not available.
+	// Defaults to nil.
+	Rate func() []RatePoint
+	// Audit receives one line per action and per login. Defaults to Logger.
+	Audit *slog.Logger
+	// Logger receives the handler's errors. Defaults to slog.Default().
+	Logger *slog.Logger
+	// Prefix is the path the handler is mounted under, such as "/admin",
+	// without a trailing slash. The handler sees whole paths: mount it with
+	// mux.Handle(prefix+"/", h), not behind http.StripPrefix. Defaults to
+	// "" (the root).
+	Prefix string
+}
+
+// RatePoint is how many events were published in one minute.
+type RatePoint struct {
+	Minute    time.Time // the start of the minute
+	Published int64
+}
+
+// MinTokenLen is the shortest Config.Token New accepts.
+const MinTokenLen = 16
+
+// Bounds of the inputs the page accepts.
+const (
+	defaultListLimit = 50
+	maxListLimit     = 1000
+	maxSelectedIDs   = 1000
+	maxFormBytes     = 256 << 10
+	blockedKeysShown = 50
+	// storeTimeout bounds the store calls of one request.
+	storeTimeout = 15 * time.Second
+)
+
+// contentSecurityPolicy allows the page's own stylesheet and script and
+// nothing else: no inline script or style, no frames, forms posting only
+// back to the page.
+const contentSecurityPolicy = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; " +
+	"form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+
+var prefixPattern = regexp.MustCompile(`^(/[A-Za-z0-9._~-]+)*$`)
+
+//go:embed templates/*.html
+var templateFS embed.FS
+
+//go:embed static
+var staticFS embed.FS
+
+// New returns the handler of the operator page.
+func New(cfg Config) (http.Handler, error) {
+	if cfg.Admin == nil {
+		return nil, errors.New("adminui: Config.Admin is required")
+	}
+	if cfg.Token != "" && len(cfg.Token) < MinTokenLen {
+		return nil, fmt.Errorf("adminui: Config.Token must be at least %d bytes long", MinTokenLen)
+	}
+	if !prefixPattern.MatchString(cfg.Prefix) {
+		return nil, fmt.Errorf("adminui: Config.Prefix %q must be empty or a path such as /admin, without a trailing slash", cfg.Prefix)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Audit == nil {
+		cfg.Audit = cfg.Logger
+	}
+	h := &handler{cfg: cfg, now: time.Now, pages: map[string]*template.Template{}}
+	// Sessions are signed with a key of this handler's own: a restart logs
+	// everyone out, and no cookie outlives the process that issued it.
+	h.key = make([]byte, 32)
+	if _, err := rand.Read(h.key); err != nil {
+		return nil, fmt.Errorf("adminui: generating the session key: %w", err)
+	}
+	for _, name := range []string{"overview", "dead", "event", "confirm", "result", "parked", "login", "error"} {
+		t, err := template.New(name).Funcs(templateFuncs).ParseFS(templateFS, "templates/layout.html", "templates/"+name+".html")
+		if err != nil {
+			return nil, fmt.Errorf("adminui: parsing template %s: %w", name, err)
+		}
+		h.pages[name] = t
+	}
+	static, err := fs.Sub(staticFS, "static")
+	if err != nil {
+		return nil, fmt.Errorf("adminui: %w", err)
+	}
+	h.static = static
+
+	p := cfg.Prefix
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET "+p+"/{$}", h.overview)
+	mux.HandleFunc("GET "+p+"/dead", h.deadList)
+	mux.HandleFunc("GET "+p+"/events/{id}", h.event)
+	mux.HandleFunc("GET "+p+"/confirm", h.confirm)
+	mux.HandleFunc("POST "+p+"/actions/{action}", h.action)
+	mux.HandleFunc("GET "+p+"/login", h.loginPage)
+	mux.HandleFunc("POST "+p+"/login", h.login)
+	mux.HandleFunc("POST "+p+"/logout", h.logout)
+	mux.HandleFunc("GET "+p+"/static/{file}", h.serveStatic)
+	// Unknown pages. Only GET: a known path asked with another method gets
+	// the mux's 405 rather than this 404.
+	mux.HandleFunc("GET "+p+"/", func(w http.ResponseWriter, r *http.Request) {
+		h.fail(w, r, http.StatusNotFound, "There is no page at %s.", r.URL.Path)
+	})
+	if p != "" {
+		mux.HandleFunc("GET "+p, func(w http.ResponseWriter, r *http.Request) {
+			http.Redirect(w, r, p+"/", http.StatusMovedPermanently)
+		})
+	}
+
+	// Form posts from another origin are refused before anything else
+	// reads them; the per-session CSRF token is checked on top (actions).
+	cop := http.NewCrossOriginProtection()
+	cop.SetDenyHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h.fail(w, r, http.StatusForbidden, "Cross-origin requests are refused.")
+	}))
+	h.mux = cop.Handler(mux)
+	return h, nil
+}
+
+type handler struct {
+	cfg    Config
+	mux    http.Handler
+	pages  map[string]*template.Template
+	static fs.FS
+	key    []byte // signs sessions and derives their CSRF tokens
+	now    func() time.Time
+}
+
+func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	hd := w.Header()
+	hd.Set("Content-Security-Policy", contentSecurityPolicy)
+	hd.Set("X-Content-Type-Options", "nosniff")
+	hd.Set("X-Frame-Options", "DENY")
+	hd.Set("Referrer-Policy", "no-referrer")
+	hd.Set("Cross-Origin-Opener-Policy", "same-origin")
+	if r.Method == http.MethodPost {
+		r.Body = http.MaxBytesReader(w, r.Body, maxFormBytes)
+	}
+	h.mux.ServeHTTP(w, r)
+}
+
+func (h *handler) serveStatic(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("file")
+	if name != "admin.css" && name != "admin.js" {
+		h.fail(w, r, http.StatusNotFound, "There is no page at %s.", r.URL.Path)
+		return
+	}
+	w.Header().Set("Cache-Control", "no-cache")
+	http.ServeFileFS(w, r, h.static, name)
+}
+
+// storeCtx bounds the store calls of a request.
+func storeCtx(r *http.Request) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(r.Context(), storeTimeout)
+}
+
+// view is what every page template gets.
+type view struct {
+	Title  string
+	Page   string // the body's data-page, which tests and scripts key on
+	Prefix string
+	Access access
+	CSRF   string
+	Data   any
+}
+
+// render writes a page. Templates are executed into a buffer first so that
+// a failure half-way never sends half a page with a 200.
+func (h *handler) render(w http.ResponseWriter, r *http.Request, status int, name, title string, data any) {
+	acc, sess := h.access(r)
+	v := view{Title: title, Page: name, Prefix: h.cfg.Prefix, Access: acc, Data: data}
+	if sess != nil {
+		v.CSRF = h.csrfToken(sess)
+	}
+	var b strings.Builder
+	if err := h.pages[name].ExecuteTemplate(&b, "layout", v); err != nil {
+		h.cfg.Logger.Error("adminui: rendering page", "page", name, "error", herald.Scrub(err.Error()))
+		http.Error(w, "internal error rendering the page", http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_, _ = w.Write([]byte(b.String()))
+}
+
+// errorView is the data of the error page.
+type errorView struct {
+	Status  int
+	Message string
+}
+
+// fail renders an error page. The message is scrubbed: it may quote a
+// store error, which may quote a DSN.
+func (h *handler) fail(w http.ResponseWriter, r *http.Request, status int, format string, args ...any) {
+	msg := herald.Scrub(fmt.Sprintf(format, args...))
+	if status == http.StatusUnauthorized {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="herald"`)
+	}
+	h.render(w, r, status, "error", http.StatusText(status), errorView{Status: status, Message: msg})
+}
+
+// storeFailed reports a store error: 500, logged, scrubbed.
+func (h *handler) storeFailed(w http.ResponseWriter, r *http.Request, what string, err error) {
+	if errors.Is(err, context.DeadlineExceeded) {
+		h.fail(w, r, http.StatusGatewayTimeout, "The database did not answer in time while %s.", what)
+		return
+	}
+	h.cfg.Logger.Error("adminui: "+what, "error", herald.Scrub(err.Error()))
+	h.fail(w, r, http.StatusInternalServerError, "Failed while %s: %v", what, err)
+}

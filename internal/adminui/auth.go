@@ -1,0 +1,209 @@
+package adminui
+
+import (
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base64"
+	"encoding/binary"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+)
+
+// sessionCookie holds a signed session: a random id and an expiry.
+const sessionCookie = "herald_admin_session"
+
+// sessionTTL is how long a login lasts.
+const sessionTTL = 12 * time.Hour
+
+// session is a verified login.
+type session struct {
+	id      []byte // 16 random bytes
+	expires time.Time
+}
+
+// access is what the requester may do, for the templates.
+type access struct {
+	ReadOnly bool // no token configured: nobody can act
+	LoggedIn bool // a session cookie or a bearer token
+	Bearer   bool // authenticated by the Authorization header
+}
+
+// CanAct reports whether action buttons are shown.
+func (a access) CanAct() bool { return !a.ReadOnly && a.LoggedIn }
+
+// tokenMatches compares a presented token with the configured one in time
+// independent of where they differ, and of the presented one's length:
+// both are hashed first.
+func (h *handler) tokenMatches(presented string) bool {
+	if h.cfg.Token == "" {
+		return false
+	}
+	a := sha256.Sum256([]byte(presented))
+	b := sha256.Sum256([]byte(h.cfg.Token))
+	return subtle.ConstantTimeCompare(a[:], b[:]) == 1
+}
+
+// bearer returns the token of an Authorization header and whether there is
+// one. A malformed header counts as a wrong token, not as none.
+func bearer(r *http.Request) (string, bool) {
+	v := r.Header.Get("Authorization")
+	if v == "" {
+		return "", false
+	}
+	scheme, tok, ok := strings.Cut(v, " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return "", true
+	}
+	return strings.TrimSpace(tok), true
+}
+
+// access says who the requester is. A bearer header decides alone: a
+// wrong one is not rescued by a cookie.
+func (h *handler) access(r *http.Request) (access, *session) {
+	if h.cfg.Token == "" {
+		return access{ReadOnly: true}, nil
+	}
+	if tok, ok := bearer(r); ok {
+		return access{LoggedIn: h.tokenMatches(tok), Bearer: true}, nil
+	}
+	c, err := r.Cookie(sessionCookie)
+	if err != nil {
+		return access{}, nil
+	}
+	s, ok := h.verifySession(c.Value)
+	if !ok {
+		return access{}, nil
+	}
+	return access{LoggedIn: true}, s
+}
+
+func (h *handler) mac(purpose string, data []byte) []byte {
+	m := hmac.New(sha256.New, h.key)
+	m.Write([]byte(purpose))
+	m.Write([]byte{0})
+	m.Write(data)
+	return m.Sum(nil)
+}
+
+var b64 = base64.RawURLEncoding
+
+// newSession returns a fresh session and its cookie value:
+// base64(id | expiry) "." base64(HMAC).
+func (h *handler) newSession() (*session, string) {
+	s := &session{id: make([]byte, 16), expires: h.now().Add(sessionTTL)}
+	_, _ = rand.Read(s.id) // crypto/rand.Read never fails (Go 1.24+)
+	body := binary.BigEndian.AppendUint64(append([]byte{}, s.id...), uint64(s.expires.Unix()))
+	return s, b64.EncodeToString(body) + "." + b64.EncodeToString(h.mac("session", body))
+}
+
+func (h *handler) verifySession(v string) (*session, bool) {
+	bodyText, sigText, ok := strings.Cut(v, ".")
+	if !ok {
+		return nil, false
+	}
+	body, err1 := b64.DecodeString(bodyText)
+	sig, err2 := b64.DecodeString(sigText)
+	if err1 != nil || err2 != nil || len(body) != 24 || !hmac.Equal(sig, h.mac("session", body)) {
+		return nil, false
+	}
+	s := &session{id: body[:16], expires: time.Unix(int64(binary.BigEndian.Uint64(body[16:])), 0)}
+	if !h.now().Before(s.expires) {
+		return nil, false
+	}
+	return s, true
+}
+
+// csrfToken is the session's form token: derived from its id, so nothing
+// is stored, and useless with another session.
+func (h *handler) csrfToken(s *session) string {
+	return b64.EncodeToString(h.mac("csrf", s.id))
+}
+
+func (h *handler) csrfValid(s *session, presented string) bool {
+	return subtle.ConstantTimeCompare([]byte(presented), []byte(h.csrfToken(s))) == 1
+}
+
+func (h *handler) setSessionCookie(w http.ResponseWriter, r *http.Request, value string, maxAge int) {
+	http.SetCookie(w, &http.Cookie{
+		Name:     sessionCookie,
+		Value:    value,
+		Path:     h.cfg.Prefix + "/",
+		MaxAge:   maxAge,
+		HttpOnly: true,
+		Secure:   r.TLS != nil,
+		SameSite: http.SameSiteStrictMode,
+	})
+}
+
+// authorizeAction checks a state-changing POST: a token is configured, the
+// requester presents it (bearer or session), and a session's post carries
+// its CSRF token. It writes the refusal and returns false when one fails.
+// The form must be parsed.
+func (h *handler) authorizeAction(w http.ResponseWriter, r *http.Request) (access, bool) {
+	acc, sess := h.access(r)
+	switch {
+	case acc.ReadOnly:
+		h.fail(w, r, http.StatusForbidden, "This page is read-only: the relay was started without an admin token.")
+		return acc, false
+	case !acc.LoggedIn && acc.Bearer:
+		h.audit(r, "login_failed", slog.String("method", "bearer"))
+		h.fail(w, r, http.StatusUnauthorized, "The bearer token is wrong.")
+		return acc, false
+	case !acc.LoggedIn:
+		h.fail(w, r, http.StatusUnauthorized, "Log in with the admin token first.")
+		return acc, false
+	case sess != nil && !h.csrfValid(sess, r.PostFormValue("csrf")):
+		h.fail(w, r, http.StatusForbidden, "The form's CSRF token is missing or wrong: reload the page and try again.")
+		return acc, false
+	}
+	return acc, true
+}
+
+func (h *handler) loginPage(w http.ResponseWriter, r *http.Request) {
+	if h.cfg.Token == "" {
+		h.fail(w, r, http.StatusForbidden, "This page is read-only: the relay was started without an admin token, so there is nothing to log in to.")
+		return
+	}
+	h.render(w, r, http.StatusOK, "login", "Log in", loginView{})
+}
+
+type loginView struct {
+	Wrong bool
+}
+
+func (h *handler) login(w http.ResponseWriter, r *http.Request) {
+	if h.cfg.Token == "" {
+		h.fail(w, r, http.StatusForbidden, "This page is read-only: the relay was started without an admin token, so there is nothing to log in to.")
+		return
+	}
+	if err := r.ParseForm(); err != nil {
+		h.fail(w, r, http.StatusBadRequest, "The form could not be read.")
+		return
+	}
+	if !h.tokenMatches(r.PostFormValue("token")) {
+		h.audit(r, "login_failed", slog.String("method", "form"))
+		h.render(w, r, http.StatusUnauthorized, "login", "Log in", loginView{Wrong: true})
+		return
+	}
+	_, value := h.newSession()
+	h.setSessionCookie(w, r, value, int(sessionTTL/time.Second))
+	h.audit(r, "login", slog.String("method", "form"))
+	http.Redirect(w, r, h.cfg.Prefix+"/", http.StatusSeeOther)
+}
+
+func (h *handler) logout(w http.ResponseWriter, r *http.Request) {
+	if err := r.ParseForm(); err != nil {
+		h.fail(w, r, http.StatusBadRequest, "The form could not be read.")
+		return
+	}
+	if _, ok := h.authorizeAction(w, r); !ok {
+		return
+	}
+	h.setSessionCookie(w, r, "", -1)
+	h.audit(r, "logout")
+	http.Redirect(w, r, h.cfg.Prefix+"/", http.StatusSeeOther)
+}
