@@ -8,37 +8,69 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/herald-outbox/herald"
 	"github.com/herald-outbox/herald/heraldprom"
+	"github.com/herald-outbox/herald/internal/adminui"
 )
 
 // adminServer serves /metrics, /healthz and /readyz for a running relay.
 type adminServer struct {
-	srv  *http.Server
-	addr string // where it listens
-	done chan struct{}
+	srv   *http.Server
+	addr  string // where it listens
+	done  chan struct{}
+	rates *rateRecorder
 }
 
-// checkAdminAddr refuses an --admin-addr that is not host:port.
-func checkAdminAddr(inv *invocation, addr string) error {
+// adminTokenEnv holds the token that lets the admin page requeue and
+// discard; without it the page is read-only. From the environment only.
+const adminTokenEnv = "HERALD_ADMIN_TOKEN"
+
+// checkAdminAddr refuses an --admin-addr that is not host:port, and
+// returns it with a loopback host when none was given (:9464 listens on
+// 127.0.0.1:9464; 0.0.0.0:9464 must be asked for).
+func checkAdminAddr(inv *invocation, addr string) (string, error) {
 	if addr == "" {
-		return nil
+		return "", nil
 	}
-	if _, _, err := net.SplitHostPort(addr); err != nil {
-		return usagef("%s: %q is not host:port (such as 127.0.0.1:9464)", inv.flags.label("admin-addr"), clean(addr))
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", usagef("%s: %q is not host:port (such as 127.0.0.1:9464)", inv.flags.label("admin-addr"), clean(addr))
 	}
-	return nil
+	if host == "" {
+		host = "127.0.0.1"
+	}
+	if tok, _ := inv.getenv(adminTokenEnv); tok != "" {
+		inv.stderr.add(tok)
+		if len(tok) < adminui.MinTokenLen {
+			return "", usagef("%s is shorter than %d characters", adminTokenEnv, adminui.MinTokenLen)
+		}
+	}
+	return net.JoinHostPort(host, port), nil
 }
 
-// startAdmin listens on addr and serves the admin endpoints until stop.
-func startAdmin(inv *invocation, log *slog.Logger, addr string, metrics *heraldprom.Metrics, relay *herald.Relay) (*adminServer, error) {
+// startAdmin listens on addr and serves the admin endpoints and page until
+// stop.
+func startAdmin(inv *invocation, log *slog.Logger, addr string, metrics *heraldprom.Metrics, relay *herald.Relay,
+	admin herald.Admin) (*adminServer, error) {
+	token, _ := inv.getenv(adminTokenEnv)
+	rates := newRateRecorder(relay)
+	page, err := adminui.New(adminui.Config{
+		Admin: admin, Token: token, Rate: rates.points, Logger: log,
+		Audit: log.With("component", "herald.audit"),
+	})
+	if err != nil {
+		return nil, err
+	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
+		rates.stop()
 		return nil, fmt.Errorf("admin server: %w", err)
 	}
 	mux := http.NewServeMux()
+	mux.Handle("/", page)
 	mux.Handle("GET /metrics", metrics.Handler())
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
@@ -57,9 +89,10 @@ func startAdmin(inv *invocation, log *slog.Logger, addr string, metrics *heraldp
 		})
 	})
 	a := &adminServer{
-		srv:  &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)},
-		addr: ln.Addr().String(),
-		done: make(chan struct{}),
+		srv:   &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)},
+		addr:  ln.Addr().String(),
+		done:  make(chan struct{}),
+		rates: rates,
 	}
 	go func() {
 		defer close(a.done)
@@ -70,7 +103,11 @@ func startAdmin(inv *invocation, log *slog.Logger, addr string, metrics *heraldp
 	if host, _, _ := net.SplitHostPort(a.addr); !net.ParseIP(host).IsLoopback() {
 		log.Warn("admin server listens beyond loopback", "addr", a.addr)
 	}
-	log.Info("admin server listening", "addr", a.addr, "endpoints", "/metrics /healthz /readyz")
+	mode := "read-only (set " + adminTokenEnv + " to requeue and discard)"
+	if token != "" {
+		mode = "actions need the token"
+	}
+	log.Info("admin server listening", "addr", a.addr, "endpoints", "/ /metrics /healthz /readyz", "page", mode)
 	return a, nil
 }
 
@@ -87,4 +124,78 @@ func (a *adminServer) stop() {
 	defer cancel()
 	_ = a.srv.Shutdown(ctx)
 	<-a.done
+	a.rates.stop()
+}
+
+// rateRecorder samples the relay's published count every few seconds and
+// turns the samples into events published per minute, for the page.
+type rateRecorder struct {
+	relay *herald.Relay
+	quit  chan struct{}
+	done  chan struct{}
+
+	mu      sync.Mutex
+	samples []rateSample // oldest first, the last rateWindow
+}
+
+type rateSample struct {
+	at        time.Time
+	published int64
+}
+
+const (
+	rateEvery  = 5 * time.Second
+	rateWindow = 15 * time.Minute
+)
+
+func newRateRecorder(relay *herald.Relay) *rateRecorder {
+	r := &rateRecorder{relay: relay, quit: make(chan struct{}), done: make(chan struct{})}
+	r.sample(time.Now())
+	go func() {
+		defer close(r.done)
+		t := time.NewTicker(rateEvery)
+		defer t.Stop()
+		for {
+			select {
+			case now := <-t.C:
+				r.sample(now)
+			case <-r.quit:
+				return
+			}
+		}
+	}()
+	return r
+}
+
+func (r *rateRecorder) sample(now time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.samples = append(r.samples, rateSample{at: now, published: r.relay.Stats().Published})
+	for len(r.samples) > 0 && now.Sub(r.samples[0].at) > rateWindow {
+		r.samples = r.samples[1:]
+	}
+}
+
+// points returns events published per minute, oldest minute first: each
+// sample's increase is counted in the minute it was taken.
+func (r *rateRecorder) points() []adminui.RatePoint {
+	r.sample(time.Now())
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []adminui.RatePoint
+	for i := 1; i < len(r.samples); i++ {
+		minute := r.samples[i].at.Truncate(time.Minute)
+		n := r.samples[i].published - r.samples[i-1].published
+		if len(out) > 0 && out[len(out)-1].Minute.Equal(minute) {
+			out[len(out)-1].Published += n
+		} else {
+			out = append(out, adminui.RatePoint{Minute: minute, Published: n})
+		}
+	}
+	return out
+}
+
+func (r *rateRecorder) stop() {
+	close(r.quit)
+	<-r.done
 }

@@ -43,6 +43,7 @@ func TestRelayAdminServer(t *testing.T) {
 	t.Parallel()
 	d := setup(t)
 	const canary = "canary-Pw-7731"
+	const adminToken = "canary-admin-token-0042"
 	dsn := heraldtest.PostgresDSN(t)
 	if u, err := url.Parse(dsn); err == nil && u.Scheme != "" && u.User != nil {
 		// Trust authentication takes any password: the canary rides along.
@@ -58,7 +59,7 @@ func TestRelayAdminServer(t *testing.T) {
 	defer cancel()
 	done := make(chan result, 1)
 	go func() {
-		done <- cliCtx(ctx, nil, nil, append([]string{"relay", "--publisher", ns.URL(), "--admin-addr", addr,
+		done <- cliCtx(ctx, map[string]string{"HERALD_ADMIN_TOKEN": adminToken}, nil, append([]string{"relay", "--publisher", ns.URL(), "--admin-addr", addr,
 			"--log-format", "json", "--poll-interval", "2ms", "--idle-poll-interval", "20ms"}, flags...)...)
 	}()
 	require.Eventually(t, func() bool {
@@ -69,6 +70,10 @@ func TestRelayAdminServer(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 200, code)
 	require.Equal(t, "ok\n", body)
+	code, page, err := get(addr, "/")
+	require.NoError(t, err)
+	require.Equal(t, 200, code)
+	require.Contains(t, page, "Overview", "the admin page is served")
 
 	d.exec(t, `INSERT INTO %s.herald_outbox (topic, key, payload) SELECT 'orders.placed', 'k' || i, 'x' FROM generate_series(1, 20) i`)
 	var metrics string
@@ -98,8 +103,9 @@ func TestRelayAdminServer(t *testing.T) {
 
 	cancel()
 	r := <-done
-	for what, text := range map[string]string{"stderr": r.stderr, "stdout": r.stdout, "/metrics": metrics, "/readyz": ready} {
+	for what, text := range map[string]string{"stderr": r.stderr, "stdout": r.stdout, "/metrics": metrics, "/readyz": ready, "/": page} {
 		require.NotContains(t, text, canary, "the DSN's password leaked into %s", what)
+		require.NotContains(t, text, adminToken, "the admin token leaked into %s", what)
 	}
 	require.Contains(t, r.stderr, `"msg":"admin server listening"`)
 }

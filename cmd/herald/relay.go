@@ -64,7 +64,8 @@ func addRelayFlags(f *flagSet) *relayFlags {
 		skipDeadTopics: f.String("skip-dead-topics", "", "comma-separated `topics` whose dead events do not park their key "+
 			"(elsewhere a dead event holds back its key until requeued or discarded)"),
 		maxPerKey: f.Int("max-per-key", 0, "claim and publish (pipelined) up to `N` events of one key together; 0 means --batch-size"),
-		adminAddr: f.String("admin-addr", "", "serve /metrics, /healthz and /readyz on this `host:port` (such as 127.0.0.1:9464); off when empty"),
+		adminAddr: f.String("admin-addr", "", "serve the admin page, /metrics, /healthz and /readyz on this `host:port` "+
+			"(:9464 is 127.0.0.1:9464; actions need HERALD_ADMIN_TOKEN); off when empty"),
 	}
 }
 
@@ -220,13 +221,14 @@ func setupRelay(f *flagSet) func(context.Context, *invocation) error {
 		if err != nil {
 			return err
 		}
-		if err := checkAdminAddr(inv, *r.adminAddr); err != nil {
+		adminAddr, err := checkAdminAddr(inv, *r.adminAddr)
+		if err != nil {
 			return err
 		}
 		if err := noArgs(inv); err != nil {
 			return err
 		}
-		return runRelay(ctx, inv, log, db, plan, relayCfg, natsCfg, *r.shutdownTimeout, *r.adminAddr)
+		return runRelay(ctx, inv, log, db, plan, relayCfg, natsCfg, *r.shutdownTimeout, adminAddr)
 	}
 }
 
@@ -284,7 +286,7 @@ func runRelay(ctx context.Context, inv *invocation, log *slog.Logger, db *databa
 	}
 	if metrics != nil {
 		metrics.Watch(relay)
-		admin, err := startAdmin(inv, log, adminAddr, metrics, relay)
+		admin, err := startAdmin(inv, log, adminAddr, metrics, relay, store)
 		if err != nil {
 			stopCtx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
 			defer cancel()

@@ -80,6 +80,7 @@ func TestBadInputGivesOneClearLine(t *testing.T) {
 		{"RoutesFromEnv", map[string]string{"HERALD_ROUTE": "orders.*=default billing=x"}, relay(), 2, `HERALD_ROUTE: "billing=x" routes to "x"`},
 		{"DefaultUnknown", nil, relay("--default-destination", "x"), 2, `--default-destination: "x" is not a destination`},
 		{"AdminAddrWithoutPort", nil, relay("--admin-addr", "localhost"), 2, `--admin-addr: "localhost" is not host:port`},
+		{"AdminTokenTooShort", map[string]string{"HERALD_ADMIN_TOKEN": "tiny-tok"}, relay("--admin-addr", ":0"), 2, "HERALD_ADMIN_TOKEN is shorter than 16 characters"},
 		{"MaxPerKeyAboveBatch", nil, relay("--max-per-key", "5000"), 2, "--max-per-key: 5000 is not between 0 and --batch-size (1000)"},
 		{"UnknownFlag", nil, []string{"status", "--nope"}, 2, "herald: unknown flag --nope"},
 		{"BoolFlagWithValue", nil, []string{"status", "--json=maybe"}, 2, "herald: --json takes no value"},
