@@ -54,7 +54,7 @@ func checkAdminAddr(inv *invocation, addr string) (string, error) {
 // startAdmin listens on addr and serves the admin endpoints and page until
 // stop.
 func startAdmin(inv *invocation, log *slog.Logger, addr string, metrics *heraldprom.Metrics, relay *herald.Relay,
-	admin herald.Admin) (*adminServer, error) {
+	admin herald.Admin, destinations func() []destinationJSON) (*adminServer, error) {
 	token, _ := inv.getenv(adminTokenEnv)
 	rates := newRateRecorder(relay)
 	page, err := adminui.New(adminui.Config{
@@ -75,6 +75,10 @@ func startAdmin(inv *invocation, log *slog.Logger, addr string, metrics *heraldp
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("GET /destinations", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(destinationsJSON{Destinations: destinations()})
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
 		h := relay.Health()
@@ -107,8 +111,21 @@ func startAdmin(inv *invocation, log *slog.Logger, addr string, metrics *heraldp
 	if token != "" {
 		mode = "actions need the token"
 	}
-	log.Info("admin server listening", "addr", a.addr, "endpoints", "/ /metrics /healthz /readyz", "page", mode)
+	log.Info("admin server listening", "addr", a.addr, "endpoints", "/ /metrics /healthz /readyz /destinations", "page", mode)
 	return a, nil
+}
+
+// destinationsJSON is the documented shape of /destinations, which
+// herald status --relay-admin reads.
+type destinationsJSON struct {
+	Destinations []destinationJSON `json:"destinations"`
+}
+
+type destinationJSON struct {
+	Name     string `json:"name"`
+	Breaker  string `json:"breaker"` // closed, open or half-open
+	InFlight int    `json:"in_flight"`
+	Failures int    `json:"failures"` // failed calls in a row
 }
 
 // readyJSON is the documented shape of /readyz.

@@ -100,6 +100,20 @@ func TestRelayAdminServer(t *testing.T) {
 	require.NotEmpty(t, rj.Destination)
 	_, metrics, err = get(addr, "/metrics")
 	require.NoError(t, err)
+	require.Contains(t, metrics, `herald_pending_events{topic="orders.placed"}`)
+
+	// herald status shows the running relay's destination as down.
+	st := cli(t, nil, append([]string{"status", "--relay-admin", "http://" + addr}, flags...)...)
+	require.Equal(t, 0, st.code, st)
+	require.Regexp(t, `DESTINATION\s+BREAKER.*\n+default\s+open`, st.stdout)
+	st = cli(t, nil, append([]string{"status", "--json", "--relay-admin", "http://" + addr + "/"}, flags...)...)
+	require.Equal(t, 0, st.code, st)
+	var sj statusJSON
+	require.NoError(t, json.Unmarshal([]byte(st.stdout), &sj))
+	require.Equal(t, []destinationJSON{{Name: "default", Breaker: "open"}}, sj.Destinations)
+	bad := cli(t, nil, append([]string{"status", "--relay-admin", "ftp://" + addr}, flags...)...)
+	require.Equal(t, 2, bad.code, bad)
+	require.Contains(t, bad.stderr, "is not an http(s) URL")
 
 	cancel()
 	r := <-done

@@ -260,7 +260,11 @@ func runRelay(ctx context.Context, inv *invocation, log *slog.Logger, db *databa
 	defer closeDestinations()
 
 	relayCfg.Store, relayCfg.Publisher, relayCfg.Logger, relayCfg.Owner = store, pub, log, owner
-	var metrics *heraldprom.Metrics
+	var (
+		metrics      *heraldprom.Metrics
+		relay        *herald.Relay
+		destinations func() []destinationJSON
+	)
 	if adminAddr != "" {
 		mcfg := &heraldprom.Config{Admin: store, Logger: log}
 		if router, ok := pub.(*heraldroute.Router); ok {
@@ -271,13 +275,31 @@ func runRelay(ctx context.Context, inv *invocation, log *slog.Logger, db *databa
 				}
 				return out
 			}
+			destinations = func() []destinationJSON {
+				out := []destinationJSON{}
+				for _, d := range router.Status() {
+					out = append(out, destinationJSON{Name: d.Name, Breaker: d.Breaker, InFlight: d.InFlight, Failures: d.Failures})
+				}
+				return out
+			}
+		} else {
+			// One destination, no breaker of its own: the relay's outage
+			// state stands for it.
+			name := plan.endpoints[0].name
+			destinations = func() []destinationJSON {
+				state := "closed"
+				if relay.Health().Destination != "" {
+					state = "open"
+				}
+				return []destinationJSON{{Name: name, Breaker: state}}
+			}
 		}
 		if metrics, err = heraldprom.New(mcfg); err != nil {
 			return err
 		}
 		relayCfg.Observer = metrics
 	}
-	relay, err := herald.NewRelay(relayCfg)
+	relay, err = herald.NewRelay(relayCfg)
 	if err != nil {
 		return usagef("%s", err)
 	}
@@ -286,7 +308,7 @@ func runRelay(ctx context.Context, inv *invocation, log *slog.Logger, db *databa
 	}
 	if metrics != nil {
 		metrics.Watch(relay)
-		admin, err := startAdmin(inv, log, adminAddr, metrics, relay, store)
+		admin, err := startAdmin(inv, log, adminAddr, metrics, relay, store, destinations)
 		if err != nil {
 			stopCtx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
 			defer cancel()

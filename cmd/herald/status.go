@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net/http"
+	"net/url"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -55,6 +57,9 @@ type statusJSON struct {
 	// OldestPendingSeconds is the age of the oldest ready or claimed row,
 	// 0 when there is none.
 	OldestPendingSeconds float64 `json:"oldest_pending_seconds"`
+	// Destinations are a running relay's destinations with their circuit
+	// breakers, when --relay-admin names its admin server.
+	Destinations []destinationJSON `json:"destinations,omitempty"`
 }
 
 type topicStatusJSON struct {
@@ -69,8 +74,13 @@ var states = []herald.State{herald.StateReady, herald.StateClaimed, herald.State
 func setupStatus(f *flagSet) func(context.Context, *invocation) error {
 	d := addDBFlags(f)
 	asJSON := f.LocalBool("json", "print JSON instead of a table")
+	relayAdmin := f.String("relay-admin", "", "also show the destinations and circuit breakers of the relay whose admin server is at this `URL` (http://127.0.0.1:9464)")
 	return func(ctx context.Context, inv *invocation) error {
 		if err := noArgs(inv); err != nil {
+			return err
+		}
+		adminURL, err := parseRelayAdmin(inv, *relayAdmin)
+		if err != nil {
 			return err
 		}
 		pool, driver, err := d.open(ctx, inv)
@@ -94,6 +104,11 @@ func setupStatus(f *flagSet) func(context.Context, *invocation) error {
 		for _, t := range st.Topics {
 			out.Topics = append(out.Topics, topicStatusJSON{t.Topic, t.State, t.Count, t.Oldest.Seconds()})
 			out.Totals[t.State] += t.Count
+		}
+		if adminURL != "" {
+			if out.Destinations, err = fetchDestinations(ctx, inv, adminURL); err != nil {
+				return err
+			}
 		}
 		if *asJSON {
 			return writeJSON(inv.stdout, out)
@@ -123,6 +138,57 @@ func printStatus(w io.Writer, out statusJSON, st herald.Status) {
 	} else {
 		fmt.Fprintln(w, "oldest pending: none")
 	}
+	printDestinations(w, out.Destinations)
+}
+
+func printDestinations(w io.Writer, ds []destinationJSON) {
+	if len(ds) == 0 {
+		return
+	}
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "DESTINATION\tBREAKER\tIN FLIGHT\tFAILURES IN A ROW")
+	for _, d := range ds {
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\n", clean(d.Name), clean(d.Breaker), d.InFlight, d.Failures)
+	}
+	tw.Flush()
+}
+
+// parseRelayAdmin checks --relay-admin: an http(s) URL with a host.
+func parseRelayAdmin(inv *invocation, raw string) (string, error) {
+	if raw == "" {
+		return "", nil
+	}
+	inv.stderr.add(userinfoSecrets(raw, true)...)
+	u, err := url.Parse(raw)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return "", usagef("%s: %q is not an http(s) URL such as http://127.0.0.1:9464", inv.flags.label("relay-admin"), inv.stderr.scrub(clean(raw)))
+	}
+	u.Path = strings.TrimSuffix(u.Path, "/") + "/destinations"
+	return u.String(), nil
+}
+
+// fetchDestinations reads a running relay's /destinations.
+func fetchDestinations(ctx context.Context, inv *invocation, url string) ([]destinationJSON, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("cannot reach the relay's admin server: %s", inv.stderr.scrub(err.Error()))
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("the relay's admin server answered %s", resp.Status)
+	}
+	var out destinationsJSON
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&out); err != nil {
+		return nil, fmt.Errorf("the relay's admin server sent no destinations: %w", err)
+	}
+	return out.Destinations, nil
 }
 
 // fmtAge prints an age to a precision an operator can read.
