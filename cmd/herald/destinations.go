@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/url"
 	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
@@ -249,6 +250,21 @@ func (p *plan) connect(ctx context.Context, inv *invocation, log *slog.Logger, o
 	return r, closeAll, nil
 }
 
+// takeOption removes Herald's own option name from a URL's query (the
+// broker's client library would refuse or ignore it) and returns the URL
+// without it and the option's value.
+func takeOption(raw, name string) (string, string, error) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "", "", usagef("not a URL")
+	}
+	q := u.Query()
+	v := q.Get(name)
+	q.Del(name)
+	u.RawQuery = q.Encode()
+	return u.String(), v, nil
+}
+
 // newWebhook builds a webhook destination's publisher; it connects to
 // nothing, so parsePlan uses it to check the configuration early.
 func newWebhook(inv *invocation, log *slog.Logger, ep endpoint) (*heraldwebhook.Publisher, error) {
@@ -317,9 +333,19 @@ func openEndpoint(ctx context.Context, inv *invocation, log *slog.Logger, owner 
 		}
 		return pub, client.Close, nil
 	case "redis":
-		opts, err := redis.ParseURL(ep.raw)
+		raw, maxLen, err := takeOption(ep.raw, "maxlen")
+		if err != nil {
+			return nil, nil, err
+		}
+		opts, err := redis.ParseURL(raw)
 		if err != nil {
 			return nil, nil, usagef("%s: %s", inv.flags.label("destination"), inv.stderr.scrub(err.Error()))
+		}
+		var streamMax int64
+		if maxLen != "" {
+			if streamMax, err = strconv.ParseInt(maxLen, 10, 64); err != nil || streamMax < 1 {
+				return nil, nil, usagef("destination %s: maxlen=%q is not a positive number", ep.name, clean(maxLen))
+			}
 		}
 		rdb := redis.NewClient(opts)
 		pctx, cancel := context.WithTimeout(ctx, brokerConnectTimeout)
@@ -328,14 +354,18 @@ func openEndpoint(ctx context.Context, inv *invocation, log *slog.Logger, owner 
 			_ = rdb.Close()
 			return nil, nil, unreachable(err)
 		}
-		pub, err := heraldredis.New(rdb, &heraldredis.Config{Logger: log})
+		pub, err := heraldredis.New(rdb, &heraldredis.Config{MaxLen: streamMax, Logger: log})
 		if err != nil {
 			_ = rdb.Close()
 			return nil, nil, err
 		}
 		return pub, func() { _ = rdb.Close() }, nil
 	case "amqp":
-		pub, err := heraldrabbit.New(&heraldrabbit.Config{URL: ep.raw, ConnectionName: "herald relay " + owner, Logger: log})
+		raw, exchange, err := takeOption(ep.raw, "exchange")
+		if err != nil {
+			return nil, nil, err
+		}
+		pub, err := heraldrabbit.New(&heraldrabbit.Config{URL: raw, Exchange: exchange, ConnectionName: "herald relay " + owner, Logger: log})
 		if err != nil {
 			return nil, nil, usagef("%s: %s", inv.flags.label("destination"), inv.stderr.scrub(err.Error()))
 		}

@@ -58,7 +58,7 @@ func TestRelayRoutesTopicsToDestinationsByScheme(t *testing.T) {
 		done <- cliCtx(ctx, nil, nil, append([]string{"relay",
 			"--destination", "events=" + ns.URL(),
 			"--destination", "kafka=kafka://" + kc.ListenAddrs()[0],
-			"--destination", "audit=redis://127.0.0.1:6379/0",
+			"--destination", "audit=redis://127.0.0.1:6379/0?maxlen=1000",
 			"--route", "orders.*=kafka", "--debezium-route", "legacy.>=kafka", "--route", stream + "=audit",
 			"--default-destination", "events", "--log-level", "warn"}, d.flags...)...)
 	}()
@@ -126,6 +126,10 @@ func TestRelayPublishesToRabbitMQAndWebhooks(t *testing.T) {
 	queue := "herald-cli-" + d.schema
 	_, err = ch.QueueDeclare(queue, false, true, false, false, nil)
 	require.NoError(t, err)
+	// An exchange of the test's own, named in the destination's URL.
+	exchange := "herald-cli-x-" + d.schema
+	require.NoError(t, ch.ExchangeDeclare(exchange, "topic", false, true, false, false, nil))
+	require.NoError(t, ch.QueueBind(queue, queue, exchange, false, nil))
 
 	const secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 	var (
@@ -150,7 +154,7 @@ func TestRelayPublishesToRabbitMQAndWebhooks(t *testing.T) {
 	done := make(chan result, 1)
 	go func() {
 		done <- cliCtx(ctx, map[string]string{"HERALD_WEBHOOK_SECRET": secret, "HERALD_WEBHOOK_ALLOW_NETWORKS": "127.0.0.0/8"}, nil,
-			append([]string{"relay", "--destination", "rabbit=amqp://guest:guest@127.0.0.1:5672/",
+			append([]string{"relay", "--destination", "rabbit=amqp://guest:guest@127.0.0.1:5672/?exchange=" + exchange,
 				"--destination", "hook=" + hook.URL + "/herald", "--route", queue + "=rabbit", "--route", "hooks.*=hook",
 				"--log-level", "warn"}, d.flags...)...)
 	}()
@@ -170,6 +174,7 @@ func TestRelayPublishesToRabbitMQAndWebhooks(t *testing.T) {
 	require.True(t, ok, "the event is in the queue")
 	require.Equal(t, "to rabbit", string(msg.Body))
 	require.True(t, msg.DeliveryMode == amqp.Persistent)
+	require.Equal(t, exchange, msg.Exchange, "published to the exchange the URL names")
 	mu.Lock()
 	defer mu.Unlock()
 	require.Equal(t, []string{"to the webhook"}, received, "one signed POST")
