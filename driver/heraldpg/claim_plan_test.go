@@ -57,6 +57,12 @@ func TestClaimIsOneIndexProbe(t *testing.T) {
 	require.Contains(t, text, "herald_outbox_dead_idx", text)
 	require.NotContains(t, text, "Seq Scan", text)
 
+	// The rescuer finds expired leases among the claimed rows, in the
+	// blocked index.
+	text = explain(d.q.rescue, 1000)
+	require.Contains(t, text, "herald_outbox_blocked_idx", text)
+	require.NotContains(t, text, "Seq Scan", text)
+
 	// So does an ordered claim's walk over the keys.
 	text = explain(d.q.walkKeys, "", "", 2000, 1000, 1000, []string{}, int32(1))
 	require.Contains(t, text, "herald_outbox_key_idx", text)

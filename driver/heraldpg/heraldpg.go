@@ -68,9 +68,9 @@ func (c *Config) names() (names, error) {
 	}, nil
 }
 
-// render fills a query template's {{.Table}} and {{.Name}}.
+// render fills a query template's {{.Table}}, {{.Name}} and {{.Schema}}.
 func (n names) render(tmpl string) string {
-	return strings.NewReplacer("{{.Table}}", n.qualified, "{{.Name}}", n.table).Replace(tmpl)
+	return strings.NewReplacer("{{.Table}}", n.qualified, "{{.Name}}", n.table, "{{.Schema}}", `"`+n.schema+`"`).Replace(tmpl)
 }
 
 // Driver is the relay's store and the operators' admin on PostgreSQL.
