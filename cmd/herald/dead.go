@@ -11,12 +11,12 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
-	"unicode"
 	"unicode/utf8"
 
 	"github.com/google/uuid"
 
 	"github.com/herald-outbox/herald"
+	"github.com/herald-outbox/herald/internal/textsafe"
 )
 
 // Bounds of `dead list --limit`.
@@ -333,45 +333,12 @@ func fmtTime(t *time.Time) string {
 	return t.Format(time.RFC3339)
 }
 
-func plural(n int, noun string) string {
-	if n == 1 {
-		return "1 " + noun
-	}
-	return fmt.Sprintf("%d %ss", n, noun)
-}
+func plural(n int, noun string) string { return textsafe.Plural(n, noun) }
 
-func truncate(s string, n int) string {
-	if utf8.RuneCountInString(s) <= n {
-		return s
-	}
-	r := []rune(s)
-	return string(r[:n-1]) + "…"
-}
+func truncate(s string, n int) string { return textsafe.Truncate(s, n) }
 
-// clean makes text from a row safe to print on one line: control and
-// bidirectional-override characters and broken UTF-8 are escaped.
-func clean(s string) string { return escape(s, false) }
+// clean makes text from a row safe to show on one line (textsafe.Line).
+func clean(s string) string { return textsafe.Line(s) }
 
 // cleanText is clean keeping line breaks and tabs.
-func cleanText(s string) string { return escape(s, true) }
-
-func escape(s string, keepLines bool) string {
-	var b strings.Builder
-	for i := 0; i < len(s); {
-		r, size := utf8.DecodeRuneInString(s[i:])
-		switch {
-		case r == utf8.RuneError && size == 1:
-			fmt.Fprintf(&b, `\x%02x`, s[i])
-		case keepLines && (r == '\n' || r == '\t'):
-			b.WriteRune(r)
-		case r < 0x80 && (r < ' ' || r == 0x7f):
-			fmt.Fprintf(&b, `\x%02x`, r)
-		case unicode.IsControl(r) || unicode.Is(unicode.Bidi_Control, r):
-			fmt.Fprintf(&b, `\u%04x`, r)
-		default:
-			b.WriteRune(r)
-		}
-		i += size
-	}
-	return b.String()
-}
+func cleanText(s string) string { return textsafe.Text(s) }
