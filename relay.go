@@ -648,7 +648,7 @@ func (r *Relay) noteOutage(reason string) time.Duration {
 	if r.outageDelay == 0 {
 		r.outageErr = reason
 		r.outageDelay = min(100*time.Millisecond, r.cfg.OutageBackoffCap)
-		r.log.Warn("destination unreachable; pausing claims")
+		r.log.Warn("destination unreachable; pausing claims", "error", reason)
 	} else if time.Now().After(r.outageUntil) {
 		r.outageDelay = min(r.outageDelay*2, r.cfg.OutageBackoffCap)
 	}
