@@ -170,7 +170,7 @@ func (r *Relay) Stop(ctx context.Context) error {
 	case <-r.done:
 	case <-ctx.Done():
 		r.log.Warn("stop deadline reached; cancelling in-flight publishes and releasing their rows")
-		r.abortedAt.Store(time.Now().UnixNano())
+		r.abortedAt.Store(r.cfg.Clock.Now().UnixNano())
 		r.abort()
 		<-r.done
 	}
@@ -260,7 +260,7 @@ func (r *Relay) claimLoop(ctx context.Context) {
 		// The lease starts when the database runs the claim, so its end is
 		// measured from before the call: acknowledgements never plan on
 		// time the lease does not have.
-		claimedAt := time.Now()
+		claimedAt := r.cfg.Clock.Now()
 		claimCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.Lease/2)
 		batch, err := r.cfg.Store.Claim(claimCtx, ClaimParams{
 			Token: token, Owner: r.cfg.Owner, Limit: r.cfg.BatchSize, Lease: r.cfg.Lease,
@@ -322,10 +322,8 @@ func (r *Relay) claimLoop(ctx context.Context) {
 
 // sleep waits d, or until a Wake; it returns false when ctx ended.
 func (r *Relay) sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
 	select {
-	case <-t.C:
+	case <-r.cfg.Clock.After(d):
 		return true
 	case <-r.wake:
 		return true
@@ -339,7 +337,7 @@ func (r *Relay) process(token string, claimedAt time.Time, batch []Envelope) {
 	// Acknowledge before the lease runs out; past it another relay may own
 	// the rows and the token check would change nothing anyway.
 	deadline := claimedAt.Add(r.cfg.Lease)
-	if !time.Now().Before(deadline) {
+	if !r.cfg.Clock.Now().Before(deadline) {
 		// The process was paused or starved past its lease: another relay
 		// may be publishing these events already, so sending them now could
 		// only put them on the broker twice and out of order.
@@ -384,11 +382,7 @@ func (r *Relay) process(token string, claimedAt time.Time, batch []Envelope) {
 		}
 		// Publishing past the lease could race the relay that rescued the
 		// rows, so the publish ends with the lease at the latest.
-		pubDeadline := time.Now().Add(r.cfg.PublishTimeout)
-		if deadline.Before(pubDeadline) {
-			pubDeadline = deadline
-		}
-		pubCtx, cancel := context.WithDeadline(r.pubCtx, pubDeadline)
+		pubCtx, cancel := context.WithTimeout(r.pubCtx, min(r.cfg.PublishTimeout, deadline.Sub(r.cfg.Clock.Now())))
 		err = r.publish(pubCtx, valid)
 		cancel()
 		for j, e := range batchErrors(err, len(sent)) {
@@ -465,7 +459,7 @@ func (r *Relay) process(token string, claimedAt time.Time, batch []Envelope) {
 			"outage", outage, "error", params.Failed[0].Error)
 	}
 
-	if !time.Now().Before(deadline) && len(params.Published)+len(params.Failed)+len(release) > 0 {
+	if !r.cfg.Clock.Now().Before(deadline) && len(params.Published)+len(params.Failed)+len(release) > 0 {
 		// Paused or starved past the lease: the token check would change
 		// nothing, and the rows are the rescuer's now.
 		r.log.Warn("lease expired before acknowledging; leaving the batch to the rescuer",
@@ -548,19 +542,19 @@ func (r *Relay) retryStore(deadline time.Time, what string, op func(context.Cont
 				deadline = grace
 			}
 		}
-		ctx, cancel := context.WithDeadline(context.Background(), deadline)
+		ctx, cancel := context.WithTimeout(context.Background(), deadline.Sub(r.cfg.Clock.Now()))
 		err := op(ctx)
 		cancel()
 		if err == nil {
 			return nil
 		}
-		if time.Until(deadline) < delay {
+		if deadline.Sub(r.cfg.Clock.Now()) < delay {
 			r.log.Error(what+" failed; the rows will be rescued when their lease expires",
 				"error", Scrub(err.Error()))
 			return err
 		}
 		r.log.Warn(what+" failed; retrying", "error", Scrub(err.Error()))
-		time.Sleep(delay)
+		<-r.cfg.Clock.After(delay)
 		delay = min(delay*2, 2*time.Second)
 	}
 }
@@ -649,10 +643,10 @@ func (r *Relay) noteOutage(reason string) time.Duration {
 		r.outageErr = reason
 		r.outageDelay = min(100*time.Millisecond, r.cfg.OutageBackoffCap)
 		r.log.Warn("destination unreachable; pausing claims", "error", reason)
-	} else if time.Now().After(r.outageUntil) {
+	} else if r.cfg.Clock.Now().After(r.outageUntil) {
 		r.outageDelay = min(r.outageDelay*2, r.cfg.OutageBackoffCap)
 	}
-	r.outageUntil = time.Now().Add(r.outageDelay)
+	r.outageUntil = r.cfg.Clock.Now().Add(r.outageDelay)
 	return r.outageDelay
 }
 
@@ -669,17 +663,15 @@ func (r *Relay) clearOutage() {
 func (r *Relay) outageWait() time.Duration {
 	r.outageMu.Lock()
 	defer r.outageMu.Unlock()
-	return time.Until(r.outageUntil)
+	return r.outageUntil.Sub(r.cfg.Clock.Now())
 }
 
 // every runs fn at once and then every interval until ctx ends.
 func (r *Relay) every(ctx context.Context, interval time.Duration, fn func(context.Context)) {
-	t := time.NewTicker(interval)
-	defer t.Stop()
 	for {
 		fn(ctx)
 		select {
-		case <-t.C:
+		case <-r.cfg.Clock.After(interval):
 		case <-ctx.Done():
 			return
 		}

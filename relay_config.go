@@ -78,6 +78,9 @@ type RelayConfig struct {
 	// Observer receives what the relay does, for metrics (heraldprom).
 	// Defaults to none.
 	Observer Observer
+	// Clock is the relay's time, for tests that move it instead of
+	// sleeping. Defaults to the system clock.
+	Clock Clock
 	// MaxPerKey is the most events of one key in one claimed batch. They
 	// are published pipelined, in order; a hot key moves MaxPerKey events
 	// per broker round trip. Defaults to BatchSize.
@@ -107,6 +110,9 @@ func (c *RelayConfig) withDefaults() RelayConfig {
 	setDefault(&out.MaxPerKey, out.BatchSize)
 	if out.Observer == nil {
 		out.Observer = nopObserver{}
+	}
+	if out.Clock == nil {
+		out.Clock = systemClock{}
 	}
 	out.Retry = out.Retry.withDefaults()
 	return out

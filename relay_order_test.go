@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -169,22 +171,22 @@ func TestRelayDoesNotPublishABatchWhoseLeaseExpired(t *testing.T) {
 	t.Parallel()
 	var log logBuffer
 	var once sync.Once
-	claimed := make(chan struct{})
+	clock := newFakeClock()
+	const lease = time.Minute
 	published := make(chan struct{}, 1)
 	store := &fakeStore{
 		ClaimFunc: func(context.Context, herald.ClaimParams) (out []herald.Envelope, err error) {
 			once.Do(func() {
 				// The claim itself outlives the lease: the process was
 				// paused, or the database slow.
-				time.Sleep(1100 * time.Millisecond)
+				clock.Advance(lease + time.Second)
 				out = []herald.Envelope{env("a1", "t", "a")}
-				close(claimed)
 			})
 			return out, nil
 		},
 	}
 	relay, err := herald.NewRelay(&herald.RelayConfig{
-		Store: store, Lease: 1100 * time.Millisecond, PublishTimeout: 100 * time.Millisecond,
+		Store: store, Lease: lease, PublishTimeout: time.Second, Clock: clock,
 		Logger: slog.New(slog.NewTextHandler(&log, nil)),
 		Publisher: herald.PublisherFunc(func(context.Context, []herald.Envelope) error {
 			published <- struct{}{}
@@ -193,9 +195,112 @@ func TestRelayDoesNotPublishABatchWhoseLeaseExpired(t *testing.T) {
 	})
 	require.NoError(t, err)
 	require.NoError(t, relay.Start(context.Background()))
-	<-claimed
 	require.Eventually(t, func() bool { return strings.Contains(log.String(), "lease expired before publishing") },
-		5*time.Second, 5*time.Millisecond)
+		5*time.Second, time.Millisecond)
 	require.NoError(t, relay.Stop(context.Background()))
 	require.Empty(t, published, "nothing was published")
+}
+
+// fakeClock is a herald.Clock that moves only when told to.
+type fakeClock struct {
+	mu      sync.Mutex
+	now     time.Time
+	waiters []fakeWaiter
+}
+
+type fakeWaiter struct {
+	at time.Time
+	ch chan time.Time
+}
+
+func newFakeClock() *fakeClock { return &fakeClock{now: time.Unix(1_800_000_000, 0)} }
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) After(d time.Duration) <-chan time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ch := make(chan time.Time, 1)
+	if d <= 0 {
+		ch <- c.now
+		return ch
+	}
+	c.waiters = append(c.waiters, fakeWaiter{at: c.now.Add(d), ch: ch})
+	return ch
+}
+
+// Advance moves the clock by d and wakes the waits that are due.
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+	kept := c.waiters[:0]
+	for _, w := range c.waiters {
+		if !w.at.After(c.now) {
+			w.ch <- c.now
+		} else {
+			kept = append(kept, w)
+		}
+	}
+	c.waiters = kept
+}
+
+// pendingWithin reports whether something waits on the clock for at most d.
+func (c *fakeClock) pendingWithin(d time.Duration) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, w := range c.waiters {
+		if !w.at.After(c.now.Add(d)) {
+			return true
+		}
+	}
+	return false
+}
+
+// An outage pauses claiming until the relay's clock says the pause is over:
+// the test moves time instead of waiting for it.
+func TestOutagePausesClaimsUntilTheClockMoves(t *testing.T) {
+	t.Parallel()
+	clock := newFakeClock()
+	var (
+		claims atomic.Int64
+		log    logBuffer
+	)
+	store := &fakeStore{
+		ClaimFunc: func(context.Context, herald.ClaimParams) ([]herald.Envelope, error) {
+			n := claims.Add(1)
+			return []herald.Envelope{env(fmt.Sprintf("e%d", n), "t", "")}, nil
+		},
+		CompleteFunc: func(_ context.Context, p herald.CompleteParams) (herald.CompleteResult, error) {
+			return herald.CompleteResult{Retried: len(p.Failed)}, nil
+		},
+	}
+	relay, err := herald.NewRelay(&herald.RelayConfig{
+		Store: store, Clock: clock, MaxInFlight: 1, BatchSize: 1, OutageBackoffCap: time.Second,
+		Logger: slog.New(slog.NewTextHandler(&log, nil)),
+		Publisher: herald.PublisherFunc(func(context.Context, []herald.Envelope) error {
+			return errors.New("dial tcp 127.0.0.1:4222: connection refused")
+		}),
+	})
+	require.NoError(t, err)
+	require.NoError(t, relay.Start(context.Background()))
+	defer func() { require.NoError(t, relay.Stop(context.Background())) }()
+
+	// The first publish fails as a whole: the relay pauses 100ms by its
+	// clock before claiming again.
+	require.Eventually(t, func() bool {
+		return strings.Contains(log.String(), "destination unreachable; pausing claims") && clock.pendingWithin(100*time.Millisecond)
+	}, 5*time.Second, time.Millisecond)
+	before := claims.Load()
+	require.False(t, clock.pendingWithin(99*time.Millisecond), "the pause is 100ms")
+	require.Equal(t, before, claims.Load(), "no claim while the clock stands still")
+
+	clock.Advance(100 * time.Millisecond)
+	require.Eventually(t, func() bool { return claims.Load() > before }, 5*time.Second, time.Millisecond,
+		"claiming resumes once the pause has passed")
+	require.Equal(t, "dial tcp 127.0.0.1:4222: connection refused", relay.Health().Destination)
 }
