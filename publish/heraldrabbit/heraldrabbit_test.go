@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -70,15 +69,8 @@ func adminConn(t *testing.T) *amqp.Connection {
 	return conn
 }
 
-// unavailable skips the test for a missing service, or fails it on CI,
-// where a silently skipped test would prove nothing.
-func unavailable(t *testing.T, why string) {
-	t.Helper()
-	if os.Getenv("CI") == "true" {
-		t.Fatal(why)
-	}
-	t.Skip(why)
-}
+// unavailable skips the test for a missing service, or fails it on CI.
+func unavailable(t *testing.T, why string) { t.Helper(); heraldtest.Unavailable(t, why) }
 
 // do runs f on a channel of its own (tests run in parallel on one admin
 // connection).

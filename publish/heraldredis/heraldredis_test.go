@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"os"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -77,15 +76,8 @@ func connect(t *testing.T, addr string) *redis.Client {
 	return rdb
 }
 
-// unavailable skips the test for a missing service, or fails it on CI,
-// where a silently skipped test would prove nothing.
-func unavailable(t *testing.T, why string) {
-	t.Helper()
-	if os.Getenv("CI") == "true" {
-		t.Fatal(why)
-	}
-	t.Skip(why)
-}
+// unavailable skips the test for a missing service, or fails it on CI.
+func unavailable(t *testing.T, why string) { t.Helper(); heraldtest.Unavailable(t, why) }
 
 func (b *bundle) publisher(t *testing.T, cfg *heraldredis.Config) *heraldredis.Publisher {
 	t.Helper()
