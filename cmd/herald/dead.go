@@ -78,6 +78,14 @@ func parseID(raw string) (string, error) {
 	return id.String(), nil
 }
 
+// checkListLimit refuses a --limit outside 1..maxListLimit.
+func checkListLimit(limit int) error {
+	if limit < 1 || limit > maxListLimit {
+		return usagef("--limit: %d is not between 1 and %d", limit, maxListLimit)
+	}
+	return nil
+}
+
 func setupDeadList(f *flagSet) func(context.Context, *invocation) error {
 	d := addDBFlags(f)
 	sel := addSelector(f)
@@ -91,8 +99,8 @@ func setupDeadList(f *flagSet) func(context.Context, *invocation) error {
 		if err != nil {
 			return err
 		}
-		if *limit < 1 || *limit > maxListLimit {
-			return usagef("--limit: %d is not between 1 and %d", *limit, maxListLimit)
+		if err := checkListLimit(*limit); err != nil {
+			return err
 		}
 		pool, driver, err := d.open(ctx, inv)
 		if err != nil {

@@ -36,8 +36,8 @@ func setupKeysBlocked(f *flagSet) func(context.Context, *invocation) error {
 		if err := noArgs(inv); err != nil {
 			return err
 		}
-		if *limit < 1 || *limit > maxListLimit {
-			return usagef("--limit: %d is not between 1 and %d", *limit, maxListLimit)
+		if err := checkListLimit(*limit); err != nil {
+			return err
 		}
 		pool, driver, err := d.open(ctx, inv)
 		if err != nil {
