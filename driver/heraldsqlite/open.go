@@ -23,13 +23,17 @@ const maxOpenConns = 4
 var sqliteHeader = []byte("SQLite format 3\x00")
 
 // dsnParams configure every connection Open makes. busy_timeout makes a
-// writer wait for the lock instead of failing at once; _txlock=immediate
+// writer wait for the lock instead of failing at once. SQLite's waiters
+// poll for the lock rather than queue for it, so with relays and producers
+// all writing, one writer can lose the race for seconds on a loaded
+// machine: 30s, not the common 5s, keeps that from failing a producer's
+// transaction (seen at 5s on 2 busy cores). _txlock=immediate
 // makes BEGIN take the write lock, so a transaction that reads and then
 // writes cannot fail half-way with SQLITE_BUSY_SNAPSHOT (WAL's answer to a
 // reader whose snapshot went stale before it tried to write).
 var dsnParams = url.Values{
 	"_pragma": {
-		"busy_timeout(5000)",
+		"busy_timeout(30000)",
 		"journal_mode(WAL)",
 		"synchronous(NORMAL)",
 		"foreign_keys(1)",

@@ -30,7 +30,7 @@ func TestOpen(t *testing.T) {
 		require.NoError(t, err)
 		defer conn.Close()
 		for pragma, want := range map[string]string{
-			"journal_mode": "wal", "busy_timeout": "5000", "synchronous": "1", "foreign_keys": "1",
+			"journal_mode": "wal", "busy_timeout": "30000", "synchronous": "1", "foreign_keys": "1",
 		} {
 			var got string
 			require.NoError(t, conn.QueryRowContext(ctx, "PRAGMA "+pragma).Scan(&got))
