@@ -43,6 +43,11 @@ type Envelope struct {
 	Attempt int
 	// CreatedAt is when the row was written, by the database clock.
 	CreatedAt time.Time
+	// Ordered is set by the relay when it keeps the event's key in commit
+	// order: a publisher must not deliver it after an earlier event of
+	// its key failed in the same batch (see Publisher and SendInRounds).
+	// False for an empty key, an unordered topic or an unordered relay.
+	Ordered bool
 }
 
 // Limits on message fields. They keep rows small enough to claim in bulk

@@ -28,27 +28,9 @@ type Acknowledgement struct {
 // FailedEvent is an event that was not delivered.
 type FailedEvent struct {
 	Envelope
-	Outcome FailureOutcome
-	Error   string // scrubbed of secrets
+	Outcome Outcome // never OutcomePublished
+	Error   string  // scrubbed of secrets
 }
-
-// FailureOutcome says what became of a failed event.
-type FailureOutcome string
-
-// The outcomes of a failed event.
-const (
-	// OutcomeRetry: rescheduled with backoff; the attempt counts.
-	OutcomeRetry FailureOutcome = "retry"
-	// OutcomeOutage: its destination was unreachable; retried without
-	// spending the attempt.
-	OutcomeOutage FailureOutcome = "outage"
-	// OutcomeHeldBack: not sent, behind an earlier failed event of its key.
-	OutcomeHeldBack FailureOutcome = "held_back"
-	// OutcomeDead: made dead (permanent, out of attempts or too old).
-	OutcomeDead FailureOutcome = "dead"
-	// OutcomeParked: made dead, and its key parked behind it.
-	OutcomeParked FailureOutcome = "parked"
-)
 
 // nopObserver is the Observer of a relay configured without one.
 type nopObserver struct{}

@@ -20,10 +20,13 @@ import (
 // Permanent to send an event straight to the dead letters.
 //
 // Events of one key appear in the batch in the order they must reach the
-// broker. A publisher delivers them in that order, and never delivers an
-// event after an earlier event of the same key in the same batch failed:
-// it reports such later events with an error wrapping ErrHeldBack, without
-// sending them. The relay sends them again behind the failed event.
+// broker. For an ordered event (Envelope.Ordered), a publisher delivers the
+// events of its key in that order, and never delivers one after an earlier
+// event of the same key in the same batch failed: it reports such later
+// events with an error wrapping ErrHeldBack, without sending them. The
+// relay sends them again behind the failed event. SendInRounds implements
+// this rule; every publisher of this module uses it. Events that are not
+// ordered may be sent in any order and are never held back.
 //
 // Publish must honour ctx: when it is cancelled, return promptly. The relay
 // calls Publish from several goroutines at once.

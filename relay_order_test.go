@@ -54,7 +54,7 @@ func relayOnce(t *testing.T, batch []herald.Envelope, cfg herald.RelayConfig,
 		},
 		CompleteFunc: func(_ context.Context, p herald.CompleteParams) (herald.CompleteResult, error) {
 			completed <- p
-			return herald.CompleteResult{Published: len(p.Published), Retried: len(p.Failed)}, nil
+			return herald.CompleteResult{Published: len(p.Published), Failed: failedIDs(p)}, nil
 		},
 	}
 	cfg.Publisher = herald.PublisherFunc(func(_ context.Context, b []herald.Envelope) error {
@@ -79,6 +79,14 @@ func env(id, topic, key string) herald.Envelope {
 	return herald.Envelope{Message: herald.Message{ID: id, Topic: topic, Key: key, Payload: []byte("{}")}, Attempt: 1}
 }
 
+func failedIDs(p herald.CompleteParams) []string {
+	ids := make([]string, len(p.Failed))
+	for i, f := range p.Failed {
+		ids[i] = f.ID
+	}
+	return ids
+}
+
 func failureOf(p herald.CompleteParams, id string) herald.Failure {
 	for _, f := range p.Failed {
 		if f.ID == id {
@@ -96,12 +104,11 @@ func TestRelayHoldsBackTheRestOfAFailedKey(t *testing.T) {
 	})
 	require.Equal(t, []string{"b1"}, p.Published)
 	first := failureOf(p, "a1")
-	require.False(t, first.HeldBack)
-	require.True(t, first.Park, "in an ordered relay a dead event parks its key")
+	require.Equal(t, herald.OutcomeRetry, first.Outcome, "far from MaxAttempts: retried, and its key waits for it")
 	require.Positive(t, first.Delay)
 	for _, id := range []string{"a2", "a3"} {
 		f := failureOf(p, id)
-		require.True(t, f.HeldBack, "%s waits behind a1 without spending an attempt", id)
+		require.Equal(t, herald.OutcomeHeldBack, f.Outcome, "%s waits behind a1 without spending an attempt", id)
 		require.Zero(t, f.Delay)
 	}
 }
@@ -112,8 +119,8 @@ func TestRelayHoldsBackEvenWhenThePublisherReportsAnotherError(t *testing.T) {
 	p, _, _ := relayOnce(t, batch, herald.RelayConfig{}, func(b []herald.Envelope) error {
 		return &herald.BatchError{Errs: []error{errors.New("nack"), herald.Permanent(errors.New("too large"))}}
 	})
-	require.True(t, failureOf(p, "a2").HeldBack, "after a1 failed, a2's own failure is only a hold: it is tried again behind a1")
-	require.False(t, failureOf(p, "a2").Permanent)
+	require.Equal(t, herald.OutcomeHeldBack, failureOf(p, "a2").Outcome,
+		"after a1 failed, a2's own failure is only a hold: it is tried again behind a1")
 }
 
 func TestRelayReportsAPublisherThatBreaksKeyOrder(t *testing.T) {
@@ -134,8 +141,8 @@ func TestRelayDoesNotSendTheRestOfAKeyBehindAnInvalidRow(t *testing.T) {
 	p, sent, _ := relayOnce(t, batch, herald.RelayConfig{}, func([]herald.Envelope) error { return nil })
 	require.Len(t, sent, 1)
 	require.Equal(t, "b1", sent[0].ID, "neither the invalid row nor the rest of its key reaches the broker")
-	require.True(t, failureOf(p, "a1").Permanent)
-	require.True(t, failureOf(p, "a2").HeldBack)
+	require.Equal(t, herald.OutcomeParked, failureOf(p, "a1").Outcome, "an invalid row is dead, and parks its ordered key")
+	require.Equal(t, herald.OutcomeHeldBack, failureOf(p, "a2").Outcome)
 }
 
 func TestUnorderedRelayAndTopicsHoldNothingBack(t *testing.T) {
@@ -156,15 +163,15 @@ func TestUnorderedRelayAndTopicsHoldNothingBack(t *testing.T) {
 	}
 	p, _, _ := relayOnce(t, batch, herald.RelayConfig{UnorderedTopics: []string{"free"}, SkipDeadTopics: []string{"skip"}}, fail)
 	require.ElementsMatch(t, []string{"u2", "n2"}, p.Published, "unordered topics and empty keys hold nothing back")
-	require.True(t, failureOf(p, "a2").HeldBack)
-	require.True(t, failureOf(p, "a1").Park)
-	require.False(t, failureOf(p, "s1").Park, "a skip-dead topic does not park its key")
-	require.False(t, failureOf(p, "u1").Park)
+	require.Equal(t, herald.OutcomeHeldBack, failureOf(p, "a2").Outcome)
+	require.Equal(t, herald.OutcomeParked, failureOf(p, "a1").Outcome)
+	require.Equal(t, herald.OutcomeDead, failureOf(p, "s1").Outcome, "a skip-dead topic does not park its key")
+	require.Equal(t, herald.OutcomeDead, failureOf(p, "u1").Outcome)
 
 	p, _, _ = relayOnce(t, batch, herald.RelayConfig{Unordered: true}, fail)
 	require.ElementsMatch(t, []string{"u2", "n2"}, p.Published)
-	require.False(t, failureOf(p, "a1").Park, "an unordered relay parks no key")
-	require.True(t, failureOf(p, "a2").HeldBack, "what the publisher held back costs no attempt")
+	require.Equal(t, herald.OutcomeDead, failureOf(p, "a1").Outcome, "an unordered relay parks no key")
+	require.Equal(t, herald.OutcomeHeldBack, failureOf(p, "a2").Outcome, "what the publisher held back costs no attempt")
 }
 
 func TestRelayDoesNotPublishABatchWhoseLeaseExpired(t *testing.T) {
@@ -276,7 +283,7 @@ func TestOutagePausesClaimsUntilTheClockMoves(t *testing.T) {
 			return []herald.Envelope{env(fmt.Sprintf("e%d", n), "t", "")}, nil
 		},
 		CompleteFunc: func(_ context.Context, p herald.CompleteParams) (herald.CompleteResult, error) {
-			return herald.CompleteResult{Retried: len(p.Failed)}, nil
+			return herald.CompleteResult{Failed: failedIDs(p)}, nil
 		},
 	}
 	relay, err := herald.NewRelay(&herald.RelayConfig{

@@ -24,7 +24,6 @@ func TestMain(m *testing.M) {
 type fakeStore struct {
 	ClaimFunc    func(ctx context.Context, p herald.ClaimParams) ([]herald.Envelope, error)
 	CompleteFunc func(ctx context.Context, p herald.CompleteParams) (herald.CompleteResult, error)
-	ReleaseFunc  func(ctx context.Context, token string, ids []string) (int, error)
 }
 
 func (f *fakeStore) Migrate(context.Context) error { return nil }
@@ -37,15 +36,9 @@ func (f *fakeStore) Claim(ctx context.Context, p herald.ClaimParams) ([]herald.E
 }
 func (f *fakeStore) Complete(ctx context.Context, p herald.CompleteParams) (herald.CompleteResult, error) {
 	if f.CompleteFunc == nil {
-		return herald.CompleteResult{Published: len(p.Published)}, nil
+		return herald.CompleteResult{Published: len(p.Published), Failed: failedIDs(p)}, nil
 	}
 	return f.CompleteFunc(ctx, p)
-}
-func (f *fakeStore) Release(ctx context.Context, token string, ids []string) (int, error) {
-	if f.ReleaseFunc == nil {
-		return len(ids), nil
-	}
-	return f.ReleaseFunc(ctx, token, ids)
 }
 func (f *fakeStore) RescueExpired(context.Context, int) (int, error) { return 0, nil }
 func (f *fakeStore) DeletePublished(context.Context, time.Duration, int) (int, error) {
@@ -65,8 +58,8 @@ func TestStopIsBoundedWhenTheDatabaseIsGoneAtShutdown(t *testing.T) {
 			})
 			return batch, nil
 		},
-		ReleaseFunc: func(context.Context, string, []string) (int, error) {
-			return 0, errors.New("connection refused")
+		CompleteFunc: func(context.Context, herald.CompleteParams) (herald.CompleteResult, error) {
+			return herald.CompleteResult{}, errors.New("connection refused")
 		},
 	}
 	publishing := make(chan struct{})

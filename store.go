@@ -28,14 +28,13 @@ type Store interface {
 	// never hold events of one key at once. Events with an empty key, and
 	// events of p.UnorderedTopics, are claimed as if p.Unordered.
 	Claim(ctx context.Context, p ClaimParams) ([]Envelope, error)
-	// Complete acknowledges a batch: ids confirmed by the broker become
-	// published, failures are rescheduled or made dead, per FailParams. It
-	// changes only rows still claimed by token and returns the ids it made
-	// dead.
+	// Complete writes down what the relay decided for a claimed batch:
+	// p.Published become published, each of p.Failed gets its Outcome
+	// (ready again after its Delay, attempt refunded or not; dead, parking
+	// its key or not). It changes only rows still claimed by p.Token, in
+	// one statement, and says which rows it changed. The relay decides;
+	// the store applies no policy of its own.
 	Complete(ctx context.Context, p CompleteParams) (CompleteResult, error)
-	// Release returns claimed rows to ready at once, refunding the attempt
-	// the claim counted. Used on graceful shutdown.
-	Release(ctx context.Context, token string, ids []string) (int, error)
 	// RescueExpired returns up to limit rows whose lease expired to ready.
 	RescueExpired(ctx context.Context, limit int) (int, error)
 	// DeletePublished deletes up to limit rows published more than
@@ -61,37 +60,21 @@ type ClaimParams struct {
 type CompleteParams struct {
 	Token     string
 	Published []string  // ids the broker confirmed
-	Failed    []Failure // ids that failed, with what to do
-	Policy    RetryPolicy
+	Failed    []Failure // every other event of the batch, with its outcome
 }
 
-// Failure is one failed publish.
+// Failure is the decided outcome of one event that was not published.
 type Failure struct {
-	ID    string
-	Error string        // scrubbed of secrets, kept as last_error
-	Delay time.Duration // until the next attempt
-	// Permanent sends the row straight to dead.
-	Permanent bool
-	// Outage means the destination was unreachable: the attempt is refunded
-	// and only MaxAge can make the row dead.
-	Outage bool
-	// HeldBack means the event was not sent because an earlier event of its
-	// key failed: it returns to ready at once with its attempt refunded, and
-	// is never made dead by this failure.
-	HeldBack bool
-	// Park makes the event park its key if this failure makes it dead: no
-	// later event of the key is claimed until an operator requeues or
-	// discards it.
-	Park bool
+	ID      string
+	Outcome Outcome       // never OutcomePublished
+	Error   string        // scrubbed of secrets; kept as last_error unless Outcome.KeepsLastError
+	Delay   time.Duration // until the next attempt, for outcomes that leave the row ready
 }
 
 // CompleteResult says what Complete changed.
 type CompleteResult struct {
 	Published int      // rows marked published
-	Retried   int      // rows rescheduled
-	HeldBack  int      // rows returned behind a failed event of their key
-	Dead      []string // ids that became dead
-	Parked    []string // of Dead, the ids that parked their key
+	Failed    []string // ids of p.Failed whose rows were changed
 }
 
 // Admin is what operator tools need from a store, beyond the relay's Store.

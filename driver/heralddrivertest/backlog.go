@@ -19,8 +19,8 @@ var backlogCases = []testCase{
 		ids := o.write(parking, keyed("b", "k"), keyed("b", "other"))
 		token, _ := o.claimP(herald.ClaimParams{Limit: 10})
 		o.complete(herald.CompleteParams{Token: token, Published: ids[2:], Failed: []herald.Failure{
-			{ID: ids[0], Error: "poison", Permanent: true, Park: true},
-			{ID: ids[1], Error: "held", HeldBack: true},
+			{ID: ids[0], Outcome: herald.OutcomeParked, Error: "poison"},
+			{ID: ids[1], Outcome: herald.OutcomeHeldBack, Error: "held"},
 		}})
 		o.put(herald.StateDead, msg("c"))
 		o.backdate(time.Hour, ids[1])

@@ -138,7 +138,7 @@ var orderingCases = []testCase{
 						holder[e.Key] = hold{token: token, acking: true}
 					}
 					mu.Unlock()
-					if _, err := o.d.Store.Complete(o.ctx(), herald.CompleteParams{Token: token, Published: envIDs(envs), Policy: policy}); err != nil {
+					if _, err := o.d.Store.Complete(o.ctx(), herald.CompleteParams{Token: token, Published: envIDs(envs)}); err != nil {
 						errs <- err
 						return
 					}
@@ -168,11 +168,12 @@ var orderingCases = []testCase{
 		token, envs := o.claimP(herald.ClaimParams{Limit: 10})
 		require.Len(t, envs, 5)
 		res := o.complete(herald.CompleteParams{Token: token, Published: b, Failed: []herald.Failure{
-			{ID: a[0], Error: "broker said no", Delay: time.Hour, Park: true},
-			{ID: a[1], Error: herald.ErrHeldBack.Error(), HeldBack: true},
-			{ID: a[2], Error: herald.ErrHeldBack.Error(), HeldBack: true},
+			{ID: a[0], Outcome: herald.OutcomeRetry, Error: "broker said no", Delay: time.Hour},
+			{ID: a[1], Outcome: herald.OutcomeHeldBack, Error: herald.ErrHeldBack.Error()},
+			{ID: a[2], Outcome: herald.OutcomeHeldBack, Error: herald.ErrHeldBack.Error()},
 		}})
-		require.Equal(t, herald.CompleteResult{Published: 2, Retried: 1, HeldBack: 2}, res)
+		require.Equal(t, 2, res.Published)
+		require.ElementsMatch(t, a, res.Failed)
 		require.Equal(t, 1, o.get(a[0]).Attempt, "the failed event spent its attempt")
 		require.Equal(t, "broker said no", o.get(a[0]).LastError)
 		for _, id := range a[1:] {
@@ -192,9 +193,9 @@ var orderingCases = []testCase{
 		a := o.write(keyed("t", "a"), keyed("t", "a"), keyed("t", "a"))
 		token, _ := o.claimP(herald.ClaimParams{Limit: 10})
 		o.complete(herald.CompleteParams{Token: token, Failed: []herald.Failure{
-			{ID: a[0], Error: "flaky", Delay: 0},
-			{ID: a[1], HeldBack: true, Error: "held"},
-			{ID: a[2], HeldBack: true, Error: "held"},
+			{ID: a[0], Outcome: herald.OutcomeRetry, Error: "flaky", Delay: 0},
+			{ID: a[1], Outcome: herald.OutcomeHeldBack, Error: "held"},
+			{ID: a[2], Outcome: herald.OutcomeHeldBack, Error: "held"},
 		}})
 		_, envs := o.claimP(herald.ClaimParams{Limit: 10})
 		require.Equal(t, a, envIDs(envs), "the whole key again, the retried event first")
@@ -205,11 +206,10 @@ var orderingCases = []testCase{
 		a := o.write(keyed("t", "a"), keyed("t", "a"), keyed("t", "b"))
 		token, _ := o.claimP(herald.ClaimParams{Limit: 10})
 		res := o.complete(herald.CompleteParams{Token: token, Published: a[2:], Failed: []herald.Failure{
-			{ID: a[0], Error: "poison", Permanent: true, Park: true},
-			{ID: a[1], Error: "held", HeldBack: true},
+			{ID: a[0], Outcome: herald.OutcomeParked, Error: "poison"},
+			{ID: a[1], Outcome: herald.OutcomeHeldBack, Error: "held"},
 		}})
-		require.Equal(t, []string{a[0]}, res.Dead)
-		require.Equal(t, []string{a[0]}, res.Parked)
+		require.ElementsMatch(t, a[:2], res.Failed)
 		require.True(t, o.get(a[0]).Parked)
 
 		late := o.write(keyed("t", "a"), keyed("t", "b"))
@@ -236,8 +236,8 @@ var orderingCases = []testCase{
 		a := o.write(keyed("t", "a"), keyed("t", "a"))
 		token, _ := o.claimP(herald.ClaimParams{Limit: 10})
 		o.complete(herald.CompleteParams{Token: token, Failed: []herald.Failure{
-			{ID: a[0], Error: "poison", Permanent: true, Park: true},
-			{ID: a[1], Error: "held", HeldBack: true},
+			{ID: a[0], Outcome: herald.OutcomeParked, Error: "poison"},
+			{ID: a[1], Outcome: herald.OutcomeHeldBack, Error: "held"},
 		}})
 
 		_, err := o.d.Admin.DiscardDead(o.ctx(), herald.EventFilter{IDs: a[:1]})
@@ -261,11 +261,11 @@ var orderingCases = []testCase{
 		a := o.write(keyed("t", "a"), keyed("t", "a"))
 		token, _ := o.claimP(herald.ClaimParams{Limit: 10})
 		res := o.complete(herald.CompleteParams{Token: token, Failed: []herald.Failure{
-			{ID: a[0], Error: "poison", Permanent: true},
-			{ID: a[1], Error: "held", HeldBack: true},
+			{ID: a[0], Outcome: herald.OutcomeDead, Error: "poison"},
+			{ID: a[1], Outcome: herald.OutcomeHeldBack, Error: "held"},
 		}})
-		require.Equal(t, a[:1], res.Dead)
-		require.Empty(t, res.Parked)
+		require.ElementsMatch(t, a, res.Failed)
+		require.False(t, o.get(a[0]).Parked)
 		require.Empty(t, o.blockedKeys())
 		_, envs := o.claimP(herald.ClaimParams{Limit: 10})
 		require.Equal(t, a[1:], envIDs(envs), "skipped: the key goes on")
@@ -326,9 +326,9 @@ var orderingCases = []testCase{
 		require.Len(t, envs, 150)
 		failed := make([]herald.Failure, len(ids))
 		for i, id := range ids {
-			failed[i] = herald.Failure{ID: id, Error: "poison", Permanent: true, Park: true}
+			failed[i] = herald.Failure{ID: id, Outcome: herald.OutcomeParked, Error: "poison"}
 		}
-		require.Len(t, o.complete(herald.CompleteParams{Token: token, Failed: failed}).Parked, 150)
+		require.Len(t, o.complete(herald.CompleteParams{Token: token, Failed: failed}).Failed, 150)
 		o.write(parked()...)
 		free := o.write(keyed("t", "z1"), keyed("t", "z2"), keyed("t", "z3"))
 

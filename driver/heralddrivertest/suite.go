@@ -65,10 +65,15 @@ type testCase struct {
 	run  func(t *testing.T, o *outbox)
 }
 
-// policy is passed to every Complete that does not test a policy. The relay
-// always passes a whole policy, its zero fields already defaulted, and so
-// does the suite.
-var policy = herald.DefaultRetryPolicy()
+// released is the acknowledgement of a relay that stops before the broker
+// confirmed ids: ready again at once, attempts refunded.
+func released(ids ...string) []herald.Failure {
+	out := make([]herald.Failure, len(ids))
+	for i, id := range ids {
+		out[i] = herald.Failure{ID: id, Outcome: herald.OutcomeReleased}
+	}
+	return out
+}
 
 // clockSkew is how far the suite lets the database's clock differ from the
 // test's where it compares the two.
@@ -333,9 +338,9 @@ var cases = []testCase{
 		token, envs := o.claim(3, time.Minute)
 		require.Len(t, envs, 3)
 
-		res, err := o.d.Store.Complete(o.ctx(), herald.CompleteParams{Token: token, Policy: policy})
+		res, err := o.d.Store.Complete(o.ctx(), herald.CompleteParams{Token: token})
 		require.NoError(t, err)
-		require.Zero(t, res.Published+res.Retried+len(res.Dead), "an empty acknowledgement changes nothing")
+		require.Zero(t, res.Published+len(res.Failed), "an empty acknowledgement changes nothing")
 
 		// The database's clock when the rows were claimed: the lease ends
 		// a minute after it.
@@ -344,12 +349,11 @@ var cases = []testCase{
 		claimedAt := lease.Add(-time.Minute)
 		completing := time.Now()
 		res = o.complete(herald.CompleteParams{Token: token, Published: []string{pub}, Failed: []herald.Failure{
-			{ID: failed, Error: "broker said no", Delay: delay},
-			{ID: outage, Error: "connection refused", Delay: delay, Outage: true},
+			{ID: failed, Outcome: herald.OutcomeRetry, Error: "broker said no", Delay: delay},
+			{ID: outage, Outcome: herald.OutcomeOutage, Error: "connection refused", Delay: delay},
 		}})
 		require.Equal(t, 1, res.Published)
-		require.Equal(t, 2, res.Retried)
-		require.Empty(t, res.Dead)
+		require.ElementsMatch(t, []string{failed, outage}, res.Failed)
 		// The database's clock after Complete: a row written now is created
 		// at it. It waits an hour, out of the way of the claims below.
 		probe := msg("probe")
@@ -408,10 +412,9 @@ var cases = []testCase{
 		ids := o.write(msg("t"), msg("t"))
 		token, _ := o.claim(2, time.Minute)
 		res := o.complete(herald.CompleteParams{Token: token, Published: ids[1:],
-			Failed: []herald.Failure{{ID: ids[0], Error: "message too large", Permanent: true}}})
-		require.Equal(t, ids[:1], res.Dead)
+			Failed: []herald.Failure{{ID: ids[0], Outcome: herald.OutcomeDead, Error: "message too large"}}})
+		require.Equal(t, ids[:1], res.Failed)
 		require.Equal(t, 1, res.Published)
-		require.Zero(t, res.Retried)
 
 		ev := o.get(ids[0])
 		require.Equal(t, herald.StateDead, ev.State)
@@ -424,54 +427,45 @@ var cases = []testCase{
 		require.Empty(t, envs, "dead rows are not claimed")
 	}},
 
-	{"DeadAfterMaxAttempts", func(t *testing.T, o *outbox) {
-		id := o.write(msg("t"))[0]
-		p := policy
-		p.MaxAttempts = 2
-		step := func(wantAttempt int, f herald.Failure) herald.CompleteResult {
-			t.Helper()
-			token, envs := o.claim(1, time.Minute)
-			require.Len(t, envs, 1)
-			require.Equal(t, wantAttempt, envs[0].Attempt)
-			f.ID = id
-			return o.complete(herald.CompleteParams{Token: token, Policy: p, Failed: []herald.Failure{f}})
+	{"OutcomesAreWrittenAsDecided", func(t *testing.T, o *outbox) {
+		// The relay decides each outcome (see herald's decide); the store
+		// writes it: state, attempt refund, last_error, parking.
+		outcomes := []herald.Outcome{herald.OutcomeRetry, herald.OutcomeOutage, herald.OutcomeHeldBack,
+			herald.OutcomeReleased, herald.OutcomeDead, herald.OutcomeParked}
+		msgs := make([]herald.Message, len(outcomes))
+		for i := range msgs {
+			msgs[i] = msg("t")
+			msgs[i].Key = fmt.Sprintf("k%d", i)
 		}
-		res := step(1, herald.Failure{Error: "no"})
-		require.Equal(t, 1, res.Retried)
-		require.Empty(t, res.Dead)
-		// An outage on the last attempt is refunded, not fatal: only MaxAge
-		// can make an event dead while the broker is away.
-		res = step(2, herald.Failure{Error: "unreachable", Outage: true})
-		require.Equal(t, 1, res.Retried)
-		require.Empty(t, res.Dead)
-		require.Equal(t, 1, o.get(id).Attempt)
-
-		res = step(2, herald.Failure{Error: "no again"})
-		require.Equal(t, []string{id}, res.Dead)
-		require.Zero(t, res.Retried)
-		ev := o.get(id)
-		require.Equal(t, herald.StateDead, ev.State)
-		require.Equal(t, 2, ev.Attempt)
-		require.Equal(t, "no again", ev.LastError)
-	}},
-
-	{"DeadAfterMaxAge", func(t *testing.T, o *outbox) {
-		ids := o.write(msg("old"), msg("old"), msg("young"))
-		old, oldOutage, young := ids[0], ids[1], ids[2]
-		o.backdate(2*time.Hour, old, oldOutage)
-		p := policy
-		p.MaxAge = time.Hour
-		token, _ := o.claim(3, time.Minute)
-		res := o.complete(herald.CompleteParams{Token: token, Policy: p, Failed: []herald.Failure{
-			{ID: old, Error: "no"},
-			{ID: oldOutage, Error: "unreachable", Outage: true},
-			{ID: young, Error: "no"},
-		}})
-		require.ElementsMatch(t, []string{old, oldOutage}, res.Dead,
-			"past MaxAge the first failure is fatal, even an outage's")
-		require.Equal(t, 1, res.Retried)
-		require.Equal(t, herald.StateDead, o.get(old).State)
-		require.Equal(t, herald.StateReady, o.get(young).State)
+		ids := o.write(msgs...)
+		token, envs := o.claim(len(ids), time.Minute)
+		require.Len(t, envs, len(ids))
+		failed := make([]herald.Failure, len(ids))
+		for i, out := range outcomes {
+			failed[i] = herald.Failure{ID: ids[i], Outcome: out, Error: "said " + string(out)}
+		}
+		require.ElementsMatch(t, ids, o.complete(herald.CompleteParams{Token: token, Failed: failed}).Failed)
+		for i, want := range []struct {
+			state     herald.State
+			attempt   int
+			lastError string
+			parked    bool
+		}{
+			{herald.StateReady, 1, "said retry", false},
+			{herald.StateReady, 0, "said outage", false}, // refunded
+			{herald.StateReady, 0, "", false},            // held back: refunded, its last error kept
+			{herald.StateReady, 0, "", false},            // released: likewise
+			{herald.StateDead, 1, "said dead", false},
+			{herald.StateDead, 1, "said parked", true},
+		} {
+			ev := o.get(ids[i])
+			require.Equal(t, want.state, ev.State, outcomes[i])
+			require.Equal(t, want.attempt, ev.Attempt, outcomes[i])
+			require.Equal(t, want.lastError, ev.LastError, outcomes[i])
+			require.Equal(t, want.parked, ev.Parked, outcomes[i])
+			require.Nil(t, ev.LeaseUntil, outcomes[i])
+			require.Equal(t, want.state == herald.StateDead, ev.DeadAt != nil, outcomes[i])
+		}
 	}},
 
 	{"TokenCheckedAckAfterLeaseLossChangesNothing", func(t *testing.T, o *outbox) {
@@ -492,15 +486,14 @@ var cases = []testCase{
 		require.ElementsMatch(t, ids, envIDs(envs))
 
 		res := o.complete(herald.CompleteParams{Token: tokenA, Published: ids[:1],
-			Failed: []herald.Failure{{ID: ids[1], Error: "late from A", Permanent: true}}})
-		require.Zero(t, res.Published+res.Retried+len(res.Dead), "%+v", res)
+			Failed: []herald.Failure{{ID: ids[1], Outcome: herald.OutcomeParked, Error: "late from A"}}})
+		require.Zero(t, res.Published+len(res.Failed), "%+v", res)
 		res = o.complete(herald.CompleteParams{Token: tokenA, Published: ids})
 		require.Zero(t, res.Published)
-		res = o.complete(herald.CompleteParams{Token: tokenA, Failed: []herald.Failure{{ID: ids[0], Error: "late from A"}}})
-		require.Zero(t, res.Retried+len(res.Dead))
-		n, err := o.d.Store.Release(o.ctx(), tokenA, ids)
-		require.NoError(t, err)
-		require.Zero(t, n)
+		res = o.complete(herald.CompleteParams{Token: tokenA, Failed: []herald.Failure{{ID: ids[0], Outcome: herald.OutcomeRetry, Error: "late from A"}}})
+		require.Empty(t, res.Failed)
+		res = o.complete(herald.CompleteParams{Token: tokenA, Failed: released(ids...)})
+		require.Empty(t, res.Failed)
 
 		for _, id := range ids {
 			ev := o.get(id)
@@ -515,14 +508,13 @@ var cases = []testCase{
 		require.Equal(t, 2, res.Published, "the owner's acknowledgement still works")
 	}},
 
-	{"ReleaseReturnsRowsAtOnceWithAttemptRefunded", func(t *testing.T, o *outbox) {
+	{"ReleasedRowsReturnAtOnceWithAttemptRefunded", func(t *testing.T, o *outbox) {
 		ids := o.write(msg("t"), msg("t"), msg("t"))
 		token, envs := o.claim(3, time.Hour)
 		require.Len(t, envs, 3)
 
-		n, err := o.d.Store.Release(o.ctx(), token, ids[:2])
-		require.NoError(t, err)
-		require.Equal(t, 2, n)
+		res := o.complete(herald.CompleteParams{Token: token, Failed: released(ids[:2]...)})
+		require.ElementsMatch(t, ids[:2], res.Failed)
 		for _, id := range ids[:2] {
 			ev := o.get(id)
 			require.Equal(t, herald.StateReady, ev.State)
@@ -541,9 +533,8 @@ var cases = []testCase{
 			{token, ids[:2]},            // released already
 			{token, nil},                // nothing
 		} {
-			n, err := o.d.Store.Release(o.ctx(), tc.token, tc.ids)
-			require.NoError(t, err)
-			require.Zero(t, n)
+			res := o.complete(herald.CompleteParams{Token: tc.token, Failed: released(tc.ids...)})
+			require.Empty(t, res.Failed)
 		}
 		_, again := o.claim(10, time.Minute)
 		require.Equal(t, ids[:2], envIDs(again), "claimable at once")
@@ -778,7 +769,7 @@ var cases = []testCase{
 			Store: o.d.Store, Publisher: pub, Owner: o.owner,
 			Logger:    slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn})),
 			BatchSize: 50, MaxInFlight: 4, PollInterval: 2 * time.Millisecond, IdlePollInterval: 20 * time.Millisecond,
-			Lease: 10 * time.Second, PublishTimeout: 5 * time.Second, Retry: policy,
+			Lease: 10 * time.Second, PublishTimeout: 5 * time.Second,
 		})
 		require.NoError(t, err)
 		stop := func() error {
@@ -900,12 +891,9 @@ func (o *outbox) tryClaim(token string, limit int, lease time.Duration) ([]heral
 	return envs, nil
 }
 
-// complete acknowledges; a zero Policy means the suite's policy.
+// complete acknowledges.
 func (o *outbox) complete(p herald.CompleteParams) herald.CompleteResult {
 	o.t.Helper()
-	if p.Policy == (herald.RetryPolicy{}) {
-		p.Policy = policy
-	}
 	res, err := o.d.Store.Complete(o.ctx(), p)
 	require.NoError(o.t, err)
 	return res
@@ -936,9 +924,9 @@ func (o *outbox) settle(state herald.State, ids []string) {
 	case herald.StateDead:
 		failed := make([]herald.Failure, len(ids))
 		for i, id := range ids {
-			failed[i] = herald.Failure{ID: id, Error: "made dead by the suite", Permanent: true}
+			failed[i] = herald.Failure{ID: id, Outcome: herald.OutcomeDead, Error: "made dead by the suite"}
 		}
-		require.ElementsMatch(o.t, ids, o.complete(herald.CompleteParams{Token: token, Failed: failed}).Dead)
+		require.ElementsMatch(o.t, ids, o.complete(herald.CompleteParams{Token: token, Failed: failed}).Failed)
 	default:
 		o.t.Fatalf("settle: unknown state %q", state)
 	}

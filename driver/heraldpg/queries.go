@@ -134,39 +134,29 @@ const (
 	SET state = 'published', published_at = now(), claim_token = NULL, lease_until = NULL
 	WHERE id = ANY($1::uuid[]) AND claim_token = $2 AND state = 'claimed'`
 
-	// Acknowledgement of a batch with failures, still one statement. An
-	// outage refunds the claim's attempt; a failure is dead when permanent,
-	// out of attempts or past the max age (a zero limit is no limit), and
-	// then parks its key when asked to. An event held back behind a failed
-	// one of its key goes back to ready with its attempt refunded.
+	// Acknowledgement of a batch with failures, still one statement. The
+	// relay decided each row's outcome; the statement only writes it:
+	// published, dead (parking its key or not) or ready again after a
+	// delay, with the claim's attempt refunded or not, and a new
+	// last_error where one is given.
 	completeSQL = `WITH f AS (
-		SELECT * FROM unnest($1::uuid[], $3::boolean[], $4::text[], $5::bigint[], $6::boolean[], $7::boolean[],
-		                     $10::boolean[], $11::boolean[])
-		AS f(id, ok, err, delay_us, permanent, outage, held, park)
-	), r AS (
-		SELECT o.id, f.ok, f.err, f.delay_us, f.outage, f.held, f.park,
-		       NOT f.ok AND NOT f.held
-		       AND (f.permanent
-		            OR (NOT f.outage AND $8::integer > 0 AND o.attempts >= $8::integer)
-		            OR ($9::bigint > 0 AND o.created_at < now() - $9::bigint * interval '1 microsecond')) AS dead
-		FROM {{.Table}} o JOIN f ON o.id = f.id
-		WHERE o.claim_token = $2 AND o.state = 'claimed'
-		FOR UPDATE OF o
+		SELECT * FROM unnest($1::uuid[], $3::boolean[], $4::boolean[], $5::boolean[], $6::boolean[],
+		                     $7::bigint[], $8::text[])
+		AS f(id, ok, dead, park, refund, delay_us, err)
 	)
 	UPDATE {{.Table}} o
-	SET state = CASE WHEN r.ok THEN 'published' WHEN r.dead THEN 'dead' ELSE 'ready' END,
-	    published_at = CASE WHEN r.ok THEN now() END,
-	    dead_at = CASE WHEN r.dead THEN now() END,
-	    parked = r.dead AND r.park,
-	    available_at = CASE WHEN r.ok OR r.dead THEN o.available_at
-	                        WHEN r.held THEN now()
-	                        ELSE now() + r.delay_us * interval '1 microsecond' END,
-	    attempts = CASE WHEN r.outage OR r.held THEN o.attempts - 1 ELSE o.attempts END,
-	    last_error = CASE WHEN r.ok OR r.held THEN o.last_error ELSE r.err END,
+	SET state = CASE WHEN f.ok THEN 'published' WHEN f.dead THEN 'dead' ELSE 'ready' END,
+	    published_at = CASE WHEN f.ok THEN now() END,
+	    dead_at = CASE WHEN f.dead THEN now() END,
+	    parked = f.park,
+	    available_at = CASE WHEN f.ok OR f.dead THEN o.available_at
+	                        ELSE now() + f.delay_us * interval '1 microsecond' END,
+	    attempts = CASE WHEN f.refund THEN greatest(o.attempts - 1, 0) ELSE o.attempts END,
+	    last_error = coalesce(f.err, o.last_error),
 	    claim_token = NULL, lease_until = NULL
-	FROM r
-	WHERE o.id = r.id AND o.claim_token = $2 AND o.state = 'claimed'
-	RETURNING o.id, o.state, r.held, o.parked`
+	FROM f
+	WHERE o.id = f.id AND o.claim_token = $2 AND o.state = 'claimed'
+	RETURNING o.id, f.ok`
 
 	// Parked keys: one row per dead event that parks its key, with the
 	// number of ready events waiting behind it.
@@ -176,10 +166,6 @@ const (
 	WHERE d.parked AND d.state = 'dead'
 	ORDER BY d.dead_at, d.seq
 	LIMIT $1`
-
-	releaseSQL = `UPDATE {{.Table}}
-	SET state = 'ready', attempts = greatest(attempts - 1, 0), claim_token = NULL, lease_until = NULL
-	WHERE id = ANY($1::uuid[]) AND claim_token = $2 AND state = 'claimed'`
 
 	// Rows whose lease ran out belong to a relay that died or stalled. The
 	// rows are chosen once, in a CTE: as a correlated IN (...) subquery the
@@ -238,7 +224,7 @@ const (
 
 type queries struct {
 	insertOne, insertMany, claim, walkKeys, claimKeys, publish, complete string
-	release, rescue, deletePublished, status, blockedKeys, backlog       string
+	rescue, deletePublished, status, blockedKeys, backlog       string
 	table                                                                string
 }
 
@@ -253,7 +239,6 @@ func newQueries(n names) queries {
 		backlog:         n.render(backlogSQL),
 		publish:         n.render(publishSQL),
 		complete:        n.render(completeSQL),
-		release:         n.render(releaseSQL),
 		rescue:          n.render(rescueSQL),
 		deletePublished: n.render(deletePublishedSQL),
 		status:          n.render(statusSQL),

@@ -209,21 +209,22 @@ func TestRelay(t *testing.T) {
 		got, err := b.driver.Claim(ctx, herald.ClaimParams{Token: tokenB, Owner: "relay-b", Limit: 2, Lease: time.Minute})
 		require.NoError(t, err)
 		require.Len(t, got, 2)
-		res, err := b.driver.Complete(ctx, herald.CompleteParams{Token: tokenB, Published: ids[:1], Policy: herald.DefaultRetryPolicy()})
+		res, err := b.driver.Complete(ctx, herald.CompleteParams{Token: tokenB, Published: ids[:1]})
 		require.NoError(t, err)
 		require.Equal(t, 1, res.Published)
 
 		// A wakes up and acknowledges with its stale token: nothing changes.
 		res, err = b.driver.Complete(ctx, herald.CompleteParams{Token: tokenA, Published: ids[1:],
-			Failed: []herald.Failure{{ID: ids[0], Error: "late", Permanent: true}}, Policy: herald.DefaultRetryPolicy()})
+			Failed: []herald.Failure{{ID: ids[0], Outcome: herald.OutcomeDead, Error: "late"}}})
 		require.NoError(t, err)
 		require.Equal(t, herald.CompleteResult{}, res)
-		res, err = b.driver.Complete(ctx, herald.CompleteParams{Token: tokenA, Published: ids, Policy: herald.DefaultRetryPolicy()})
+		res, err = b.driver.Complete(ctx, herald.CompleteParams{Token: tokenA, Published: ids})
 		require.NoError(t, err)
 		require.Zero(t, res.Published)
-		n, err := b.driver.Release(ctx, tokenA, ids)
+		res, err = b.driver.Complete(ctx, herald.CompleteParams{Token: tokenA,
+			Failed: []herald.Failure{{ID: ids[1], Outcome: herald.OutcomeReleased}}})
 		require.NoError(t, err)
-		require.Zero(t, n)
+		require.Empty(t, res.Failed)
 
 		require.Equal(t, herald.StatePublished, b.row(t, ids[0]).State)
 		second := b.row(t, ids[1])

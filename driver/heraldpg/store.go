@@ -132,62 +132,27 @@ func (d *Driver) Complete(ctx context.Context, p herald.CompleteParams) (herald.
 		res.Published = int(n)
 		return res, nil
 	}
-	n := len(p.Published) + len(p.Failed)
-	var (
-		ids       = make([]string, 0, n)
-		ok        = make([]bool, 0, n)
-		errs      = make([]string, 0, n)
-		delays    = make([]int64, 0, n)
-		permanent = make([]bool, 0, n)
-		outage    = make([]bool, 0, n)
-		held      = make([]bool, 0, n)
-		park      = make([]bool, 0, n)
-	)
-	for _, id := range p.Published {
-		ids, ok, errs, delays = append(ids, id), append(ok, true), append(errs, ""), append(delays, 0)
-		permanent, outage, held, park = append(permanent, false), append(outage, false), append(held, false), append(park, false)
-	}
-	for _, f := range p.Failed {
-		ids, ok, errs, delays = append(ids, f.ID), append(ok, false), append(errs, f.Error), append(delays, f.Delay.Microseconds())
-		permanent, outage, held, park = append(permanent, f.Permanent), append(outage, f.Outage), append(held, f.HeldBack), append(park, f.Park)
-	}
-	err := d.db.query(ctx, d.q.complete, []any{ids, p.Token, ok, errs, delays, permanent, outage,
-		p.Policy.MaxAttempts, p.Policy.MaxAge.Microseconds(), held, park}, func(scan func(...any) error) error {
-		var (
-			id, state      string
-			wasHeld, parks bool
-		)
-		if err := scan(&id, &state, &wasHeld, &parks); err != nil {
-			return err
-		}
-		switch {
-		case herald.State(state) == herald.StatePublished:
-			res.Published++
-		case herald.State(state) == herald.StateDead:
-			res.Dead = append(res.Dead, id)
-			if parks {
-				res.Parked = append(res.Parked, id)
+	w := sqlstore.NewWrites(p)
+	err := d.db.query(ctx, d.q.complete, []any{w.IDs, p.Token, w.Published, w.Dead, w.Park, w.Refund, w.DelayUS, w.Error},
+		func(scan func(...any) error) error {
+			var (
+				id        string
+				published bool
+			)
+			if err := scan(&id, &published); err != nil {
+				return err
 			}
-		case wasHeld:
-			res.HeldBack++
-		default:
-			res.Retried++
-		}
-		return nil
-	})
+			if published {
+				res.Published++
+			} else {
+				res.Failed = append(res.Failed, id)
+			}
+			return nil
+		})
 	if err != nil {
 		return res, fmt.Errorf("heraldpg: acknowledging batch: %w", err)
 	}
 	return res, nil
-}
-
-// Release implements herald.Store.
-func (d *Driver) Release(ctx context.Context, token string, ids []string) (int, error) {
-	n, err := d.db.exec(ctx, d.q.release, ids, token)
-	if err != nil {
-		return 0, fmt.Errorf("heraldpg: releasing rows: %w", err)
-	}
-	return int(n), nil
 }
 
 // RescueExpired implements herald.Store.

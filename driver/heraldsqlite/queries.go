@@ -96,49 +96,31 @@ const (
 	WHERE id IN (SELECT value FROM json_each(?1)) AND claim_token = ?2 AND state = 'claimed'`
 
 	// Acknowledgement of a batch with failures, still one statement. ?1 is
-	// a JSON array of [id, ok, error, delay_us, permanent, outage, held,
-	// park]. An outage refunds the claim's attempt; a failure is dead when
-	// permanent, out of attempts or past the max age, and then parks its
-	// key when asked to. An event held back behind a failed one of its key
-	// goes back to ready with its attempt refunded. SET expressions see the
-	// row as it was before the update.
+	// a JSON array of [id, published, dead, park, refund, delay_us, error
+	// or null]: the relay decided each row's outcome, the statement only
+	// writes it. SET expressions see the row as it was before the update.
 	completeSQL = `WITH f AS (
-		SELECT json_extract(value, '$[0]') AS id,
+		SELECT json_extract(value, '$[0]') AS fid,
 		       json_extract(value, '$[1]') AS ok,
-		       json_extract(value, '$[2]') AS err,
-		       json_extract(value, '$[3]') AS delay_us,
-		       json_extract(value, '$[4]') AS permanent,
-		       json_extract(value, '$[5]') AS outage,
-		       json_extract(value, '$[6]') AS held,
-		       json_extract(value, '$[7]') AS park
+		       json_extract(value, '$[2]') AS dead,
+		       json_extract(value, '$[3]') AS park,
+		       json_extract(value, '$[4]') AS refund,
+		       json_extract(value, '$[5]') AS delay_us,
+		       json_extract(value, '$[6]') AS err
 		FROM json_each(?1)
-	), r AS (
-		SELECT o.seq, f.ok, f.err, f.delay_us, f.outage, f.held, f.park,
-		       NOT f.ok AND NOT f.held
-		       AND (f.permanent
-		            OR (NOT f.outage AND ?3 > 0 AND o.attempts >= ?3)
-		            OR (?4 > 0 AND o.created_at < {{.Now}} - ?4)) AS dead
-		FROM f JOIN {{.Table}} o ON o.id = f.id
-		WHERE o.claim_token = ?2 AND o.state = 'claimed'
 	)
 	UPDATE {{.Table}} AS o
-	SET state = CASE WHEN r.ok THEN 'published' WHEN r.dead THEN 'dead' ELSE 'ready' END,
-	    published_at = CASE WHEN r.ok THEN {{.Now}} END,
-	    dead_at = CASE WHEN r.dead THEN {{.Now}} END,
-	    parked = CASE WHEN r.dead AND r.park THEN 1 ELSE 0 END,
-	    available_at = CASE WHEN r.ok OR r.dead THEN o.available_at
-	                        WHEN r.held THEN {{.Now}}
-	                        ELSE {{.Now}} + r.delay_us END,
-	    attempts = CASE WHEN r.outage OR r.held THEN o.attempts - 1 ELSE o.attempts END,
-	    last_error = CASE WHEN r.ok OR r.held THEN o.last_error ELSE r.err END,
+	SET state = CASE WHEN f.ok THEN 'published' WHEN f.dead THEN 'dead' ELSE 'ready' END,
+	    published_at = CASE WHEN f.ok THEN {{.Now}} END,
+	    dead_at = CASE WHEN f.dead THEN {{.Now}} END,
+	    parked = CASE WHEN f.park THEN 1 ELSE 0 END,
+	    available_at = CASE WHEN f.ok OR f.dead THEN o.available_at ELSE {{.Now}} + f.delay_us END,
+	    attempts = CASE WHEN f.refund THEN max(o.attempts - 1, 0) ELSE o.attempts END,
+	    last_error = coalesce(f.err, o.last_error),
 	    claim_token = NULL, lease_until = NULL
-	FROM r
-	WHERE o.seq = r.seq AND o.claim_token = ?2 AND o.state = 'claimed'
-	RETURNING id, state, parked`
-
-	releaseSQL = `UPDATE {{.Table}}
-	SET state = 'ready', attempts = max(attempts - 1, 0), claim_token = NULL, lease_until = NULL
-	WHERE id IN (SELECT value FROM json_each(?1)) AND claim_token = ?2 AND state = 'claimed'`
+	FROM f
+	WHERE o.id = f.fid AND o.claim_token = ?2 AND o.state = 'claimed'
+	RETURNING id, state`
 
 	// Rows whose lease ran out belong to a relay that died or stalled.
 	rescueSQL = `UPDATE {{.Table}}
@@ -204,7 +186,7 @@ const (
 
 type queries struct {
 	insertPrefix, insertTuple                                          string
-	claim, publish, complete, release, rescue, deletePublished, status string
+	claim, publish, complete, rescue, deletePublished, status string
 	nextKey, keyBlocked, keyRun, keyAvailable, claimSeqs, blockedKeys  string
 	blockedKeysOf, runsOf                                              string
 	getEvent, listEvents, requeue, discard, backlog                    string
@@ -226,7 +208,6 @@ func newQueries(n names) queries {
 		backlog:         n.render(backlogSQL),
 		publish:         n.render(publishSQL),
 		complete:        n.render(completeSQL),
-		release:         n.render(releaseSQL),
 		rescue:          n.render(rescueSQL),
 		deletePublished: n.render(deletePublishedSQL),
 		status:          n.render(statusSQL),

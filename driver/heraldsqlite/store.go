@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -286,55 +285,27 @@ func (d *Driver) Complete(ctx context.Context, p herald.CompleteParams) (herald.
 		return res, nil
 	}
 	if len(p.Failed) == 0 {
-		r, err := d.db.ExecContext(ctx, d.q.publish, jsonArray(p.Published), p.Token)
+		n, err := d.exec(ctx, d.q.publish, jsonArray(p.Published), p.Token)
 		if err != nil {
 			return res, fmt.Errorf("heraldsqlite: acknowledging batch: %w", err)
 		}
-		n, err := r.RowsAffected()
-		if err != nil {
-			return res, fmt.Errorf("heraldsqlite: acknowledging batch: %w", err)
-		}
-		res.Published = int(n)
+		res.Published = n
 		return res, nil
 	}
-	// One [id, ok, error, delay_us, permanent, outage, held, park] per event.
-	outcomes := make([][8]any, 0, len(p.Published)+len(p.Failed))
-	for _, id := range p.Published {
-		outcomes = append(outcomes, [8]any{id, true, "", 0, false, false, false, false})
-	}
-	held := map[string]bool{}
-	for _, f := range p.Failed {
-		outcomes = append(outcomes, [8]any{f.ID, false, f.Error, f.Delay.Microseconds(), f.Permanent, f.Outage, f.HeldBack, f.Park})
-		if f.HeldBack {
-			held[strings.ToLower(f.ID)] = true
-		}
-	}
-	rows, err := d.db.QueryContext(ctx, d.q.complete, jsonArray(outcomes), p.Token,
-		p.Policy.MaxAttempts, p.Policy.MaxAge.Microseconds())
+	rows, err := d.db.QueryContext(ctx, d.q.complete, jsonArray(sqlstore.NewWrites(p).Rows()), p.Token)
 	if err != nil {
 		return res, fmt.Errorf("heraldsqlite: acknowledging batch: %w", err)
 	}
 	defer rows.Close()
 	for rows.Next() {
-		var (
-			id, state string
-			parks     bool
-		)
-		if err := rows.Scan(&id, &state, &parks); err != nil {
+		var id, state string
+		if err := rows.Scan(&id, &state); err != nil {
 			return res, fmt.Errorf("heraldsqlite: acknowledging batch: %w", err)
 		}
-		switch {
-		case herald.State(state) == herald.StatePublished:
+		if herald.State(state) == herald.StatePublished {
 			res.Published++
-		case herald.State(state) == herald.StateDead:
-			res.Dead = append(res.Dead, id)
-			if parks {
-				res.Parked = append(res.Parked, id)
-			}
-		case held[id]:
-			res.HeldBack++
-		default:
-			res.Retried++
+		} else {
+			res.Failed = append(res.Failed, id)
 		}
 	}
 	if err := rows.Err(); err != nil {
@@ -351,18 +322,6 @@ func (d *Driver) exec(ctx context.Context, query string, args ...any) (int, erro
 	}
 	n, err := r.RowsAffected()
 	return int(n), err
-}
-
-// Release implements herald.Store.
-func (d *Driver) Release(ctx context.Context, token string, ids []string) (int, error) {
-	if len(ids) == 0 {
-		return 0, nil
-	}
-	n, err := d.exec(ctx, d.q.release, jsonArray(ids), token)
-	if err != nil {
-		return 0, fmt.Errorf("heraldsqlite: releasing rows: %w", err)
-	}
-	return n, nil
 }
 
 // RescueExpired implements herald.Store.

@@ -26,8 +26,6 @@ func envIDs(envs []herald.Envelope) []string {
 	return ids
 }
 
-var policy = herald.RetryPolicy{Base: time.Second, Cap: time.Minute, MaxAttempts: 3, MaxAge: time.Hour}
-
 func TestStore(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -67,12 +65,12 @@ func TestStore(t *testing.T) {
 		ids := b.write(t, herald.Message{Topic: "t"}, herald.Message{Topic: "t"})
 		token, _ := claim(t, b, 10)
 
-		res, err := b.driver.Complete(ctx, herald.CompleteParams{Token: herald.NewID(), Published: ids, Policy: policy})
+		res, err := b.driver.Complete(ctx, herald.CompleteParams{Token: herald.NewID(), Published: ids})
 		require.NoError(t, err)
 		require.Zero(t, res.Published, "a stale token changes nothing")
 		require.Equal(t, 2, b.count(t, "state = 'claimed'"))
 
-		res, err = b.driver.Complete(ctx, herald.CompleteParams{Token: token, Published: ids, Policy: policy})
+		res, err = b.driver.Complete(ctx, herald.CompleteParams{Token: token, Published: ids})
 		require.NoError(t, err)
 		require.Equal(t, 2, res.Published)
 		ev := b.row(t, ids[0])
@@ -80,7 +78,7 @@ func TestStore(t *testing.T) {
 		require.NotNil(t, ev.PublishedAt)
 		require.Nil(t, ev.LeaseUntil)
 
-		res, err = b.driver.Complete(ctx, herald.CompleteParams{Token: token, Published: ids, Policy: policy})
+		res, err = b.driver.Complete(ctx, herald.CompleteParams{Token: token, Published: ids})
 		require.NoError(t, err)
 		require.Zero(t, res.Published, "acknowledging twice changes nothing")
 	})
@@ -101,19 +99,17 @@ func TestStore(t *testing.T) {
 			Token:     token,
 			Published: ids[:1],
 			Failed: []herald.Failure{
-				{ID: ids[1], Error: "nack", Delay: 30 * time.Second},
-				{ID: ids[2], Error: "too large", Permanent: true},
-				{ID: ids[3], Error: "unreachable", Delay: time.Second, Outage: true},
-				{ID: ids[4], Error: "nack again", Delay: time.Second},
-				{ID: ids[5], Error: "nack", Delay: time.Second},
-				{ID: ids[6], Error: "unreachable", Delay: time.Second, Outage: true},
+				{ID: ids[1], Outcome: herald.OutcomeRetry, Error: "nack", Delay: 30 * time.Second},
+				{ID: ids[2], Outcome: herald.OutcomeDead, Error: "too large"},
+				{ID: ids[3], Outcome: herald.OutcomeOutage, Error: "unreachable", Delay: time.Second},
+				{ID: ids[4], Outcome: herald.OutcomeDead, Error: "nack again"},
+				{ID: ids[5], Outcome: herald.OutcomeDead, Error: "nack"},
+				{ID: ids[6], Outcome: herald.OutcomeDead, Error: "unreachable"},
 			},
-			Policy: policy,
 		})
 		require.NoError(t, err)
 		require.Equal(t, 1, res.Published)
-		require.Equal(t, 2, res.Retried)
-		require.ElementsMatch(t, []string{ids[2], ids[4], ids[5], ids[6]}, res.Dead)
+		require.ElementsMatch(t, ids[1:], res.Failed)
 
 		retry := b.row(t, ids[1])
 		require.Equal(t, herald.StateReady, retry.State)
@@ -133,7 +129,6 @@ func TestStore(t *testing.T) {
 			require.NotEmpty(t, ev.LastError, ev.Topic)
 		}
 		require.Equal(t, 3, b.row(t, ids[4]).Attempt, "attempts >= MaxAttempts")
-		require.Zero(t, b.row(t, ids[6]).Attempt, "max age kills even an outage, still refunded")
 	})
 
 	t.Run("CompleteIsTokenCheckedWithFailuresToo", func(t *testing.T) {
@@ -143,30 +138,12 @@ func TestStore(t *testing.T) {
 		token, _ := claim(t, b, 10)
 		b.exec(t, `UPDATE herald_outbox SET state = 'ready', claim_token = NULL WHERE id = ?`, ids[1]) // rescued meanwhile
 		res, err := b.driver.Complete(ctx, herald.CompleteParams{
-			Token: token, Published: ids[:1], Failed: []herald.Failure{{ID: ids[1], Error: "x", Permanent: true}}, Policy: policy,
+			Token: token, Published: ids[:1], Failed: []herald.Failure{{ID: ids[1], Outcome: herald.OutcomeDead, Error: "x"}},
 		})
 		require.NoError(t, err)
 		require.Equal(t, 1, res.Published)
-		require.Empty(t, res.Dead)
+		require.Empty(t, res.Failed)
 		require.Equal(t, herald.StateReady, b.row(t, ids[1]).State)
-	})
-
-	t.Run("ReleaseRefundsTheAttempt", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
-		ids := b.write(t, herald.Message{Topic: "t"}, herald.Message{Topic: "t"})
-		token, _ := claim(t, b, 10)
-		n, err := b.driver.Release(ctx, herald.NewID(), ids)
-		require.NoError(t, err)
-		require.Zero(t, n)
-		n, err = b.driver.Release(ctx, token, ids[:1])
-		require.NoError(t, err)
-		require.Equal(t, 1, n)
-		ev := b.row(t, ids[0])
-		require.Equal(t, herald.StateReady, ev.State)
-		require.Zero(t, ev.Attempt)
-		require.Nil(t, ev.LeaseUntil)
-		require.Equal(t, herald.StateClaimed, b.row(t, ids[1]).State)
 	})
 
 	t.Run("RescueReturnsOnlyExpiredLeases", func(t *testing.T) {
@@ -187,7 +164,7 @@ func TestStore(t *testing.T) {
 		require.Contains(t, ev.LastError, "lease expired: relay host/1")
 		require.Equal(t, herald.StateClaimed, b.row(t, ids[2]).State)
 
-		res, err := b.driver.Complete(ctx, herald.CompleteParams{Token: token, Published: ids, Policy: policy})
+		res, err := b.driver.Complete(ctx, herald.CompleteParams{Token: token, Published: ids})
 		require.NoError(t, err)
 		require.Equal(t, 1, res.Published, "the old relay changes only the row it still holds")
 	})
@@ -210,7 +187,7 @@ func TestStore(t *testing.T) {
 		b := setup(t)
 		ids := b.writeN(t, "t", 5, 5)
 		token, _ := claim(t, b, 4)
-		_, err := b.driver.Complete(ctx, herald.CompleteParams{Token: token, Published: ids[:4], Policy: policy})
+		_, err := b.driver.Complete(ctx, herald.CompleteParams{Token: token, Published: ids[:4]})
 		require.NoError(t, err)
 		b.exec(t, `UPDATE herald_outbox SET published_at = published_at - 7200000000 WHERE id IN (?, ?, ?)`, ids[0], ids[1], ids[2])
 		n, err := b.driver.DeletePublished(ctx, time.Hour, 2)
@@ -236,11 +213,11 @@ func TestAdmin(t *testing.T) {
 		token, _ := claim(t, b, n)
 		fails := make([]herald.Failure, n)
 		for i, id := range ids {
-			fails[i] = herald.Failure{ID: id, Error: "boom", Permanent: true}
+			fails[i] = herald.Failure{ID: id, Outcome: herald.OutcomeDead, Error: "boom"}
 		}
-		res, err := b.driver.Complete(ctx, herald.CompleteParams{Token: token, Failed: fails, Policy: policy})
+		res, err := b.driver.Complete(ctx, herald.CompleteParams{Token: token, Failed: fails})
 		require.NoError(t, err)
-		require.Len(t, res.Dead, n)
+		require.Len(t, res.Failed, n)
 		return ids
 	}
 

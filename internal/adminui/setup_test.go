@@ -97,23 +97,23 @@ func (b *bundle) kill(t *testing.T, park bool, lastError string, msgs ...herald.
 	envs, err := b.store.Claim(t.Context(), herald.ClaimParams{Token: token, Owner: "adminui-test", Limit: 10000, Lease: time.Hour, Unordered: true})
 	require.NoError(t, err)
 	var failed []herald.Failure
-	var others []string
+	var dead []string
 	for _, e := range envs {
 		if want[e.ID] {
-			failed = append(failed, herald.Failure{ID: e.ID, Error: lastError, Permanent: true, Park: park})
+			outcome := herald.OutcomeDead
+			if park {
+				outcome = herald.OutcomeParked
+			}
+			failed = append(failed, herald.Failure{ID: e.ID, Outcome: outcome, Error: lastError})
+			dead = append(dead, e.ID)
 		} else {
-			others = append(others, e.ID)
+			failed = append(failed, herald.Failure{ID: e.ID, Outcome: herald.OutcomeReleased})
 		}
 	}
-	require.Len(t, failed, len(ids), "every written message was claimed")
-	res, err := b.store.Complete(t.Context(), herald.CompleteParams{Token: token, Failed: failed, Policy: herald.DefaultRetryPolicy()})
+	require.Len(t, dead, len(ids), "every written message was claimed")
+	res, err := b.store.Complete(t.Context(), herald.CompleteParams{Token: token, Failed: failed})
 	require.NoError(t, err)
-	require.ElementsMatch(t, ids, res.Dead)
-	if len(others) > 0 {
-		n, err := b.store.Release(t.Context(), token, others)
-		require.NoError(t, err)
-		require.Equal(t, len(others), n)
-	}
+	require.Len(t, res.Failed, len(envs))
 	return ids
 }
 

@@ -190,3 +190,62 @@ func (c *KeyCursor) Walk(maxKeys, limit int, pass KeyPass) error {
 		wrapped, from = true, [2]string{}
 	}
 }
+
+// Writes is a batch's acknowledgement as the columns a driver's one
+// statement unpacks: one entry per event, published ones first. The
+// relay decided every outcome; these only say how each row changes.
+type Writes struct {
+	IDs       []string
+	Published []bool
+	Dead      []bool
+	Park      []bool    // dead and parking its key
+	Refund    []bool    // the claim's attempt is given back
+	DelayUS   []int64   // ready again after this many microseconds
+	Error     []*string // the new last_error; nil keeps the old one
+}
+
+// NewWrites lays out p for a driver's acknowledgement statement.
+func NewWrites(p herald.CompleteParams) Writes {
+	n := len(p.Published) + len(p.Failed)
+	w := Writes{
+		IDs: make([]string, 0, n), Published: make([]bool, 0, n), Dead: make([]bool, 0, n), Park: make([]bool, 0, n),
+		Refund: make([]bool, 0, n), DelayUS: make([]int64, 0, n), Error: make([]*string, 0, n),
+	}
+	for _, id := range p.Published {
+		w.add(id, herald.OutcomePublished, 0, nil)
+	}
+	for i := range p.Failed {
+		f := &p.Failed[i]
+		var msg *string
+		if !f.Outcome.KeepsLastError() {
+			msg = &f.Error
+		}
+		w.add(f.ID, f.Outcome, f.Delay.Microseconds(), msg)
+	}
+	return w
+}
+
+func (w *Writes) add(id string, o herald.Outcome, delayUS int64, msg *string) {
+	w.IDs = append(w.IDs, id)
+	w.Published = append(w.Published, o == herald.OutcomePublished)
+	w.Dead = append(w.Dead, o.Dead())
+	w.Park = append(w.Park, o == herald.OutcomeParked)
+	w.Refund = append(w.Refund, o.Refunded())
+	w.DelayUS = append(w.DelayUS, max(delayUS, 0))
+	w.Error = append(w.Error, msg)
+}
+
+// Rows returns the writes as one JSON-encodable row per event, for
+// drivers that unpack arrays from JSON: [id, published, dead, park,
+// refund, delay_us, error or null].
+func (w Writes) Rows() [][7]any {
+	rows := make([][7]any, len(w.IDs))
+	for i := range w.IDs {
+		var msg any
+		if w.Error[i] != nil {
+			msg = *w.Error[i]
+		}
+		rows[i] = [7]any{w.IDs[i], w.Published[i], w.Dead[i], w.Park[i], w.Refund[i], w.DelayUS[i], msg}
+	}
+	return rows
+}

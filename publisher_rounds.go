@@ -1,0 +1,141 @@
+package herald
+
+import (
+	"context"
+	"errors"
+	"fmt"
+)
+
+// ErrNoAnswer is the error of an event sent in a round that the publisher
+// neither confirmed nor failed: it was not delivered as far as Herald
+// knows, and is tried again.
+var ErrNoAnswer = errors.New("herald: no answer from the broker for the event")
+
+// RoundFunc sends one round of a batch: round holds indexes into the batch,
+// in batch order. For each event i of the round, errs[i] starts as
+// ErrNoAnswer; send sets it to nil once the broker confirmed the event, or
+// to the broker's error, so that an event it forgets is never taken as
+// delivered. A non-nil return means the publisher cannot go on (its
+// connection or channel is gone): no further round is sent, and every
+// event without an answer gets that error.
+type RoundFunc func(ctx context.Context, round []int, errs []error) error
+
+// SendInRounds is the per-key rule every publisher follows (see
+// Publisher): it sends batch in rounds, and never sends an event after an
+// earlier event of its ordered key failed.
+//
+// Each round holds, in batch order, the next perKey unsent events of every
+// ordered key (Envelope.Ordered) with no failure so far, and, in the first
+// round, every event that is not ordered. Once a round is answered, an
+// ordered key with a failed event is closed: its later events are
+// reported with an error wrapping ErrHeldBack and are not sent.
+//
+// perKey below 1 means 1: a key moves one event per round trip, which is
+// safe with any broker. A publisher may pass more only when its send
+// itself never delivers an event of a key after an earlier one of the
+// same round failed (an atomic per-key script, a broker that stops a
+// key's pipeline at the first refusal).
+//
+// It returns one error per event of batch, nil where the broker confirmed
+// the event; BatchResult turns them into Publish's return value.
+func SendInRounds(ctx context.Context, batch []Envelope, perKey int, send RoundFunc) []error {
+	perKey = max(perKey, 1)
+	errs := make([]error, len(batch))
+	sent := make([]bool, len(batch))
+	closed := map[string]string{} // ordered key -> id of its failed event
+	round := make([]int, 0, len(batch))
+	for first := true; ; first = false {
+		round = round[:0]
+		taken := map[string]int{}
+		for i := range batch {
+			env := &batch[i]
+			k := orderKey(env)
+			switch {
+			case sent[i]:
+			case k == "" && !first:
+				// Unordered events all went in the first round.
+			case k != "" && closed[k] != "":
+				errs[i], sent[i] = fmt.Errorf("herald: event %s not sent after event %s of its key failed: %w",
+					env.ID, closed[k], ErrHeldBack), true
+			case k != "" && taken[k] >= perKey:
+			default:
+				if k != "" {
+					taken[k]++
+				}
+				round = append(round, i)
+			}
+		}
+		if len(round) == 0 {
+			return errs
+		}
+		if err := ctx.Err(); err != nil {
+			return notSent(errs, sent, fmt.Errorf("herald: not sent: %w", context.Cause(ctx)))
+		}
+		for _, i := range round {
+			errs[i], sent[i] = ErrNoAnswer, true
+		}
+		stop := send(ctx, round, errs)
+		if stop != nil {
+			for _, i := range round {
+				if errs[i] == ErrNoAnswer {
+					errs[i] = stop
+				}
+			}
+			return notSent(errs, sent, stop)
+		}
+		for _, i := range round {
+			if k := orderKey(&batch[i]); k != "" && errs[i] != nil && closed[k] == "" {
+				closed[k] = batch[i].ID
+			}
+		}
+	}
+}
+
+// notSent gives every event not yet sent the error err.
+func notSent(errs []error, sent []bool, err error) []error {
+	for i := range errs {
+		if !sent[i] {
+			errs[i] = err
+		}
+	}
+	return errs
+}
+
+// BatchResult is what Publish returns for per-event results: nil when
+// every event was confirmed, a *BatchError otherwise.
+func BatchResult(errs []error) error {
+	for _, err := range errs {
+		if err != nil {
+			return &BatchError{Errs: errs}
+		}
+	}
+	return nil
+}
+
+// EventHeaders calls set for each header of the broker message of env:
+// first the producer's headers whose names a producer may use (a row
+// written with plain SQL may hold a reserved one, such as Nats-Msg-Id or
+// CC: it is dropped), then Herald's own headers (HeaderID, HeaderTopic,
+// HeaderType, HeaderKey, HeaderAggregateType, HeaderAggregateID) from the
+// event's fields, leaving out empty ones. Herald's come last, so they win
+// over any header of the same name. Every publisher maps headers through
+// it; their Parse functions read the same names back.
+func EventHeaders(env *Envelope, set func(name, value string)) {
+	for name, v := range env.Headers {
+		if ValidateHeaderName(name) == nil {
+			set(name, v)
+		}
+	}
+	for _, h := range [...]struct{ name, v string }{
+		{HeaderID, env.ID},
+		{HeaderTopic, env.Topic},
+		{HeaderType, env.Type},
+		{HeaderKey, env.Key},
+		{HeaderAggregateType, env.AggregateType},
+		{HeaderAggregateID, env.AggregateID},
+	} {
+		if h.v != "" {
+			set(h.name, h.v)
+		}
+	}
+}

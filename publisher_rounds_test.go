@@ -1,0 +1,158 @@
+package herald_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/herald-outbox/herald"
+)
+
+// roundsBroker is a broker for SendInRounds: it records what each round
+// sent and refuses the ids in refuse.
+type roundsBroker struct {
+	refuse    map[string]bool
+	rounds    [][]string
+	delivered []string
+}
+
+func (b *roundsBroker) send(batch []herald.Envelope) herald.RoundFunc {
+	return func(_ context.Context, round []int, errs []error) error {
+		var ids []string
+		for _, i := range round {
+			id := batch[i].ID
+			ids = append(ids, id)
+			if b.refuse[id] {
+				errs[i] = errors.New("refused")
+				continue
+			}
+			errs[i] = nil
+			b.delivered = append(b.delivered, id)
+		}
+		b.rounds = append(b.rounds, ids)
+		return nil
+	}
+}
+
+func ordered(id, key string) herald.Envelope {
+	return herald.Envelope{Message: herald.Message{ID: id, Topic: "t", Key: key}, Ordered: key != ""}
+}
+
+func TestSendInRounds(t *testing.T) {
+	t.Parallel()
+
+	t.Run("OneEventOfEachKeyPerRoundAndUnorderedEventsAtOnce", func(t *testing.T) {
+		t.Parallel()
+		batch := []herald.Envelope{ordered("a1", "a"), ordered("b1", "b"), ordered("a2", "a"), ordered("n1", ""),
+			ordered("a3", "a"), ordered("n2", "")}
+		b := &roundsBroker{}
+		errs := herald.SendInRounds(t.Context(), batch, 1, b.send(batch))
+		require.NoError(t, herald.BatchResult(errs))
+		require.Equal(t, [][]string{{"a1", "b1", "n1", "n2"}, {"a2"}, {"a3"}}, b.rounds)
+	})
+
+	t.Run("AFailureHoldsBackTheRestOfItsKeyUnsent", func(t *testing.T) {
+		t.Parallel()
+		batch := []herald.Envelope{ordered("a1", "a"), ordered("b1", "b"), ordered("a2", "a"), ordered("b2", "b"),
+			ordered("a3", "a")}
+		b := &roundsBroker{refuse: map[string]bool{"a2": true}}
+		errs := herald.SendInRounds(t.Context(), batch, 1, b.send(batch))
+		require.Equal(t, []string{"a1", "b1", "b2"}, b.delivered, "a3 never reaches the broker")
+		require.NoError(t, errs[0])
+		require.EqualError(t, errs[2], "refused")
+		require.ErrorIs(t, errs[4], herald.ErrHeldBack)
+		require.Contains(t, errs[4].Error(), "a2", "the held-back event names the one it waits for")
+		var be *herald.BatchError
+		require.ErrorAs(t, herald.BatchResult(errs), &be)
+	})
+
+	t.Run("PerKeySendsSeveralEventsOfAKeyPerRound", func(t *testing.T) {
+		t.Parallel()
+		batch := []herald.Envelope{ordered("a1", "a"), ordered("a2", "a"), ordered("a3", "a"), ordered("b1", "b")}
+		b := &roundsBroker{}
+		herald.SendInRounds(t.Context(), batch, 2, b.send(batch))
+		require.Equal(t, [][]string{{"a1", "a2", "b1"}, {"a3"}}, b.rounds)
+	})
+
+	t.Run("AStoppedPublisherFailsWhatWasNotAnswered", func(t *testing.T) {
+		t.Parallel()
+		batch := []herald.Envelope{ordered("a1", "a"), ordered("b1", "b"), ordered("a2", "a")}
+		gone := errors.New("channel closed")
+		errs := herald.SendInRounds(t.Context(), batch, 1, func(_ context.Context, round []int, errs []error) error {
+			errs[round[0]] = nil // a1 confirmed before the channel closed
+			return gone
+		})
+		require.NoError(t, errs[0])
+		require.ErrorIs(t, errs[1], gone, "b1 was sent but never answered")
+		require.ErrorIs(t, errs[2], gone, "a2 was never sent")
+	})
+
+	t.Run("ACancelledContextSendsNothingMore", func(t *testing.T) {
+		t.Parallel()
+		ctx, cancel := context.WithCancel(t.Context())
+		batch := []herald.Envelope{ordered("a1", "a"), ordered("a2", "a")}
+		errs := herald.SendInRounds(ctx, batch, 1, func(_ context.Context, round []int, errs []error) error {
+			errs[round[0]] = nil
+			cancel()
+			return nil
+		})
+		require.NoError(t, errs[0])
+		require.ErrorIs(t, errs[1], context.Canceled)
+	})
+
+	t.Run("AnEventTheSenderForgetsIsNotConfirmed", func(t *testing.T) {
+		t.Parallel()
+		batch := []herald.Envelope{ordered("a1", "a"), ordered("a2", "a"), ordered("b1", "b")}
+		errs := herald.SendInRounds(t.Context(), batch, 1, func(context.Context, []int, []error) error { return nil })
+		require.ErrorIs(t, errs[0], herald.ErrNoAnswer)
+		require.ErrorIs(t, errs[1], herald.ErrHeldBack, "a forgotten event holds back its key like a failed one")
+		require.ErrorIs(t, errs[2], herald.ErrNoAnswer)
+	})
+
+	t.Run("AHotKeyOfAThousandEventsKeepsItsOrder", func(t *testing.T) {
+		t.Parallel()
+		var batch []herald.Envelope
+		for i := range 1000 {
+			batch = append(batch, ordered(fmt.Sprintf("h%04d", i), "hot"))
+		}
+		b := &roundsBroker{}
+		require.NoError(t, herald.BatchResult(herald.SendInRounds(t.Context(), batch, 1, b.send(batch))))
+		require.Len(t, b.rounds, 1000)
+		require.IsNonDecreasing(t, b.delivered)
+	})
+}
+
+func TestEventHeaders(t *testing.T) {
+	t.Parallel()
+	env := herald.Envelope{Message: herald.Message{
+		ID: "0192c0de-0000-7000-8000-000000000001", Topic: "orders", Key: "42", Type: "order.placed",
+		AggregateType: "order", AggregateID: "42",
+		Headers: map[string]string{
+			"traceparent": "00-abc-def-01", "Herald-Id": "forged", "Nats-Msg-Id": "forged", "CC": "other.queue",
+			"Connection": "close",
+		},
+	}}
+	got := map[string]string{}
+	herald.EventHeaders(&env, func(name, value string) {
+		require.NotContains(t, got, name, "each name once")
+		got[name] = value
+	})
+	require.Equal(t, map[string]string{
+		"traceparent":              "00-abc-def-01",
+		herald.HeaderID:            env.ID,
+		herald.HeaderTopic:         "orders",
+		herald.HeaderType:          "order.placed",
+		herald.HeaderKey:           "42",
+		herald.HeaderAggregateType: "order",
+		herald.HeaderAggregateID:   "42",
+	}, got, "reserved producer headers are dropped; Herald's come from the event")
+
+	empty := herald.Envelope{Message: herald.Message{ID: "x", Topic: "t"}}
+	var names []string
+	herald.EventHeaders(&empty, func(name, _ string) { names = append(names, name) })
+	require.Equal(t, []string{herald.HeaderID, herald.HeaderTopic}, names, "empty fields are left out: "+strings.Join(names, ","))
+}

@@ -1,0 +1,135 @@
+package herald
+
+import (
+	"context"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// claimLoop claims batches while a publish slot is free. Polling adapts: a
+// full batch is followed by the next claim at once, a partial one by
+// PollInterval, and empty claims double the wait up to IdlePollInterval.
+// A failed claim (the database is unreachable) is retried with a doubling
+// wait up to OutageBackoffCap.
+func (r *Relay) claimLoop(ctx context.Context) {
+	slots := make(chan struct{}, r.cfg.MaxInFlight)
+	idle := r.cfg.PollInterval
+	errDelay := r.cfg.PollInterval
+	for {
+		select {
+		case slots <- struct{}{}:
+		case <-ctx.Done():
+			return
+		}
+		if wait := r.outageWait(); wait > 0 && !r.sleep(ctx, wait) {
+			<-slots
+			return
+		}
+		if ctx.Err() != nil {
+			<-slots
+			return
+		}
+		c, err := r.claim(ctx)
+		r.noteDatabase(err)
+		if err != nil {
+			<-slots
+			if !r.sleep(ctx, errDelay) {
+				return
+			}
+			errDelay = min(errDelay*2, r.cfg.OutageBackoffCap)
+			continue
+		}
+		errDelay = r.cfg.PollInterval
+		if len(c.batch) == 0 {
+			<-slots
+			if !r.sleep(ctx, idle) {
+				return
+			}
+			idle = min(idle*2, r.cfg.IdlePollInterval)
+			continue
+		}
+		idle = r.cfg.PollInterval
+		r.batches.Add(1)
+		go func() {
+			defer r.batches.Done()
+			defer func() { <-slots }()
+			defer r.inFlight.Add(-int64(len(c.batch)))
+			r.process(c)
+		}()
+		if len(c.batch) < r.cfg.BatchSize && !r.sleep(ctx, r.cfg.PollInterval) {
+			return
+		}
+	}
+}
+
+// claimed is a batch this relay holds, with what its acknowledgement needs.
+type claimed struct {
+	token string
+	batch []Envelope
+	// deadline is when the lease ends at the earliest: past it another
+	// relay may own the rows.
+	deadline time.Time
+}
+
+// claim claims one batch and marks which of its events are ordered.
+func (r *Relay) claim(ctx context.Context) (claimed, error) {
+	token := uuid.NewString()
+	// The claim runs to completion even when Stop is called meanwhile:
+	// cancelling it could leave rows claimed that this relay never saw.
+	// The lease starts when the database runs the claim, so its end is
+	// measured from before the call: acknowledgements never plan on time
+	// the lease does not have.
+	claimedAt := r.cfg.Clock.Now()
+	claimCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.Lease/2)
+	batch, err := r.cfg.Store.Claim(claimCtx, ClaimParams{
+		Token: token, Owner: r.cfg.Owner, Limit: r.cfg.BatchSize, Lease: r.cfg.Lease,
+		Unordered: r.cfg.Unordered, UnorderedTopics: r.cfg.UnorderedTopics, PerKey: r.cfg.MaxPerKey,
+	})
+	cancel()
+	if err != nil || len(batch) == 0 {
+		return claimed{}, err
+	}
+	for i := range batch {
+		env := &batch[i]
+		env.Ordered = !r.cfg.Unordered && env.Key != "" && !r.unordered[env.Topic]
+	}
+	r.stats.claimed.Add(int64(len(batch)))
+	r.inFlight.Add(int64(len(batch)))
+	r.cfg.Observer.Claimed(batch)
+	r.log.Debug("claimed batch", "batch_size", len(batch), "claim_token", token)
+	return claimed{token: token, batch: batch, deadline: claimedAt.Add(r.cfg.Lease)}, nil
+}
+
+// noteDatabase records the outcome of a claim for Health and the log: one
+// line when the database becomes unreachable and one when it is back; each
+// retry in between only at Debug.
+func (r *Relay) noteDatabase(err error) {
+	r.healthMu.Lock()
+	defer r.healthMu.Unlock()
+	switch {
+	case err != nil && !r.dbDown:
+		r.dbDown = true
+		r.dbErr = Scrub(err.Error())
+		r.log.Warn("database unreachable; retrying claims", "error", r.dbErr)
+	case err != nil:
+		r.dbErr = Scrub(err.Error())
+		r.log.Debug("claim failed; retrying", "error", r.dbErr)
+	case r.dbDown:
+		r.dbDown = false
+		r.dbErr = ""
+		r.log.Info("database reachable again")
+	}
+}
+
+// sleep waits d, or until a Wake; it returns false when ctx ended.
+func (r *Relay) sleep(ctx context.Context, d time.Duration) bool {
+	select {
+	case <-r.cfg.Clock.After(d):
+		return true
+	case <-r.wake:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}

@@ -1,0 +1,162 @@
+package herald
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+)
+
+// process publishes one claimed batch, decides what becomes of each event
+// and writes it down.
+func (r *Relay) process(c claimed) {
+	if !r.cfg.Clock.Now().Before(c.deadline) {
+		// The process was paused or starved past its lease: another relay
+		// may be publishing these events already, so sending them now could
+		// only put them on the broker twice and out of order.
+		r.log.Warn("lease expired before publishing; leaving the batch to the rescuer",
+			"rows", len(c.batch), "claim_token", c.token)
+		return
+	}
+	errs, whole := r.send(c)
+	d := decide(c.batch, errs, decideRules{
+		Now:         r.cfg.Clock.Now(),
+		Policy:      r.cfg.Retry,
+		Aborted:     r.pubCtx.Err() != nil,
+		Outage:      whole,
+		OutageDelay: r.noteOutage,
+		Unavailable: r.cfg.OutageBackoffCap,
+		Backoff:     r.cfg.Retry.Backoff,
+		SkipDead:    r.skipDead,
+	})
+	r.logDecision(c, d)
+	r.acknowledge(c, d)
+}
+
+// send hands the batch's valid events to the publisher and returns each
+// event's error, and the publisher's error when it failed the batch as a
+// whole with an ordinary error (an outage).
+//
+// Rows written by other programs with plain SQL may break the rules
+// WriteTx enforces (a reserved header, a topic with spaces). They go to
+// the dead letters with the reason instead of reaching the broker; in an
+// ordered claim, the later events of their key are held back unsent.
+func (r *Relay) send(c claimed) (errs []error, whole error) {
+	errs = make([]error, len(c.batch))
+	var (
+		invalidKeys map[string]bool
+		sent        []int // indexes into c.batch of the events handed to the publisher
+	)
+	for i := range c.batch {
+		env := &c.batch[i]
+		k := orderKey(env)
+		if k != "" && invalidKeys[k] {
+			errs[i] = ErrHeldBack
+			continue
+		}
+		if err := validate(i, &env.Message, maxStoredPayload); err != nil {
+			errs[i] = Permanent(fmt.Errorf("invalid row: %w", err))
+			if k != "" {
+				if invalidKeys == nil {
+					invalidKeys = map[string]bool{}
+				}
+				invalidKeys[k] = true
+			}
+			continue
+		}
+		sent = append(sent, i)
+	}
+	if len(sent) == 0 {
+		return errs, nil
+	}
+	valid := c.batch
+	if len(sent) < len(c.batch) {
+		valid = make([]Envelope, len(sent))
+		for j, i := range sent {
+			valid[j] = c.batch[i]
+		}
+	}
+	// Publishing past the lease could race the relay that rescued the rows,
+	// so the publish ends with the lease at the latest.
+	ctx, cancel := context.WithTimeout(r.pubCtx, min(r.cfg.PublishTimeout, c.deadline.Sub(r.cfg.Clock.Now())))
+	err := r.publish(ctx, valid)
+	cancel()
+	for j, e := range batchErrors(err, len(sent)) {
+		errs[sent[j]] = e
+	}
+	if err != nil && !isBatchError(err) && !IsPermanent(err) {
+		whole = err
+	}
+	return errs, whole
+}
+
+// publish calls the publisher. A panic in it fails the batch's events (an
+// attempt each) instead of taking down the relay and everything it relays.
+func (r *Relay) publish(ctx context.Context, batch []Envelope) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			errs := make([]error, len(batch))
+			for i := range errs {
+				errs[i] = fmt.Errorf("publisher panicked: %v", p)
+			}
+			err = &BatchError{Errs: errs}
+		}
+	}()
+	return r.cfg.Publisher.Publish(ctx, batch)
+}
+
+// logDecision logs what went wrong in a batch, and clears an outage once a
+// batch went through with no event failing.
+func (r *Relay) logDecision(c claimed, d decision) {
+	if d.OrderBroken > 0 {
+		r.log.Error("publisher delivered events after an earlier event of their key failed; per-key order is broken on the broker",
+			"events", d.OrderBroken, "claim_token", c.token)
+	}
+	var (
+		failed int
+		first  string
+	)
+	for _, f := range d.Params.Failed {
+		if f.Outcome == OutcomeReleased {
+			continue // not a failure: the relay is stopping
+		}
+		if failed == 0 || (first == ErrHeldBack.Error() && f.Outcome != OutcomeHeldBack) {
+			first = f.Error
+		}
+		failed++
+	}
+	if failed == 0 {
+		r.clearOutage()
+		return
+	}
+	// An outage is logged once, when it begins and when it ends; the
+	// batches it fails in between only at Debug.
+	level := slog.LevelWarn
+	if d.Outage {
+		level = slog.LevelDebug
+	}
+	r.log.Log(context.Background(), level, "publish failed", "failed", failed, "batch_size", len(c.batch),
+		"outage", d.Outage, "error", first)
+}
+
+func isBatchError(err error) bool {
+	var be *BatchError
+	return errors.As(err, &be)
+}
+
+// batchErrors spreads a Publish result over the batch.
+func batchErrors(err error, n int) []error {
+	errs := make([]error, n)
+	if err == nil {
+		return errs
+	}
+	var be *BatchError
+	if errors.As(err, &be) && len(be.Errs) == n {
+		copy(errs, be.Errs)
+		return errs
+	}
+	for i := range errs {
+		errs[i] = err
+	}
+	return errs
+}
