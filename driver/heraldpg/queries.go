@@ -224,7 +224,7 @@ const (
 
 type queries struct {
 	insertOne, insertMany, claim, walkKeys, claimKeys, publish, complete string
-	rescue, deletePublished, status, blockedKeys, backlog       string
+	rescue, deletePublished, status, blockedKeys, backlog                string
 	table                                                                string
 }
 

@@ -185,11 +185,11 @@ const (
 )
 
 type queries struct {
-	insertPrefix, insertTuple                                          string
-	claim, publish, complete, rescue, deletePublished, status string
-	nextKey, keyBlocked, keyRun, keyAvailable, claimSeqs, blockedKeys  string
-	blockedKeysOf, runsOf                                              string
-	getEvent, listEvents, requeue, discard, backlog                    string
+	insertPrefix, insertTuple                                         string
+	claim, publish, complete, rescue, deletePublished, status         string
+	nextKey, keyBlocked, keyRun, keyAvailable, claimSeqs, blockedKeys string
+	blockedKeysOf, runsOf                                             string
+	getEvent, listEvents, requeue, discard, backlog                   string
 }
 
 func newQueries(n names) queries {
