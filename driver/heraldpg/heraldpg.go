@@ -12,7 +12,6 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
-	"strings"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -30,16 +29,8 @@ type Config struct {
 	MaxPayloadBytes int
 }
 
-// identifier is the strict pattern schema and table names must match before
-// any SQL runs.
-var identifier = sqlstore.Identifier
-
 // names are the validated, quoted identifiers a driver's SQL uses.
-type names struct {
-	schema, table string // as configured
-	qualified     string // "schema"."table"
-	migrations    string // "schema"."table_migrations"
-}
+type names struct{ sqlstore.Names }
 
 func (c *Config) names() (names, error) {
 	schema, table := "public", "herald_outbox"
@@ -54,24 +45,12 @@ func (c *Config) names() (names, error) {
 			return names{}, errors.New("heraldpg: Config.MaxPayloadBytes must not be negative")
 		}
 	}
-	if !identifier.MatchString(schema) {
-		return names{}, fmt.Errorf("heraldpg: Config.Schema %q must match %s", schema, identifier)
-	}
-	if !identifier.MatchString(table) {
-		return names{}, fmt.Errorf("heraldpg: Config.Table %q must match %s", table, identifier)
-	}
-	return names{
-		schema:     schema,
-		table:      table,
-		qualified:  `"` + schema + `"."` + table + `"`,
-		migrations: `"` + schema + `"."` + table + `_migrations"`,
-	}, nil
+	n, err := sqlstore.NewNames("heraldpg", schema, table)
+	return names{n}, err
 }
 
 // render fills a query template's {{.Table}}, {{.Name}} and {{.Schema}}.
-func (n names) render(tmpl string) string {
-	return strings.NewReplacer("{{.Table}}", n.qualified, "{{.Name}}", n.table, "{{.Schema}}", `"`+n.schema+`"`).Replace(tmpl)
-}
+func (n names) render(tmpl string) string { return n.Render(tmpl) }
 
 // Driver is the relay's store and the operators' admin on PostgreSQL.
 type Driver struct {
@@ -110,12 +89,12 @@ func newDriver(c conn, cfg *Config) (*Driver, error) {
 		return nil, err
 	}
 	h := fnv.New32a()
-	h.Write([]byte(n.qualified))
+	h.Write([]byte(n.Qualified))
 	return &Driver{db: c, names: n, q: newQueries(n), lockSpace: int32(h.Sum32())}, nil
 }
 
 // Table returns the schema-qualified, quoted outbox table name.
-func (d *Driver) Table() string { return d.names.qualified }
+func (d *Driver) Table() string { return d.names.Qualified }
 
 // Ping checks the database is reachable and the schema is migrated to the
 // version this driver knows.
@@ -124,7 +103,7 @@ func (d *Driver) Ping(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := sqlstore.CheckVersion(d.names.qualified, v, latestVersion()); err != nil {
+	if err := sqlstore.CheckVersion(d.names.Qualified, v, latestVersion()); err != nil {
 		return fmt.Errorf("heraldpg: %w", err)
 	}
 	return nil

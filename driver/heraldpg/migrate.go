@@ -25,12 +25,12 @@ func latestVersion() int { return migrations[len(migrations)-1].Version }
 // refuses a table whose schema is newer than this driver knows.
 func (d *Driver) Migrate(ctx context.Context) error {
 	err := d.db.inTx(ctx, func(tx conn) error {
-		if _, err := tx.exec(ctx, `SELECT pg_advisory_xact_lock(hashtext($1))`, "herald:"+d.names.qualified); err != nil {
+		if _, err := tx.exec(ctx, `SELECT pg_advisory_xact_lock(hashtext($1))`, "herald:"+d.names.Qualified); err != nil {
 			return fmt.Errorf("taking the migration lock: %w", err)
 		}
 		stmts := []string{
-			`CREATE SCHEMA IF NOT EXISTS "` + d.names.schema + `"`,
-			`CREATE TABLE IF NOT EXISTS ` + d.names.migrations + ` (
+			`CREATE SCHEMA IF NOT EXISTS "` + d.names.Schema + `"`,
+			`CREATE TABLE IF NOT EXISTS ` + d.names.Migrations + ` (
 				version    integer     PRIMARY KEY,
 				name       text        NOT NULL,
 				applied_at timestamptz NOT NULL DEFAULT now())`,
@@ -44,21 +44,12 @@ func (d *Driver) Migrate(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		if current > latestVersion() {
-			return sqlstore.CheckVersion(d.names.qualified, current, latestVersion())
-		}
-		for _, m := range migrations {
-			if m.Version <= current {
-				continue
-			}
-			if _, err := tx.exec(ctx, d.names.render(m.SQL)); err != nil {
-				return fmt.Errorf("migration %s: %w", m.Name, err)
-			}
-			if _, err := tx.exec(ctx, `INSERT INTO `+d.names.migrations+` (version, name) VALUES ($1, $2)`, m.Version, m.Name); err != nil {
-				return fmt.Errorf("recording migration %s: %w", m.Name, err)
-			}
-		}
-		return nil
+		return sqlstore.ApplyMigrations(ctx, d.names.Qualified, migrations, current, d.names.render,
+			`INSERT INTO `+d.names.Migrations+` (version, name) VALUES ($1, $2)`,
+			func(ctx context.Context, sql string, args ...any) error {
+				_, err := tx.exec(ctx, sql, args...)
+				return err
+			})
 	})
 	if err != nil {
 		return fmt.Errorf("heraldpg: migrate: %w", err)
@@ -69,7 +60,7 @@ func (d *Driver) Migrate(ctx context.Context) error {
 // schemaVersion returns the highest applied migration, 0 when none.
 func (d *Driver) schemaVersion(ctx context.Context, c conn) (int, error) {
 	var v int
-	err := queryRow(ctx, c, `SELECT coalesce(max(version), 0) FROM `+d.names.migrations, nil, &v)
+	err := queryRow(ctx, c, `SELECT coalesce(max(version), 0) FROM `+d.names.Migrations, nil, &v)
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == "42P01" { // undefined_table
 		return 0, nil

@@ -242,6 +242,6 @@ func newQueries(n names) queries {
 		rescue:          n.render(rescueSQL),
 		deletePublished: n.render(deletePublishedSQL),
 		status:          n.render(statusSQL),
-		table:           n.qualified,
+		table:           n.Qualified,
 	}
 }

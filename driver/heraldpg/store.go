@@ -1,7 +1,6 @@
 package heraldpg
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -20,46 +19,24 @@ var (
 
 // Claim implements herald.Store.
 func (d *Driver) Claim(ctx context.Context, p herald.ClaimParams) ([]herald.Envelope, error) {
-	if p.Limit <= 0 {
-		return nil, nil
-	}
-	var (
-		envs []herald.Envelope
-		err  error
-	)
-	if p.Unordered {
-		envs, err = d.claimRows(ctx, d.db, d.q.claim, []any{p.Limit, p.Token, p.Owner, p.Lease.Microseconds()})
-	} else {
-		envs, err = d.claimOrdered(ctx, p)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("heraldpg: claiming: %w", err)
-	}
-	// RETURNING comes in no particular order; publish in write order, which
-	// is each key's order.
-	slices.SortFunc(envs, func(a, b herald.Envelope) int { return cmp.Compare(a.Seq, b.Seq) })
-	return envs, nil
+	return sqlstore.Claim(ctx, "heraldpg", p, sqlstore.Claimers{
+		Unordered: func(ctx context.Context, p herald.ClaimParams) ([]herald.Envelope, error) {
+			return d.claimRows(ctx, d.db, d.q.claim, []any{p.Limit, p.Token, p.Owner, p.Lease.Microseconds()})
+		},
+		Ordered: d.claimOrdered,
+	})
 }
-
-// walkKeysFactor bounds the keys one ordered claim visits, as a multiple of
-// its limit, so that a table full of blocked keys costs each claim a bounded
-// walk; the cursor makes the next claim go on from there.
-const walkKeysFactor = 2
 
 // claimOrdered runs the two statements of an ordered claim (see
 // walkKeysSQL) in one transaction. The walk starts where the last one
 // stopped, so every key gets its turn; when it reaches the last key it
 // starts over from the first within the same claim.
-func (d *Driver) claimOrdered(ctx context.Context, p herald.ClaimParams) ([]herald.Envelope, error) {
-	perKey := p.PerKey
-	if perKey <= 0 || perKey > p.Limit {
-		perKey = p.Limit
-	}
+func (d *Driver) claimOrdered(ctx context.Context, p herald.ClaimParams, perKey int) ([]herald.Envelope, error) {
 	unordered := p.UnorderedTopics
 	if unordered == nil {
 		unordered = []string{}
 	}
-	maxKeys := max(walkKeysFactor*p.Limit, 64)
+	maxKeys := max(sqlstore.WalkKeysFactor*p.Limit, 64)
 
 	var envs []herald.Envelope
 	err := d.db.inTx(ctx, func(tx conn) error {

@@ -3,7 +3,7 @@ package heraldpg
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
+
 	"fmt"
 	"time"
 
@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/herald-outbox/herald"
+	"github.com/herald-outbox/herald/internal/sqlstore"
 )
 
 // NewWriter returns a writer that joins a caller's pgx transaction:
@@ -100,14 +101,11 @@ func availableAt(t time.Time) *time.Time {
 }
 
 func encodeHeaders(h map[string]string) (string, error) {
-	if len(h) == 0 {
-		return "{}", nil
-	}
-	b, err := json.Marshal(h)
+	enc, err := sqlstore.EncodeHeaders(h)
 	if err != nil {
-		return "", fmt.Errorf("heraldpg: encoding headers: %w", err)
+		return "", fmt.Errorf("heraldpg: %w", err)
 	}
-	return string(b), nil
+	return enc, nil
 }
 
 type pgxInserter struct{ inserter }

@@ -41,16 +41,8 @@ func (c *Config) Validate() error {
 	return err
 }
 
-// identifier is the strict pattern a table name must match before any SQL
-// runs: lower case, so that quoted and unquoted spellings agree.
-var identifier = sqlstore.Identifier
-
 // names are the validated, quoted identifiers a driver's SQL uses.
-type names struct {
-	table      string // as configured
-	quoted     string // "table"
-	migrations string // "table_migrations"
-}
+type names struct{ sqlstore.Names }
 
 func (c *Config) names() (names, error) {
 	table := "herald_outbox"
@@ -62,30 +54,17 @@ func (c *Config) names() (names, error) {
 			return names{}, errors.New("heraldsqlite: Config.MaxPayloadBytes must not be negative")
 		}
 	}
-	if !identifier.MatchString(table) {
-		return names{}, fmt.Errorf("heraldsqlite: Config.Table %q must match %s", table, identifier)
-	}
 	if strings.HasPrefix(table, "sqlite_") {
 		// SQLite reserves these names for its own tables.
 		return names{}, fmt.Errorf("heraldsqlite: Config.Table %q must not start with sqlite_", table)
 	}
-	return names{
-		table:      table,
-		quoted:     `"` + table + `"`,
-		migrations: `"` + table + `_migrations"`,
-	}, nil
+	n, err := sqlstore.NewNames("heraldsqlite", "", table)
+	return names{n}, err
 }
 
 // render fills a query template's {{.Table}}, {{.Migrations}}, {{.Name}} and
 // {{.Now}}.
-func (n names) render(tmpl string) string {
-	return strings.NewReplacer(
-		"{{.Table}}", n.quoted,
-		"{{.Migrations}}", n.migrations,
-		"{{.Name}}", n.table,
-		"{{.Now}}", nowMicros,
-	).Replace(tmpl)
-}
+func (n names) render(tmpl string) string { return n.Render(tmpl, "{{.Now}}", nowMicros) }
 
 // Driver is the relay's store and the operators' admin on SQLite.
 type Driver struct {
@@ -110,7 +89,7 @@ func New(db *sql.DB, cfg *Config) (*Driver, error) {
 }
 
 // Table returns the quoted outbox table name.
-func (d *Driver) Table() string { return d.names.quoted }
+func (d *Driver) Table() string { return d.names.Qualified }
 
 // Ping checks the database is reachable and the schema is migrated to the
 // version this driver knows.
@@ -119,7 +98,7 @@ func (d *Driver) Ping(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := sqlstore.CheckVersion(d.names.quoted, v, latestVersion()); err != nil {
+	if err := sqlstore.CheckVersion(d.names.Qualified, v, latestVersion()); err != nil {
 		return fmt.Errorf("heraldsqlite: %w", err)
 	}
 	return nil

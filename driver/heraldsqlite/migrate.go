@@ -74,21 +74,11 @@ func (d *Driver) migrate(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
-	if current > latestVersion() {
-		return sqlstore.CheckVersion(d.names.quoted, current, latestVersion())
-	}
-	for _, m := range migrations {
-		if m.Version <= current {
-			continue
-		}
-		if _, err := c.ExecContext(ctx, d.names.render(m.SQL)); err != nil {
-			return fmt.Errorf("migration %s: %w", m.Name, err)
-		}
-		if _, err := c.ExecContext(ctx, d.names.render(recordMigrationSQL), m.Version, m.Name); err != nil {
-			return fmt.Errorf("recording migration %s: %w", m.Name, err)
-		}
-	}
-	return nil
+	return sqlstore.ApplyMigrations(ctx, d.names.Qualified, migrations, current, d.names.render,
+		d.names.render(recordMigrationSQL), func(ctx context.Context, sql string, args ...any) error {
+			_, err := c.ExecContext(ctx, sql, args...)
+			return err
+		})
 }
 
 // querier is what a *sql.DB and a *sql.Conn have in common.
@@ -99,7 +89,7 @@ type querier interface {
 // schemaVersion returns the highest applied migration, 0 when none.
 func (d *Driver) schemaVersion(ctx context.Context, q querier) (int, error) {
 	var exists, v int
-	err := q.QueryRowContext(ctx, tableExistsSQL, d.names.table+"_migrations").Scan(&exists)
+	err := q.QueryRowContext(ctx, tableExistsSQL, d.names.Table+"_migrations").Scan(&exists)
 	if err == nil && exists > 0 {
 		err = q.QueryRowContext(ctx, d.names.render(schemaVersionSQL)).Scan(&v)
 	}

@@ -1,7 +1,6 @@
 package heraldsqlite
 
 import (
-	"cmp"
 	"context"
 	"database/sql"
 	"encoding/json"
@@ -23,33 +22,13 @@ var (
 
 // Claim implements herald.Store.
 func (d *Driver) Claim(ctx context.Context, p herald.ClaimParams) ([]herald.Envelope, error) {
-	if err := checkLimit(p.Limit); err != nil {
-		return nil, err
-	}
-	if p.Limit == 0 {
-		return nil, nil
-	}
-	var (
-		envs []herald.Envelope
-		err  error
-	)
-	if p.Unordered {
-		envs, err = claimRows(ctx, d.db, d.q.claim, p.Limit, p.Token, p.Owner, p.Lease.Microseconds())
-	} else {
-		envs, err = d.claimOrdered(ctx, p)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("heraldsqlite: claiming: %w", err)
-	}
-	// RETURNING comes in no particular order; publish in write order, which
-	// is each key's order.
-	slices.SortFunc(envs, func(a, b herald.Envelope) int { return cmp.Compare(a.Seq, b.Seq) })
-	return envs, nil
+	return sqlstore.Claim(ctx, "heraldsqlite", p, sqlstore.Claimers{
+		Unordered: func(ctx context.Context, p herald.ClaimParams) ([]herald.Envelope, error) {
+			return claimRows(ctx, d.db, d.q.claim, p.Limit, p.Token, p.Owner, p.Lease.Microseconds())
+		},
+		Ordered: d.claimOrdered,
+	})
 }
-
-// walkKeysFactor bounds the keys one ordered claim visits, as a multiple of
-// its limit; the cursor makes the next claim go on from there.
-const walkKeysFactor = 2
 
 // claimOrdered walks the keys with ready events from where the last claim
 // stopped, then claims each free key's lowest available events. The walk
@@ -57,12 +36,8 @@ const walkKeysFactor = 2
 // taken again in one short write transaction (see blockedKeysOfSQL), which
 // SQLite runs alone: the write lock is held for three statements, not for
 // the walk.
-func (d *Driver) claimOrdered(ctx context.Context, p herald.ClaimParams) ([]herald.Envelope, error) {
-	perKey := p.PerKey
-	if perKey <= 0 || perKey > p.Limit {
-		perKey = p.Limit
-	}
-	maxKeys := max(walkKeysFactor*p.Limit, 64)
+func (d *Driver) claimOrdered(ctx context.Context, p herald.ClaimParams, perKey int) ([]herald.Envelope, error) {
+	maxKeys := max(sqlstore.WalkKeysFactor*p.Limit, 64)
 
 	var (
 		candidates []candidateKey

@@ -3,12 +3,13 @@ package heraldsqlite
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
+
 	"fmt"
 	"strings"
 	"time"
 
 	"github.com/herald-outbox/herald"
+	"github.com/herald-outbox/herald/internal/sqlstore"
 )
 
 // NewWriter returns a writer that joins a caller's database/sql transaction
@@ -106,12 +107,9 @@ func availableAt(t time.Time) any {
 }
 
 func encodeHeaders(h map[string]string) (string, error) {
-	if len(h) == 0 {
-		return "{}", nil
-	}
-	b, err := json.Marshal(h)
+	enc, err := sqlstore.EncodeHeaders(h)
 	if err != nil {
-		return "", fmt.Errorf("heraldsqlite: encoding headers: %w", err)
+		return "", fmt.Errorf("heraldsqlite: %w", err)
 	}
-	return string(b), nil
+	return enc, nil
 }

@@ -1,0 +1,130 @@
+package sqlstore
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/herald-outbox/herald"
+)
+
+// Names are a driver's validated, quoted identifiers.
+type Names struct {
+	Schema     string // as configured; empty where the database has no schemas
+	Table      string // as configured
+	Qualified  string // "schema"."table", or "table"
+	Migrations string // the migrations table, quoted the same way
+}
+
+// NewNames checks schema (empty for none) and table against Identifier and
+// quotes them. pkg names the driver in errors, which name the Config field.
+func NewNames(pkg, schema, table string) (Names, error) {
+	if schema != "" && !Identifier.MatchString(schema) {
+		return Names{}, fmt.Errorf("%s: Config.Schema %q must match %s", pkg, schema, Identifier)
+	}
+	if !Identifier.MatchString(table) {
+		return Names{}, fmt.Errorf("%s: Config.Table %q must match %s", pkg, table, Identifier)
+	}
+	prefix := ""
+	if schema != "" {
+		prefix = `"` + schema + `".`
+	}
+	return Names{
+		Schema:     schema,
+		Table:      table,
+		Qualified:  prefix + `"` + table + `"`,
+		Migrations: prefix + `"` + table + `_migrations"`,
+	}, nil
+}
+
+// Render fills a query template's {{.Table}}, {{.Migrations}}, {{.Name}}
+// and {{.Schema}}, then the driver's own placeholders given as old, new
+// pairs.
+func (n Names) Render(tmpl string, extra ...string) string {
+	pairs := append([]string{
+		"{{.Table}}", n.Qualified,
+		"{{.Migrations}}", n.Migrations,
+		"{{.Name}}", n.Table,
+		"{{.Schema}}", `"` + n.Schema + `"`,
+	}, extra...)
+	return strings.NewReplacer(pairs...).Replace(tmpl)
+}
+
+// EncodeHeaders is the headers column of a row written by Herald: a JSON
+// object of strings, "{}" when there are none.
+func EncodeHeaders(h map[string]string) (string, error) {
+	if len(h) == 0 {
+		return "{}", nil
+	}
+	b, err := json.Marshal(h)
+	if err != nil {
+		return "", fmt.Errorf("encoding headers: %w", err)
+	}
+	return string(b), nil
+}
+
+// ApplyMigrations runs, in the caller's migration transaction, every
+// migration above current in version order, each recorded by the record
+// statement (version, name). It refuses a table newer than ms knows.
+func ApplyMigrations(ctx context.Context, table string, ms []Migration, current int, render func(string) string,
+	record string, exec func(ctx context.Context, sql string, args ...any) error) error {
+	if latest := ms[len(ms)-1].Version; current > latest {
+		return CheckVersion(table, current, latest)
+	}
+	for _, m := range ms {
+		if m.Version <= current {
+			continue
+		}
+		if err := exec(ctx, render(m.SQL)); err != nil {
+			return fmt.Errorf("migration %s: %w", m.Name, err)
+		}
+		if err := exec(ctx, record, m.Version, m.Name); err != nil {
+			return fmt.Errorf("recording migration %s: %w", m.Name, err)
+		}
+	}
+	return nil
+}
+
+// WalkKeysFactor bounds the keys one ordered claim visits, as a multiple of
+// its limit, so that a table full of blocked keys costs each claim a
+// bounded walk; a cursor makes the next claim go on from there.
+const WalkKeysFactor = 2
+
+// Claimers are a driver's two claim forms.
+type Claimers struct {
+	Unordered func(ctx context.Context, p herald.ClaimParams) ([]herald.Envelope, error)
+	Ordered   func(ctx context.Context, p herald.ClaimParams, perKey int) ([]herald.Envelope, error)
+}
+
+// Claim is every driver's Store.Claim: it checks the limit, picks the
+// claim form, and returns the batch in write order, which is each key's
+// order (RETURNING comes in no particular order).
+func Claim(ctx context.Context, pkg string, p herald.ClaimParams, c Claimers) ([]herald.Envelope, error) {
+	if p.Limit < 0 {
+		return nil, fmt.Errorf("%s: claiming: negative limit %d", pkg, p.Limit)
+	}
+	if p.Limit == 0 {
+		return nil, nil
+	}
+	var (
+		envs []herald.Envelope
+		err  error
+	)
+	if p.Unordered {
+		envs, err = c.Unordered(ctx, p)
+	} else {
+		perKey := p.PerKey
+		if perKey <= 0 || perKey > p.Limit {
+			perKey = p.Limit
+		}
+		envs, err = c.Ordered(ctx, p, perKey)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%s: claiming: %w", pkg, err)
+	}
+	slices.SortFunc(envs, func(a, b herald.Envelope) int { return cmp.Compare(a.Seq, b.Seq) })
+	return envs, nil
+}
