@@ -77,7 +77,7 @@ func SendInRounds(ctx context.Context, batch []Envelope, perKey int, send RoundF
 		stop := send(ctx, round, errs)
 		if stop != nil {
 			for _, i := range round {
-				if errs[i] == ErrNoAnswer {
+				if errors.Is(errs[i], ErrNoAnswer) {
 					errs[i] = stop
 				}
 			}

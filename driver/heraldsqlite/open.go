@@ -105,7 +105,7 @@ func checkFile(path string) error {
 	head := make([]byte, len(sqliteHeader))
 	n, err := io.ReadFull(f, head)
 	switch {
-	case n == 0 && (err == io.EOF || err == nil):
+	case n == 0 && (errors.Is(err, io.EOF) || err == nil):
 		return nil // new or empty: SQLite makes it a database
 	case errors.Is(err, io.ErrUnexpectedEOF) || (err == nil && !bytes.Equal(head, sqliteHeader)):
 		return errNotADatabase
