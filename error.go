@@ -32,6 +32,3 @@ func Scrub(s string) string {
 	// The text is stored in a text column: no NUL, no broken UTF-8.
 	return strings.ToValidUTF8(strings.ReplaceAll(s, "\x00", ""), "?")
 }
-
-// ErrNotFound is returned when an event looked up by id does not exist.
-var ErrNotFound = errors.New("herald: not found")
