@@ -31,11 +31,13 @@ type Store interface {
 	// events of p.UnorderedTopics, are claimed as if p.Unordered.
 	Claim(ctx context.Context, p ClaimParams) ([]Envelope, error)
 	// Complete writes down what the relay decided for a claimed batch:
-	// p.Published become published, each of p.Failed gets its Outcome
-	// (ready again after its Delay, attempt refunded or not; dead, parking
-	// its key or not). It changes only rows still claimed by p.Token, in
-	// one statement, and says which rows it changed. The relay decides;
-	// the store applies no policy of its own.
+	// the rows of p.Published become published; each row of p.Failed
+	// becomes what its Failure.Outcome says: ready again after its Delay
+	// (its attempt given back when Outcome.Refunded), or dead, parking its
+	// key for OutcomeParked. last_error takes Failure.Error unless
+	// Outcome.KeepsLastError. It changes only rows still claimed by
+	// p.Token, in one statement, and reports them in CompleteResult. The
+	// relay decides; the store applies no policy of its own.
 	Complete(ctx context.Context, p CompleteParams) (CompleteResult, error)
 	// RescueExpired returns up to limit rows whose lease expired to ready.
 	RescueExpired(ctx context.Context, limit int) (int, error)
