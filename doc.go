@@ -1,14 +1,38 @@
 // Package herald is a transactional outbox for Go.
 //
-// A service writes its business rows and the events that describe them in
-// one database transaction with [Writer.WriteTx]. A [Relay] claims committed
-// events in short transactions, hands them to a [Publisher] outside any
-// transaction, and acknowledges them in one statement per batch. Delivery is
-// at least once: consumers must be idempotent, keyed by the event id.
+// A service describes what happened as a [Message] and writes it with
+// [Writer.WriteTx] in the same database transaction as its business rows,
+// so the event exists if and only if that transaction commits. A [Relay]
+// claims committed events in short transactions, hands them to a
+// [Publisher] outside any transaction, and acknowledges them in one
+// statement per batch. Delivery is at least once: consumers must be
+// idempotent, keyed by the event id.
 //
-// The package imports no database driver and no broker SDK. Store drivers
-// live in driver/heraldpg (PostgreSQL through pgx v5 or database/sql), and
-// publishers in publish/heraldnats (NATS JetStream).
+// Those four are the product. The rest of this package is what they are
+// made of: [RelayConfig] and [RetryPolicy]; the [Store] seam the drivers
+// implement; for those who write a Publisher, [SendInRounds],
+// [EventHeaders] and the errors that tell the relay what happened
+// ([BatchError], [Permanent], [Unavailable], [ErrHeldBack]); [Observer] for
+// metrics and tracing.
+//
+// The package imports the standard library and github.com/google/uuid
+// only: no database driver, no broker SDK (a test checks). The other
+// packages of the module bring those in:
+//
+//   - store drivers, which give a Writer its transaction and a Relay its
+//     Store: driver/heraldpg (PostgreSQL through pgx v5 or database/sql) and
+//     driver/heraldsqlite (SQLite, pure Go);
+//   - publishers: publish/heraldnats (NATS JetStream),
+//     publish/heraldkafka (Kafka, franz-go), publish/heraldredis (Redis
+//     Streams), publish/heraldrabbit (RabbitMQ), publish/heraldwebhook
+//     (signed HTTP webhooks) and publish/heraldroute (a destination per
+//     topic, each with its own limits and circuit breaker);
+//   - heraldadmin: what operators see of an outbox (counts, dead events,
+//     parked keys; requeue and discard), implemented by every driver;
+//   - heraldprom: Prometheus metrics; heraldotel: trace context through
+//     the outbox (OpenTelemetry); heraldinbox: the consumer's side, which
+//     makes a handler idempotent;
+//   - cmd/herald: the relay as a daemon, and the operator CLI.
 //
 // Guarantees, each shown by a test:
 //   - an event row exists if and only if its transaction committed;
@@ -17,5 +41,8 @@
 //   - progress is tracked by row state, never by an id cursor, so a
 //     transaction that commits late is still delivered;
 //   - a relay that lost its claim cannot change rows: every state write
-//     checks the claim token, and lease times come from the database clock.
+//     checks the claim token, and lease times come from the database clock;
+//   - by default, the events of one key reach the broker in the order they
+//     committed, and a failing event holds back only the later events of
+//     its own key.
 package herald

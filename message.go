@@ -63,23 +63,6 @@ const (
 // DefaultMaxPayloadBytes is the default payload cap of a Writer: 1 MiB.
 const DefaultMaxPayloadBytes = 1 << 20
 
-// ErrInvalidMessage is matched by every *ValidationError.
-var ErrInvalidMessage = errors.New("herald: invalid message")
-
-// ValidationError says which message and which field was refused.
-type ValidationError struct {
-	Index  int    // position of the message in the WriteTx call
-	Field  string // "topic", "payload", "headers[Name]", ...
-	Reason string
-}
-
-func (e *ValidationError) Error() string {
-	return fmt.Sprintf("herald: message %d: %s: %s", e.Index, e.Field, e.Reason)
-}
-
-// Is makes errors.Is(err, ErrInvalidMessage) true.
-func (e *ValidationError) Is(target error) bool { return target == ErrInvalidMessage }
-
 // NewID returns a new event id: a UUIDv7, so ids sort by creation time.
 func NewID() string {
 	id, err := uuid.NewV7()

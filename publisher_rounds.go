@@ -6,11 +6,6 @@ import (
 	"fmt"
 )
 
-// ErrNoAnswer is the error of an event sent in a round that the publisher
-// neither confirmed nor failed: it was not delivered as far as Herald
-// knows, and is tried again.
-var ErrNoAnswer = errors.New("herald: no answer from the broker for the event")
-
 // RoundFunc sends one round of a batch: round holds indexes into the batch,
 // in batch order. For each event i of the round, errs[i] starts as
 // ErrNoAnswer; send sets it to nil once the broker confirmed the event, or

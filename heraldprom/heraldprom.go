@@ -21,12 +21,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/herald-outbox/herald"
+	"github.com/herald-outbox/herald/heraldadmin"
 )
 
 // Config configures Metrics.
 type Config struct {
 	// Admin reads the backlog. Required.
-	Admin herald.Admin
+	Admin heraldadmin.Admin
 	// BacklogInterval is the least time between two backlog reads; scrapes
 	// in between see the last one. Defaults to 10s.
 	BacklogInterval time.Duration
@@ -185,7 +186,7 @@ type backlogCollector struct {
 
 	mu   sync.Mutex
 	at   time.Time // when last read successfully
-	last []herald.TopicBacklog
+	last []heraldadmin.TopicBacklog
 }
 
 func newBacklogCollector(cfg Config) *backlogCollector {
@@ -239,7 +240,7 @@ func (b *backlogCollector) Collect(ch chan<- prometheus.Metric) {
 // read returns the backlog, read again when the last read is older than
 // the interval. A failed read keeps the last figures (their timestamp
 // shows their age) and is logged.
-func (b *backlogCollector) read() ([]herald.TopicBacklog, time.Time) {
+func (b *backlogCollector) read() ([]heraldadmin.TopicBacklog, time.Time) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if !b.at.IsZero() && time.Since(b.at) < b.cfg.BacklogInterval {

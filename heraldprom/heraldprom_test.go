@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/herald-outbox/herald"
+	"github.com/herald-outbox/herald/heraldadmin"
 	"github.com/herald-outbox/herald/heraldprom"
 	"github.com/herald-outbox/herald/internal/heraldtest"
 )
@@ -24,12 +25,12 @@ func TestMain(m *testing.M) { heraldtest.Main(m) }
 
 // fakeAdmin serves Backlog from a function and counts the reads.
 type fakeAdmin struct {
-	herald.Admin
+	heraldadmin.Admin
 	reads   atomic.Int64
-	backlog func() ([]herald.TopicBacklog, error)
+	backlog func() ([]heraldadmin.TopicBacklog, error)
 }
 
-func (f *fakeAdmin) Backlog(context.Context) ([]herald.TopicBacklog, error) {
+func (f *fakeAdmin) Backlog(context.Context) ([]heraldadmin.TopicBacklog, error) {
 	f.reads.Add(1)
 	return f.backlog()
 }
@@ -54,8 +55,8 @@ func scrape(t *testing.T, m *heraldprom.Metrics) string {
 
 func TestMetricsCountWhatTheRelayReports(t *testing.T) {
 	t.Parallel()
-	admin := &fakeAdmin{backlog: func() ([]herald.TopicBacklog, error) {
-		return []herald.TopicBacklog{{Topic: "orders", Ready: 7, Claimed: 3, Dead: 2, ParkedKeys: 1, OldestPending: 90 * time.Second}}, nil
+	admin := &fakeAdmin{backlog: func() ([]heraldadmin.TopicBacklog, error) {
+		return []heraldadmin.TopicBacklog{{Topic: "orders", Ready: 7, Claimed: 3, Dead: 2, ParkedKeys: 1, OldestPending: 90 * time.Second}}, nil
 	}}
 	m, err := heraldprom.New(&heraldprom.Config{Admin: admin,
 		Destinations: func() []heraldprom.Destination { return []heraldprom.Destination{{Name: "kafka", Breaker: "open"}} }})
@@ -117,8 +118,8 @@ func TestMetricsCountWhatTheRelayReports(t *testing.T) {
 
 func TestBacklogIsReadAtMostOncePerInterval(t *testing.T) {
 	t.Parallel()
-	admin := &fakeAdmin{backlog: func() ([]herald.TopicBacklog, error) {
-		return []herald.TopicBacklog{{Topic: "t", Ready: 1}}, nil
+	admin := &fakeAdmin{backlog: func() ([]heraldadmin.TopicBacklog, error) {
+		return []heraldadmin.TopicBacklog{{Topic: "t", Ready: 1}}, nil
 	}}
 	m, err := heraldprom.New(&heraldprom.Config{Admin: admin, BacklogInterval: time.Hour})
 	require.NoError(t, err)
@@ -131,11 +132,11 @@ func TestBacklogIsReadAtMostOncePerInterval(t *testing.T) {
 func TestAFailedBacklogReadKeepsTheLastFiguresAndHidesSecrets(t *testing.T) {
 	t.Parallel()
 	var fail atomic.Bool
-	admin := &fakeAdmin{backlog: func() ([]herald.TopicBacklog, error) {
+	admin := &fakeAdmin{backlog: func() ([]heraldadmin.TopicBacklog, error) {
 		if fail.Load() {
 			return nil, errors.New("dial postgres://app:canary-s3cret@db:5432/shop: connection refused")
 		}
-		return []herald.TopicBacklog{{Topic: "t", Ready: 3}}, nil
+		return []heraldadmin.TopicBacklog{{Topic: "t", Ready: 3}}, nil
 	}}
 	var log heraldtest.LogBuffer
 	m, err := heraldprom.New(&heraldprom.Config{Admin: admin, BacklogInterval: time.Nanosecond,

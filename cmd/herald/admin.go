@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/herald-outbox/herald"
+	"github.com/herald-outbox/herald/heraldadmin"
 	"github.com/herald-outbox/herald/heraldprom"
 	"github.com/herald-outbox/herald/internal/adminui"
 )
@@ -54,7 +55,7 @@ func checkAdminAddr(inv *invocation, addr string) (string, error) {
 // startAdmin listens on addr and serves the admin endpoints and page until
 // stop.
 func startAdmin(inv *invocation, log *slog.Logger, addr string, metrics *heraldprom.Metrics, relay *herald.Relay,
-	admin herald.Admin, destinations func() []destinationJSON) (*adminServer, error) {
+	admin heraldadmin.Admin, destinations func() []destinationJSON) (*adminServer, error) {
 	token, _ := inv.getenv(adminTokenEnv)
 	rates := newRateRecorder(relay)
 	page, err := adminui.New(adminui.Config{

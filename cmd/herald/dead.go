@@ -15,7 +15,7 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/herald-outbox/herald"
+	"github.com/herald-outbox/herald/heraldadmin"
 	"github.com/herald-outbox/herald/internal/textsafe"
 )
 
@@ -46,8 +46,8 @@ func addSelector(f *flagSet) selector {
 
 // filter builds the filter of exactly one of: ids, --topic, --all. With
 // defaultAll, none means --all.
-func (s selector) filter(ids []string, defaultAll bool) (herald.EventFilter, error) {
-	f := herald.EventFilter{Topic: *s.topic, All: *s.all, State: herald.StateDead}
+func (s selector) filter(ids []string, defaultAll bool) (heraldadmin.EventFilter, error) {
+	f := heraldadmin.EventFilter{Topic: *s.topic, All: *s.all, State: heraldadmin.StateDead}
 	for _, raw := range ids {
 		id, err := parseID(raw)
 		if err != nil {
@@ -127,7 +127,7 @@ func setupDeadList(f *flagSet) func(context.Context, *invocation) error {
 	}
 }
 
-func printDeadList(w io.Writer, rows []herald.EventRow, more bool) {
+func printDeadList(w io.Writer, rows []heraldadmin.EventRow, more bool) {
 	if len(rows) == 0 {
 		fmt.Fprintln(w, "no dead events")
 		return
@@ -163,7 +163,7 @@ func setupDeadShow(f *flagSet) func(context.Context, *invocation) error {
 		}
 		defer pool.Close()
 		row, err := driver.GetEvent(ctx, id)
-		if errors.Is(err, herald.ErrNotFound) {
+		if errors.Is(err, heraldadmin.ErrNotFound) {
 			return fmt.Errorf("no event with id %s", id)
 		}
 		if err != nil {
@@ -185,7 +185,7 @@ func setupDeadShow(f *flagSet) func(context.Context, *invocation) error {
 	}
 }
 
-func printEvent(w io.Writer, r herald.EventRow) {
+func printEvent(w io.Writer, r heraldadmin.EventRow) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	field := func(name, v string) { fmt.Fprintf(tw, "%s:\t%s\n", name, v) }
 	field("id", r.ID)
@@ -245,21 +245,21 @@ func preview(p []byte) string {
 }
 
 func setupDeadRequeue(f *flagSet) func(context.Context, *invocation) error {
-	return setupDeadChange(f, "requeued", func(ctx context.Context, a herald.Admin, fl herald.EventFilter) (int, error) {
+	return setupDeadChange(f, "requeued", func(ctx context.Context, a heraldadmin.Admin, fl heraldadmin.EventFilter) (int, error) {
 		return a.RequeueDead(ctx, fl)
 	})
 }
 
 func setupDeadDiscard(f *flagSet) func(context.Context, *invocation) error {
 	resume := f.LocalBool("resume", "also discard dead events that hold back their key, letting the key's waiting events go on")
-	return setupDeadChange(f, "discarded", func(ctx context.Context, a herald.Admin, fl herald.EventFilter) (int, error) {
+	return setupDeadChange(f, "discarded", func(ctx context.Context, a heraldadmin.Admin, fl heraldadmin.EventFilter) (int, error) {
 		fl.Resume = *resume
 		n, err := a.DiscardDead(ctx, fl)
 		return n, parkedError(err)
 	})
 }
 
-func setupDeadChange(f *flagSet, done string, change func(context.Context, herald.Admin, herald.EventFilter) (int, error)) func(context.Context, *invocation) error {
+func setupDeadChange(f *flagSet, done string, change func(context.Context, heraldadmin.Admin, heraldadmin.EventFilter) (int, error)) func(context.Context, *invocation) error {
 	d := addDBFlags(f)
 	sel := addSelector(f)
 	return func(ctx context.Context, inv *invocation) error {
@@ -300,7 +300,7 @@ type eventJSON struct {
 	Type          string            `json:"type"`
 	AggregateType string            `json:"aggregate_type"`
 	AggregateID   string            `json:"aggregate_id"`
-	State         herald.State      `json:"state"`
+	State         heraldadmin.State `json:"state"`
 	Attempts      int               `json:"attempts"`
 	LastError     string            `json:"last_error"`
 	CreatedAt     time.Time         `json:"created_at"`
@@ -320,7 +320,7 @@ type eventDetailJSON struct {
 	PayloadText   *string `json:"payload_text"`   // the payload when it is UTF-8, else null
 }
 
-func toEventJSON(r herald.EventRow) eventJSON {
+func toEventJSON(r heraldadmin.EventRow) eventJSON {
 	h := r.Headers
 	if h == nil {
 		h = map[string]string{}

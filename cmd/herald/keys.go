@@ -8,7 +8,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/herald-outbox/herald"
+	"github.com/herald-outbox/herald/heraldadmin"
 )
 
 // keysBlockedJSON is the documented shape of `herald keys blocked --json`.
@@ -63,7 +63,7 @@ func setupKeysBlocked(f *flagSet) func(context.Context, *invocation) error {
 	}
 }
 
-func printBlockedKeys(w io.Writer, keys []herald.BlockedKey, more bool) {
+func printBlockedKeys(w io.Writer, keys []heraldadmin.BlockedKey, more bool) {
 	if len(keys) == 0 {
 		fmt.Fprintln(w, "no blocked keys")
 		return
@@ -87,7 +87,7 @@ func printBlockedKeys(w io.Writer, keys []herald.BlockedKey, more bool) {
 
 // parkedError explains a discard refused because it would resume keys.
 func parkedError(err error) error {
-	var pe *herald.ParkedError
+	var pe *heraldadmin.ParkedError
 	if !errors.As(err, &pe) {
 		return err
 	}

@@ -13,13 +13,14 @@ import (
 	"github.com/herald-outbox/herald"
 	"github.com/herald-outbox/herald/driver/heraldpg"
 	"github.com/herald-outbox/herald/driver/heraldsqlite"
+	"github.com/herald-outbox/herald/heraldadmin"
 )
 
 // outbox is an opened outbox table on either database: the relay's store
 // and the operators' admin.
 type outbox interface {
 	herald.Store
-	herald.Admin
+	heraldadmin.Admin
 	Table() string
 }
 

@@ -11,7 +11,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/herald-outbox/herald"
+	"github.com/herald-outbox/herald/heraldadmin"
 )
 
 func setupMigrate(f *flagSet) func(context.Context, *invocation) error {
@@ -53,7 +53,7 @@ type statusJSON struct {
 	// then state; never null.
 	Topics []topicStatusJSON `json:"topics"`
 	// Totals counts rows by state; every state is present.
-	Totals map[herald.State]int64 `json:"totals"`
+	Totals map[heraldadmin.State]int64 `json:"totals"`
 	// OldestPendingSeconds is the age of the oldest ready or claimed row,
 	// 0 when there is none.
 	OldestPendingSeconds float64 `json:"oldest_pending_seconds"`
@@ -63,13 +63,13 @@ type statusJSON struct {
 }
 
 type topicStatusJSON struct {
-	Topic         string       `json:"topic"`
-	State         herald.State `json:"state"`
-	Count         int64        `json:"count"`
-	OldestSeconds float64      `json:"oldest_seconds"`
+	Topic         string            `json:"topic"`
+	State         heraldadmin.State `json:"state"`
+	Count         int64             `json:"count"`
+	OldestSeconds float64           `json:"oldest_seconds"`
 }
 
-var states = []herald.State{herald.StateReady, herald.StateClaimed, herald.StatePublished, herald.StateDead}
+var states = []heraldadmin.State{heraldadmin.StateReady, heraldadmin.StateClaimed, heraldadmin.StatePublished, heraldadmin.StateDead}
 
 func setupStatus(f *flagSet) func(context.Context, *invocation) error {
 	d := addDBFlags(f)
@@ -95,7 +95,7 @@ func setupStatus(f *flagSet) func(context.Context, *invocation) error {
 		out := statusJSON{
 			Schema: schemaOf(d), Table: *d.table,
 			Topics:               []topicStatusJSON{},
-			Totals:               map[herald.State]int64{},
+			Totals:               map[heraldadmin.State]int64{},
 			OldestPendingSeconds: st.OldestPending.Seconds(),
 		}
 		for _, s := range states {
@@ -118,7 +118,7 @@ func setupStatus(f *flagSet) func(context.Context, *invocation) error {
 	}
 }
 
-func printStatus(w io.Writer, out statusJSON, st herald.Status) {
+func printStatus(w io.Writer, out statusJSON, st heraldadmin.Status) {
 	fmt.Fprintf(w, "outbox %s\n\n", strings.TrimPrefix(out.Schema+"."+out.Table, "."))
 	if len(st.Topics) == 0 {
 		fmt.Fprintln(w, "no rows")
@@ -131,8 +131,8 @@ func printStatus(w io.Writer, out statusJSON, st herald.Status) {
 	}
 	tw.Flush()
 	fmt.Fprintf(w, "\ntotal: %d ready, %d claimed, %d published, %d dead\n",
-		out.Totals[herald.StateReady], out.Totals[herald.StateClaimed],
-		out.Totals[herald.StatePublished], out.Totals[herald.StateDead])
+		out.Totals[heraldadmin.StateReady], out.Totals[heraldadmin.StateClaimed],
+		out.Totals[heraldadmin.StatePublished], out.Totals[heraldadmin.StateDead])
 	if st.OldestPending > 0 {
 		fmt.Fprintf(w, "oldest pending: %s\n", fmtAge(st.OldestPending))
 	} else {

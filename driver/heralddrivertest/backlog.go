@@ -7,14 +7,15 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/herald-outbox/herald"
+	"github.com/herald-outbox/herald/heraldadmin"
 )
 
 // backlogCases check Admin.Backlog, the cheap summary metrics read.
 var backlogCases = []testCase{
 	{"BacklogCountsWaitingAndDeadRowsPerTopic", func(t *testing.T, o *outbox) {
 		require.Empty(t, o.backlog(), "an empty table has no backlog")
-		o.put(herald.StatePublished, msg("a"), msg("a"))
-		o.put(herald.StateClaimed, msg("a"))
+		o.put(heraldadmin.StatePublished, msg("a"), msg("a"))
+		o.put(heraldadmin.StateClaimed, msg("a"))
 		parking := keyed("b", "k")
 		ids := o.write(parking, keyed("b", "k"), keyed("b", "other"))
 		token, _ := o.claimP(herald.ClaimParams{Limit: 10})
@@ -22,7 +23,7 @@ var backlogCases = []testCase{
 			{ID: ids[0], Outcome: herald.OutcomeParked, Error: "poison"},
 			{ID: ids[1], Outcome: herald.OutcomeHeldBack, Error: "held"},
 		}})
-		o.put(herald.StateDead, msg("c"))
+		o.put(heraldadmin.StateDead, msg("c"))
 		o.backdate(time.Hour, ids[1])
 		o.write(msg("a"))
 
@@ -35,11 +36,11 @@ var backlogCases = []testCase{
 		require.EqualValues(t, []int64{1, 0, 1, 1}, []int64{got[1].Ready, got[1].Claimed, got[1].Dead, got[1].ParkedKeys})
 		require.InDelta(t, time.Hour.Seconds(), got[1].OldestPending.Seconds(), clockSkew.Seconds(),
 			"the backdated waiting row is the oldest pending")
-		require.Equal(t, herald.TopicBacklog{Topic: "c", Dead: 1}, got[2], "dead rows count, but are not pending")
+		require.Equal(t, heraldadmin.TopicBacklog{Topic: "c", Dead: 1}, got[2], "dead rows count, but are not pending")
 	}},
 }
 
-func (o *outbox) backlog() []herald.TopicBacklog {
+func (o *outbox) backlog() []heraldadmin.TopicBacklog {
 	o.t.Helper()
 	b, err := o.d.Admin.Backlog(o.ctx())
 	require.NoError(o.t, err)

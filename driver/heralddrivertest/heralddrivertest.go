@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/herald-outbox/herald"
+	"github.com/herald-outbox/herald/heraldadmin"
 )
 
 // Harness builds drivers for the suite.
@@ -28,7 +29,7 @@ type Harness struct {
 // Driver is one outbox under test.
 type Driver struct {
 	Store herald.Store
-	Admin herald.Admin
+	Admin heraldadmin.Admin
 	// Write writes msgs with the driver's writer in one transaction of the
 	// driver's database, then commits it, or rolls it back when commit is
 	// false. It returns WriteTx's error unchanged, after rolling back: a

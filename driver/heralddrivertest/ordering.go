@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/herald-outbox/herald"
+	"github.com/herald-outbox/herald/heraldadmin"
 )
 
 // keyed returns a message of key on topic with a fresh id.
@@ -40,7 +41,7 @@ func (o *outbox) claimP(p herald.ClaimParams) (string, []herald.Envelope) {
 	return p.Token, envs
 }
 
-func (o *outbox) blockedKeys() []herald.BlockedKey {
+func (o *outbox) blockedKeys() []heraldadmin.BlockedKey {
 	o.t.Helper()
 	keys, err := o.d.Admin.BlockedKeys(o.ctx(), 100)
 	require.NoError(o.t, err)
@@ -178,7 +179,7 @@ var orderingCases = []testCase{
 		require.Equal(t, "broker said no", o.get(a[0]).LastError)
 		for _, id := range a[1:] {
 			ev := o.get(id)
-			require.Equal(t, herald.StateReady, ev.State)
+			require.Equal(t, heraldadmin.StateReady, ev.State)
 			require.Equal(t, 0, ev.Attempt, "a held-back event's attempt is refunded")
 		}
 
@@ -224,7 +225,7 @@ var orderingCases = []testCase{
 		require.EqualValues(t, 2, blocked[0].Waiting)
 		require.WithinDuration(t, time.Now(), blocked[0].Since, clockSkew)
 
-		n, err := o.d.Admin.RequeueDead(o.ctx(), herald.EventFilter{IDs: a[:1]})
+		n, err := o.d.Admin.RequeueDead(o.ctx(), heraldadmin.EventFilter{IDs: a[:1]})
 		require.NoError(t, err)
 		require.Equal(t, 1, n)
 		require.Empty(t, o.blockedKeys())
@@ -240,16 +241,16 @@ var orderingCases = []testCase{
 			{ID: a[1], Outcome: herald.OutcomeHeldBack, Error: "held"},
 		}})
 
-		_, err := o.d.Admin.DiscardDead(o.ctx(), herald.EventFilter{IDs: a[:1]})
-		var pe *herald.ParkedError
+		_, err := o.d.Admin.DiscardDead(o.ctx(), heraldadmin.EventFilter{IDs: a[:1]})
+		var pe *heraldadmin.ParkedError
 		require.ErrorAs(t, err, &pe, "discarding a parking event without resume is refused")
 		require.Equal(t, a[0], pe.Keys[0].EventID)
 		require.EqualValues(t, 1, pe.Keys[0].Waiting)
-		require.Equal(t, herald.StateDead, o.get(a[0]).State, "nothing was discarded")
-		_, err = o.d.Admin.DiscardDead(o.ctx(), herald.EventFilter{All: true})
+		require.Equal(t, heraldadmin.StateDead, o.get(a[0]).State, "nothing was discarded")
+		_, err = o.d.Admin.DiscardDead(o.ctx(), heraldadmin.EventFilter{All: true})
 		require.ErrorAs(t, err, &pe, "not with All either")
 
-		n, err := o.d.Admin.DiscardDead(o.ctx(), herald.EventFilter{IDs: a[:1], Resume: true})
+		n, err := o.d.Admin.DiscardDead(o.ctx(), heraldadmin.EventFilter{IDs: a[:1], Resume: true})
 		require.NoError(t, err)
 		require.Equal(t, 1, n)
 		o.requireGone(a[0])
@@ -269,7 +270,7 @@ var orderingCases = []testCase{
 		require.Empty(t, o.blockedKeys())
 		_, envs := o.claimP(herald.ClaimParams{Limit: 10})
 		require.Equal(t, a[1:], envIDs(envs), "skipped: the key goes on")
-		n, err := o.d.Admin.DiscardDead(o.ctx(), herald.EventFilter{IDs: a[:1]})
+		n, err := o.d.Admin.DiscardDead(o.ctx(), heraldadmin.EventFilter{IDs: a[:1]})
 		require.NoError(t, err, "a dead event that parks nothing is discarded without resume")
 		require.Equal(t, 1, n)
 	}},

@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/herald-outbox/herald"
+	"github.com/herald-outbox/herald/heraldadmin"
 )
 
 // Exercise runs every case of the suite against the driver h builds, each
@@ -89,10 +90,10 @@ var cases = []testCase{
 		ids := o.write(msg("orders"), msg("orders"), msg("payments"))
 		require.Equal(t, map[string]int64{"orders/ready": 2, "payments/ready": 1}, o.counts())
 
-		rows := o.list(herald.EventFilter{All: true, State: herald.StateReady})
+		rows := o.list(heraldadmin.EventFilter{All: true, State: heraldadmin.StateReady})
 		require.Equal(t, ids, rowIDs(rows), "listed in write order")
 		for i, ev := range rows {
-			require.Equal(t, herald.StateReady, ev.State)
+			require.Equal(t, heraldadmin.StateReady, ev.State)
 			require.Zero(t, ev.Attempt)
 			require.Empty(t, ev.ClaimedBy)
 			require.Nil(t, ev.LeaseUntil)
@@ -117,7 +118,7 @@ var cases = []testCase{
 		for _, g := range ghosts {
 			o.requireGone(g.ID)
 		}
-		require.Equal(t, kept, rowIDs(o.list(herald.EventFilter{All: true, State: herald.StateReady})))
+		require.Equal(t, kept, rowIDs(o.list(heraldadmin.EventFilter{All: true, State: heraldadmin.StateReady})))
 		_, envs := o.claim(10, time.Minute)
 		require.Equal(t, kept, envIDs(envs), "a rolled-back message is never claimable")
 		_, envs = o.claim(10, time.Minute)
@@ -232,9 +233,9 @@ var cases = []testCase{
 	}},
 
 	{"ClaimReturnsOnlyReadyRows", func(t *testing.T, o *outbox) {
-		o.put(herald.StatePublished, msg("t"))
-		o.put(herald.StateDead, msg("t"))
-		o.put(herald.StateClaimed, msg("t"))
+		o.put(heraldadmin.StatePublished, msg("t"))
+		o.put(heraldadmin.StateDead, msg("t"))
+		o.put(heraldadmin.StateClaimed, msg("t"))
 		later := msg("t")
 		later.AvailableAt = time.Now().Add(time.Hour)
 		o.write(later)
@@ -246,7 +247,7 @@ var cases = []testCase{
 			require.Equal(t, 1, e.Attempt, "the first claim is attempt 1")
 		}
 		ev := o.get(first[0].ID)
-		require.Equal(t, herald.StateClaimed, ev.State)
+		require.Equal(t, heraldadmin.StateClaimed, ev.State)
 		require.Equal(t, o.owner, ev.ClaimedBy)
 		require.NotNil(t, ev.LeaseUntil)
 		require.WithinDuration(t, time.Now().Add(time.Minute), *ev.LeaseUntil, clockSkew)
@@ -280,7 +281,7 @@ var cases = []testCase{
 		}, waitFor, 10*time.Millisecond)
 		require.Equal(t, ids[:1], claimed, "only the message whose time has come")
 		require.False(t, time.Now().Before(soon.AvailableAt), "claimed before its AvailableAt")
-		require.Equal(t, herald.StateReady, o.get(ids[1]).State)
+		require.Equal(t, heraldadmin.StateReady, o.get(ids[1]).State)
 	}},
 
 	{"ConcurrentClaimersNeverGetTheSameRow", func(t *testing.T, o *outbox) {
@@ -361,7 +362,7 @@ var cases = []testCase{
 		completedBy := o.get(o.write(probe)[0]).CreatedAt
 
 		ev := o.get(pub)
-		require.Equal(t, herald.StatePublished, ev.State)
+		require.Equal(t, heraldadmin.StatePublished, ev.State)
 		require.NotNil(t, ev.PublishedAt)
 		require.False(t, ev.PublishedAt.Before(claimedAt) || ev.PublishedAt.After(completedBy),
 			"published_at %v outside [%v, %v]", ev.PublishedAt, claimedAt, completedBy)
@@ -377,7 +378,7 @@ var cases = []testCase{
 			{outage, "connection refused", 0}, // an outage refunds the attempt
 		} {
 			ev := o.get(f.id)
-			require.Equal(t, herald.StateReady, ev.State)
+			require.Equal(t, heraldadmin.StateReady, ev.State)
 			require.Equal(t, f.attempt, ev.Attempt)
 			require.Equal(t, f.lastError, ev.LastError, "the failure is kept")
 			require.Nil(t, ev.LeaseUntil)
@@ -417,12 +418,12 @@ var cases = []testCase{
 		require.Equal(t, 1, res.Published)
 
 		ev := o.get(ids[0])
-		require.Equal(t, herald.StateDead, ev.State)
+		require.Equal(t, heraldadmin.StateDead, ev.State)
 		require.NotNil(t, ev.DeadAt)
 		require.Nil(t, ev.LeaseUntil)
 		require.Equal(t, 1, ev.Attempt, "on its first attempt, far from MaxAttempts")
 		require.Equal(t, "message too large", ev.LastError)
-		require.Equal(t, ids[:1], rowIDs(o.list(herald.EventFilter{All: true})))
+		require.Equal(t, ids[:1], rowIDs(o.list(heraldadmin.EventFilter{All: true})))
 		_, envs := o.claim(10, time.Minute)
 		require.Empty(t, envs, "dead rows are not claimed")
 	}},
@@ -446,17 +447,17 @@ var cases = []testCase{
 		}
 		require.ElementsMatch(t, ids, o.complete(herald.CompleteParams{Token: token, Failed: failed}).Failed)
 		for i, want := range []struct {
-			state     herald.State
+			state     heraldadmin.State
 			attempt   int
 			lastError string
 			parked    bool
 		}{
-			{herald.StateReady, 1, "said retry", false},
-			{herald.StateReady, 0, "said outage", false}, // refunded
-			{herald.StateReady, 0, "", false},            // held back: refunded, its last error kept
-			{herald.StateReady, 0, "", false},            // released: likewise
-			{herald.StateDead, 1, "said dead", false},
-			{herald.StateDead, 1, "said parked", true},
+			{heraldadmin.StateReady, 1, "said retry", false},
+			{heraldadmin.StateReady, 0, "said outage", false}, // refunded
+			{heraldadmin.StateReady, 0, "", false},            // held back: refunded, its last error kept
+			{heraldadmin.StateReady, 0, "", false},            // released: likewise
+			{heraldadmin.StateDead, 1, "said dead", false},
+			{heraldadmin.StateDead, 1, "said parked", true},
 		} {
 			ev := o.get(ids[i])
 			require.Equal(t, want.state, ev.State, outcomes[i])
@@ -464,7 +465,7 @@ var cases = []testCase{
 			require.Equal(t, want.lastError, ev.LastError, outcomes[i])
 			require.Equal(t, want.parked, ev.Parked, outcomes[i])
 			require.Nil(t, ev.LeaseUntil, outcomes[i])
-			require.Equal(t, want.state == herald.StateDead, ev.DeadAt != nil, outcomes[i])
+			require.Equal(t, want.state == heraldadmin.StateDead, ev.DeadAt != nil, outcomes[i])
 		}
 	}},
 
@@ -497,7 +498,7 @@ var cases = []testCase{
 
 		for _, id := range ids {
 			ev := o.get(id)
-			require.Equal(t, herald.StateClaimed, ev.State, "still B's")
+			require.Equal(t, heraldadmin.StateClaimed, ev.State, "still B's")
 			require.Equal(t, "relay-b", ev.ClaimedBy)
 			require.Equal(t, 2, ev.Attempt)
 			require.NotEqual(t, "late from A", ev.LastError)
@@ -517,12 +518,12 @@ var cases = []testCase{
 		require.ElementsMatch(t, ids[:2], res.Failed)
 		for _, id := range ids[:2] {
 			ev := o.get(id)
-			require.Equal(t, herald.StateReady, ev.State)
+			require.Equal(t, heraldadmin.StateReady, ev.State)
 			require.Zero(t, ev.Attempt, "the released claim does not count")
 			require.Nil(t, ev.LeaseUntil)
 		}
 		ev := o.get(ids[2])
-		require.Equal(t, herald.StateClaimed, ev.State, "rows not named stay claimed")
+		require.Equal(t, heraldadmin.StateClaimed, ev.State, "rows not named stay claimed")
 		require.Equal(t, 1, ev.Attempt)
 
 		for _, tc := range []struct {
@@ -544,7 +545,7 @@ var cases = []testCase{
 	}},
 
 	{"RescuerReturnsExpiredLeasesOnly", func(t *testing.T, o *outbox) {
-		long := o.put(herald.StateClaimed, msg("long"))
+		long := o.put(heraldadmin.StateClaimed, msg("long"))
 		short := o.write(msg("short"))
 		require.Len(t, o.claimWith(uuid.NewString(), 1, 50*time.Millisecond), 1)
 		rescued := 0
@@ -558,10 +559,10 @@ var cases = []testCase{
 		require.Zero(t, o.rescue(10))
 
 		ev := o.get(long[0])
-		require.Equal(t, herald.StateClaimed, ev.State, "a running lease is not rescued")
+		require.Equal(t, heraldadmin.StateClaimed, ev.State, "a running lease is not rescued")
 		require.NotNil(t, ev.LeaseUntil)
 		ev = o.get(short[0])
-		require.Equal(t, herald.StateReady, ev.State)
+		require.Equal(t, heraldadmin.StateReady, ev.State)
 		require.Nil(t, ev.LeaseUntil)
 		_, envs := o.claim(10, time.Minute)
 		require.Equal(t, short, envIDs(envs), "claimable at once")
@@ -591,42 +592,42 @@ var cases = []testCase{
 	}},
 
 	{"RequeueAndDiscardByIDTopicAndAll", func(t *testing.T, o *outbox) {
-		a := o.put(herald.StateDead, msg("a"), msg("a"), msg("a"))
-		b := o.put(herald.StateDead, msg("b"), msg("b"))
-		c := o.put(herald.StateDead, msg("c"), msg("c"))
-		o.put(herald.StatePublished, msg("a"))
+		a := o.put(heraldadmin.StateDead, msg("a"), msg("a"), msg("a"))
+		b := o.put(heraldadmin.StateDead, msg("b"), msg("b"))
+		c := o.put(heraldadmin.StateDead, msg("c"), msg("c"))
+		o.put(heraldadmin.StatePublished, msg("a"))
 		readyA := o.write(msg("a"))
 
-		require.Equal(t, slices.Concat(a, b, c), rowIDs(o.list(herald.EventFilter{All: true})), "dead rows by default, in write order")
-		require.Equal(t, a[:2], rowIDs(o.list(herald.EventFilter{All: true, Limit: 2})))
-		require.Equal(t, a, rowIDs(o.list(herald.EventFilter{Topic: "a"})))
-		require.Equal(t, []string{a[0], b[1]}, rowIDs(o.list(herald.EventFilter{IDs: []string{b[1], readyA[0], a[0]}})))
-		require.Equal(t, readyA, rowIDs(o.list(herald.EventFilter{Topic: "a", State: herald.StateReady})))
+		require.Equal(t, slices.Concat(a, b, c), rowIDs(o.list(heraldadmin.EventFilter{All: true})), "dead rows by default, in write order")
+		require.Equal(t, a[:2], rowIDs(o.list(heraldadmin.EventFilter{All: true, Limit: 2})))
+		require.Equal(t, a, rowIDs(o.list(heraldadmin.EventFilter{Topic: "a"})))
+		require.Equal(t, []string{a[0], b[1]}, rowIDs(o.list(heraldadmin.EventFilter{IDs: []string{b[1], readyA[0], a[0]}})))
+		require.Equal(t, readyA, rowIDs(o.list(heraldadmin.EventFilter{Topic: "a", State: heraldadmin.StateReady})))
 
-		requeue := func(f herald.EventFilter) int {
+		requeue := func(f heraldadmin.EventFilter) int {
 			t.Helper()
 			n, err := o.d.Admin.RequeueDead(o.ctx(), f)
 			require.NoError(t, err)
 			return n
 		}
-		discard := func(f herald.EventFilter) int {
+		discard := func(f heraldadmin.EventFilter) int {
 			t.Helper()
 			n, err := o.d.Admin.DiscardDead(o.ctx(), f)
 			require.NoError(t, err)
 			return n
 		}
-		require.Equal(t, 1, requeue(herald.EventFilter{IDs: a[:1]}))
+		require.Equal(t, 1, requeue(heraldadmin.EventFilter{IDs: a[:1]}))
 		ev := o.get(a[0])
-		require.Equal(t, herald.StateReady, ev.State)
+		require.Equal(t, heraldadmin.StateReady, ev.State)
 		require.Zero(t, ev.Attempt, "requeue resets the attempts")
 		require.Nil(t, ev.DeadAt)
-		require.Zero(t, requeue(herald.EventFilter{IDs: a[:1]}), "no longer dead")
-		require.Equal(t, 2, requeue(herald.EventFilter{Topic: "b"}))
-		require.Equal(t, 2, discard(herald.EventFilter{Topic: "a"}), "the dead ones only")
-		require.Equal(t, 1, discard(herald.EventFilter{IDs: []string{c[0], readyA[0]}}), "the dead ones only")
+		require.Zero(t, requeue(heraldadmin.EventFilter{IDs: a[:1]}), "no longer dead")
+		require.Equal(t, 2, requeue(heraldadmin.EventFilter{Topic: "b"}))
+		require.Equal(t, 2, discard(heraldadmin.EventFilter{Topic: "a"}), "the dead ones only")
+		require.Equal(t, 1, discard(heraldadmin.EventFilter{IDs: []string{c[0], readyA[0]}}), "the dead ones only")
 		o.requireGone(c[0])
-		require.Equal(t, 1, discard(herald.EventFilter{All: true}))
-		require.Zero(t, requeue(herald.EventFilter{All: true}))
+		require.Equal(t, 1, discard(heraldadmin.EventFilter{All: true}))
+		require.Zero(t, requeue(heraldadmin.EventFilter{All: true}))
 		o.requireGone(a[1])
 		o.requireGone(a[2])
 		o.requireGone(c[1])
@@ -641,11 +642,11 @@ var cases = []testCase{
 
 		// Refusals. Each filter is exactly one of IDs, Topic, All, and ids
 		// are UUIDs: anything else is an error and changes nothing.
-		d := o.put(herald.StateDead, msg("d"))
+		d := o.put(heraldadmin.StateDead, msg("d"))
 		counts = o.counts()
-		for _, f := range []herald.EventFilter{
+		for _, f := range []heraldadmin.EventFilter{
 			{},
-			{State: herald.StateDead},
+			{State: heraldadmin.StateDead},
 			{IDs: d, Topic: "d"},
 			{Topic: "d", All: true},
 			{IDs: d, All: true},
@@ -665,14 +666,14 @@ var cases = []testCase{
 	}},
 
 	{"RetentionRemovesOnlyOldPublished", func(t *testing.T, o *outbox) {
-		old := o.put(herald.StatePublished, msg("t"), msg("t"), msg("t"), msg("t"), msg("t"))
-		recent := o.put(herald.StatePublished, msg("t"))
-		dead := o.put(herald.StateDead, msg("t"))
+		old := o.put(heraldadmin.StatePublished, msg("t"), msg("t"), msg("t"), msg("t"), msg("t"))
+		recent := o.put(heraldadmin.StatePublished, msg("t"))
+		dead := o.put(heraldadmin.StateDead, msg("t"))
 		// Written long ago but published just now: retention counts from
 		// publication.
 		lateID := o.write(msg("t"))
 		o.backdate(48*time.Hour, lateID...)
-		o.settle(herald.StatePublished, lateID)
+		o.settle(heraldadmin.StatePublished, lateID)
 		ready := o.write(msg("t"))
 		o.backdate(48*time.Hour, old...)
 		o.backdate(48*time.Hour, dead[0], ready[0])
@@ -697,9 +698,9 @@ var cases = []testCase{
 		require.Empty(t, st.Topics, "an empty outbox")
 		require.Zero(t, st.OldestPending)
 
-		o.put(herald.StateDead, msg("orders"))
-		o.put(herald.StatePublished, msg("orders"), msg("orders"))
-		held := o.put(herald.StateClaimed, msg("orders"))
+		o.put(heraldadmin.StateDead, msg("orders"))
+		o.put(heraldadmin.StatePublished, msg("orders"), msg("orders"))
+		held := o.put(heraldadmin.StateClaimed, msg("orders"))
 		ready := o.write(msg("orders"), msg("orders"), msg("orders"), msg("payments"), msg("payments"))
 		o.backdate(30*time.Minute, held...)
 		o.backdate(time.Hour, ready[1])
@@ -723,9 +724,9 @@ var cases = []testCase{
 	}},
 
 	{"OldestPendingCountsReadyAndClaimedRowsOnly", func(t *testing.T, o *outbox) {
-		dead := o.put(herald.StateDead, msg("t"))
-		published := o.put(herald.StatePublished, msg("t"))
-		held := o.put(herald.StateClaimed, msg("t"))
+		dead := o.put(heraldadmin.StateDead, msg("t"))
+		published := o.put(heraldadmin.StatePublished, msg("t"))
+		held := o.put(heraldadmin.StateClaimed, msg("t"))
 		ready := o.write(msg("t"))
 		o.backdate(5*time.Hour, dead...)
 		o.backdate(10*time.Hour, published...)
@@ -744,7 +745,7 @@ var cases = []testCase{
 			require.NoError(t, o.d.Store.Migrate(o.ctx()))
 		}
 		require.NoError(t, o.d.Store.Ping(o.ctx()))
-		require.Equal(t, ids, rowIDs(o.list(herald.EventFilter{All: true, State: herald.StateReady})))
+		require.Equal(t, ids, rowIDs(o.list(heraldadmin.EventFilter{All: true, State: heraldadmin.StateReady})))
 	}},
 
 	{"RelayPublishesEverythingOnce", func(t *testing.T, o *outbox) {
@@ -901,7 +902,7 @@ func (o *outbox) complete(p herald.CompleteParams) herald.CompleteResult {
 
 // put writes msgs and moves them to state. Claiming is the only way there,
 // so no other row may be ready when put runs: it checks.
-func (o *outbox) put(state herald.State, msgs ...herald.Message) []string {
+func (o *outbox) put(state heraldadmin.State, msgs ...herald.Message) []string {
 	o.t.Helper()
 	ids := o.write(msgs...)
 	o.settle(state, ids)
@@ -910,18 +911,18 @@ func (o *outbox) put(state herald.State, msgs ...herald.Message) []string {
 
 // settle moves ready rows to state: claimed (for an hour), published or
 // dead. No other row may be ready.
-func (o *outbox) settle(state herald.State, ids []string) {
+func (o *outbox) settle(state heraldadmin.State, ids []string) {
 	o.t.Helper()
-	if len(ids) == 0 || state == herald.StateReady {
+	if len(ids) == 0 || state == heraldadmin.StateReady {
 		return
 	}
 	token, envs := o.claim(len(ids)+1, time.Hour)
 	require.ElementsMatch(o.t, ids, envIDs(envs), "settle found other ready rows")
 	switch state {
-	case herald.StateClaimed:
-	case herald.StatePublished:
+	case heraldadmin.StateClaimed:
+	case heraldadmin.StatePublished:
 		require.Equal(o.t, len(ids), o.complete(herald.CompleteParams{Token: token, Published: ids}).Published)
-	case herald.StateDead:
+	case heraldadmin.StateDead:
 		failed := make([]herald.Failure, len(ids))
 		for i, id := range ids {
 			failed[i] = herald.Failure{ID: id, Outcome: herald.OutcomeDead, Error: "made dead by the suite"}
@@ -946,7 +947,7 @@ func (o *outbox) rescue(limit int) int {
 	return n
 }
 
-func (o *outbox) get(id string) herald.EventRow {
+func (o *outbox) get(id string) heraldadmin.EventRow {
 	o.t.Helper()
 	ev, err := o.d.Admin.GetEvent(o.ctx(), id)
 	require.NoError(o.t, err)
@@ -957,17 +958,17 @@ func (o *outbox) get(id string) herald.EventRow {
 func (o *outbox) requireGone(id string) {
 	o.t.Helper()
 	_, err := o.d.Admin.GetEvent(o.ctx(), id)
-	require.ErrorIs(o.t, err, herald.ErrNotFound, "event %s", id)
+	require.ErrorIs(o.t, err, heraldadmin.ErrNotFound, "event %s", id)
 }
 
-func (o *outbox) list(f herald.EventFilter) []herald.EventRow {
+func (o *outbox) list(f heraldadmin.EventFilter) []heraldadmin.EventRow {
 	o.t.Helper()
 	rows, err := o.d.Admin.ListEvents(o.ctx(), f)
 	require.NoError(o.t, err)
 	return rows
 }
 
-func (o *outbox) status() herald.Status {
+func (o *outbox) status() heraldadmin.Status {
 	o.t.Helper()
 	st, err := o.d.Admin.Status(o.ctx())
 	require.NoError(o.t, err)
@@ -980,7 +981,7 @@ func (o *outbox) counts() map[string]int64 {
 	return countsOf(o.status())
 }
 
-func countsOf(st herald.Status) map[string]int64 {
+func countsOf(st heraldadmin.Status) map[string]int64 {
 	out := make(map[string]int64, len(st.Topics))
 	for _, ts := range st.Topics {
 		out[ts.Topic+"/"+string(ts.State)] += ts.Count
@@ -996,7 +997,7 @@ func envIDs(envs []herald.Envelope) []string {
 	return out
 }
 
-func rowIDs(rows []herald.EventRow) []string {
+func rowIDs(rows []heraldadmin.EventRow) []string {
 	out := make([]string, len(rows))
 	for i, r := range rows {
 		out[i] = r.ID

@@ -2,8 +2,8 @@
 // and migrations, the relay's store on a pgx v5 pool, and writers that join a
 // caller's pgx.Tx or database/sql *sql.Tx (database/sql over pgx's stdlib).
 //
-// The driver's methods implement herald.Store and herald.Admin; they are not
-// a stable API of their own.
+// The driver's methods implement herald.Store and heraldadmin.Admin; they
+// are not a stable API of their own.
 package heraldpg
 
 import (

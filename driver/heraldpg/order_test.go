@@ -24,6 +24,7 @@ import (
 
 	"github.com/herald-outbox/herald"
 	"github.com/herald-outbox/herald/driver/heraldpg"
+	"github.com/herald-outbox/herald/heraldadmin"
 	"github.com/herald-outbox/herald/internal/heraldtest"
 )
 
@@ -505,20 +506,20 @@ func TestPoisonEventParksOnlyItsKeyUntilRequeued(t *testing.T) {
 		}
 	}
 	requireAllDeliveredOnce(t, rec, others)
-	require.Eventually(t, func() bool { return b.row(t, poison).State == herald.StateDead }, 10*time.Second, 5*time.Millisecond)
+	require.Eventually(t, func() bool { return b.row(t, poison).State == heraldadmin.StateDead }, 10*time.Second, 5*time.Millisecond)
 
 	blocked, err := b.driver.BlockedKeys(ctx, 10)
 	require.NoError(t, err)
 	require.Len(t, blocked, 1)
-	require.Equal(t, herald.BlockedKey{Topic: "orders", Key: "k07", EventID: poison, Waiting: int64(len(poisoned) - 1),
+	require.Equal(t, heraldadmin.BlockedKey{Topic: "orders", Key: "k07", EventID: poison, Waiting: int64(len(poisoned) - 1),
 		Since: blocked[0].Since}, blocked[0])
 	for _, id := range poisoned[1:] {
-		require.Equal(t, herald.StateReady, b.row(t, id).State, "waiting behind the parked event")
+		require.Equal(t, heraldadmin.StateReady, b.row(t, id).State, "waiting behind the parked event")
 		require.Zero(t, rec.count(id))
 	}
 
 	cured.Store(true)
-	n, err := b.driver.RequeueDead(ctx, herald.EventFilter{IDs: []string{poison}})
+	n, err := b.driver.RequeueDead(ctx, heraldadmin.EventFilter{IDs: []string{poison}})
 	require.NoError(t, err)
 	require.Equal(t, 1, n)
 	requireAllDeliveredOnce(t, rec, poisoned)

@@ -17,6 +17,7 @@ import (
 
 	"github.com/herald-outbox/herald"
 	"github.com/herald-outbox/herald/driver/heraldpg"
+	"github.com/herald-outbox/herald/heraldadmin"
 	"github.com/herald-outbox/herald/internal/heraldtest"
 )
 
@@ -70,12 +71,12 @@ func TestRelay(t *testing.T) {
 		b.startRelay(t, rec, func(c *herald.RelayConfig) {
 			c.Retry = herald.RetryPolicy{Base: 400 * time.Millisecond, Cap: time.Second, MaxAttempts: 5, MaxAge: time.Hour}
 		})
-		var ev herald.EventRow
+		var ev heraldadmin.EventRow
 		require.Eventually(t, func() bool {
 			ev = b.row(t, ids[0])
 			return ev.LastError != ""
 		}, 10*time.Second, 2*time.Millisecond)
-		require.Equal(t, herald.StateReady, ev.State)
+		require.Equal(t, heraldadmin.StateReady, ev.State)
 		require.Equal(t, 1, ev.Attempt)
 		require.Contains(t, ev.LastError, "broker said no")
 		require.NotContains(t, ev.LastError, "hunter2", "a secret reached last_error")
@@ -85,7 +86,7 @@ func TestRelay(t *testing.T) {
 		require.Greater(t, wait, 0.1, "retry scheduled %.3fs ahead", wait)
 		close(release)
 		requireAllDeliveredOnce(t, rec, ids)
-		require.Eventually(t, func() bool { return b.row(t, ids[0]).State == herald.StatePublished }, 10*time.Second, 5*time.Millisecond)
+		require.Eventually(t, func() bool { return b.row(t, ids[0]).State == heraldadmin.StatePublished }, 10*time.Second, 5*time.Millisecond)
 		require.Equal(t, 2, b.row(t, ids[0]).Attempt)
 	})
 
@@ -101,7 +102,7 @@ func TestRelay(t *testing.T) {
 			return nil
 		}
 		b.startRelay(t, rec, nil)
-		require.Eventually(t, func() bool { return b.row(t, ids[0]).State == herald.StateDead }, 10*time.Second, 5*time.Millisecond)
+		require.Eventually(t, func() bool { return b.row(t, ids[0]).State == heraldadmin.StateDead }, 10*time.Second, 5*time.Millisecond)
 		ev := b.row(t, ids[0])
 		require.Equal(t, 1, ev.Attempt)
 		require.NotNil(t, ev.DeadAt)
@@ -124,16 +125,16 @@ func TestRelay(t *testing.T) {
 		b.startRelay(t, rec, func(c *herald.RelayConfig) {
 			c.Retry = herald.RetryPolicy{Base: time.Millisecond, Cap: 5 * time.Millisecond, MaxAttempts: 3, MaxAge: time.Hour}
 		})
-		require.Eventually(t, func() bool { return b.row(t, ids[0]).State == herald.StateDead }, 10*time.Second, 5*time.Millisecond)
+		require.Eventually(t, func() bool { return b.row(t, ids[0]).State == heraldadmin.StateDead }, 10*time.Second, 5*time.Millisecond)
 		require.Equal(t, 3, b.row(t, ids[0]).Attempt)
 		require.Zero(t, rec.count(ids[0]))
 
 		healed.Store(true)
-		n, err := b.driver.RequeueDead(ctx, herald.EventFilter{IDs: ids})
+		n, err := b.driver.RequeueDead(ctx, heraldadmin.EventFilter{IDs: ids})
 		require.NoError(t, err)
 		require.Equal(t, 1, n)
 		requireAllDeliveredOnce(t, rec, ids)
-		require.Eventually(t, func() bool { return b.row(t, ids[0]).State == herald.StatePublished }, 10*time.Second, 5*time.Millisecond)
+		require.Eventually(t, func() bool { return b.row(t, ids[0]).State == heraldadmin.StatePublished }, 10*time.Second, 5*time.Millisecond)
 	})
 
 	t.Run("MaxAgeMakesDead", func(t *testing.T) {
@@ -145,7 +146,7 @@ func TestRelay(t *testing.T) {
 		rec := newRecorder()
 		rec.Fail = func(herald.Envelope, int) error { return errBroker }
 		b.startRelay(t, rec, nil) // MaxAttempts 5, MaxAge 1h
-		require.Eventually(t, func() bool { return b.row(t, ids[0]).State == herald.StateDead }, 10*time.Second, 5*time.Millisecond)
+		require.Eventually(t, func() bool { return b.row(t, ids[0]).State == heraldadmin.StateDead }, 10*time.Second, 5*time.Millisecond)
 		require.Equal(t, 1, b.row(t, ids[0]).Attempt)
 	})
 
@@ -226,9 +227,9 @@ func TestRelay(t *testing.T) {
 		require.NoError(t, err)
 		require.Empty(t, res.Failed)
 
-		require.Equal(t, herald.StatePublished, b.row(t, ids[0]).State)
+		require.Equal(t, heraldadmin.StatePublished, b.row(t, ids[0]).State)
 		second := b.row(t, ids[1])
-		require.Equal(t, herald.StateClaimed, second.State)
+		require.Equal(t, heraldadmin.StateClaimed, second.State)
 		require.Equal(t, "relay-b", second.ClaimedBy)
 		require.Equal(t, 1, b.count(t, "claim_token = $1", tokenB))
 	})
@@ -331,7 +332,7 @@ func TestRelay(t *testing.T) {
 		b.startRelay(t, rec, nil)
 		requireAllDeliveredOnce(t, rec, now)
 		require.Zero(t, rec.count(later[0]))
-		require.Equal(t, herald.StateReady, b.row(t, later[0]).State)
+		require.Equal(t, heraldadmin.StateReady, b.row(t, later[0]).State)
 	})
 
 	t.Run("InvalidRowsFromOtherProgramsGoToDeadWithAReason", func(t *testing.T) {
@@ -346,7 +347,7 @@ func TestRelay(t *testing.T) {
 		b.startRelay(t, rec, nil)
 		require.Eventually(t, func() bool { return b.count(t, "state = 'dead'") == 2 }, 10*time.Second, 5*time.Millisecond)
 		require.Eventually(t, func() bool { return b.count(t, "state = 'published'") == 1 }, 10*time.Second, 5*time.Millisecond)
-		dead, err := b.driver.ListEvents(ctx, herald.EventFilter{All: true})
+		dead, err := b.driver.ListEvents(ctx, heraldadmin.EventFilter{All: true})
 		require.NoError(t, err)
 		for _, ev := range dead {
 			require.Contains(t, ev.LastError, "invalid row")
@@ -453,7 +454,7 @@ func TestRelaySurvivesAPanickingPublisher(t *testing.T) {
 		return rec.Publish(ctx, batch)
 	}), nil)
 	requireAllDeliveredOnce(t, rec, ids)
-	require.Eventually(t, func() bool { return b.row(t, ids[0]).State == herald.StatePublished }, 10*time.Second, 5*time.Millisecond)
+	require.Eventually(t, func() bool { return b.row(t, ids[0]).State == heraldadmin.StatePublished }, 10*time.Second, 5*time.Millisecond)
 	require.Equal(t, 2, b.row(t, ids[0]).Attempt, "the panic cost one attempt")
 }
 

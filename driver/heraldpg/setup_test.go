@@ -16,6 +16,7 @@ import (
 
 	"github.com/herald-outbox/herald"
 	"github.com/herald-outbox/herald/driver/heraldpg"
+	"github.com/herald-outbox/herald/heraldadmin"
 	"github.com/herald-outbox/herald/internal/heraldtest"
 )
 
@@ -88,7 +89,7 @@ func (b *bundle) count(t *testing.T, where string, args ...any) int {
 	return n
 }
 
-func (b *bundle) row(t *testing.T, id string) herald.EventRow {
+func (b *bundle) row(t *testing.T, id string) heraldadmin.EventRow {
 	t.Helper()
 	ev, err := b.driver.GetEvent(context.Background(), id)
 	require.NoError(t, err)

@@ -9,12 +9,13 @@ import (
 	"time"
 
 	"github.com/herald-outbox/herald"
+	"github.com/herald-outbox/herald/heraldadmin"
 	"github.com/herald-outbox/herald/internal/sqlstore"
 )
 
 var (
-	_ herald.Store = (*Driver)(nil)
-	_ herald.Admin = (*Driver)(nil)
+	_ herald.Store      = (*Driver)(nil)
+	_ heraldadmin.Admin = (*Driver)(nil)
 )
 
 // Claim implements herald.Store.
@@ -150,23 +151,23 @@ func (d *Driver) DeletePublished(ctx context.Context, olderThan time.Duration, l
 	return int(n), nil
 }
 
-// Status implements herald.Admin. It counts every row, so it reads the
+// Status implements heraldadmin.Admin. It counts every row, so it reads the
 // whole table: an operator's tool, not something to poll every second.
-func (d *Driver) Status(ctx context.Context) (herald.Status, error) {
-	var st herald.Status
+func (d *Driver) Status(ctx context.Context) (heraldadmin.Status, error) {
+	var st heraldadmin.Status
 	err := d.db.query(ctx, d.q.status, nil, func(scan func(...any) error) error {
 		var (
-			ts    herald.TopicStatus
+			ts    heraldadmin.TopicStatus
 			state string
 			age   float64
 		)
 		if err := scan(&ts.Topic, &state, &ts.Count, &age); err != nil {
 			return err
 		}
-		ts.State = herald.State(state)
+		ts.State = heraldadmin.State(state)
 		ts.Oldest = time.Duration(age * float64(time.Second))
 		st.Topics = append(st.Topics, ts)
-		if (ts.State == herald.StateReady || ts.State == herald.StateClaimed) && ts.Oldest > st.OldestPending {
+		if (ts.State == heraldadmin.StateReady || ts.State == heraldadmin.StateClaimed) && ts.Oldest > st.OldestPending {
 			st.OldestPending = ts.Oldest
 		}
 		return nil
@@ -179,7 +180,7 @@ func (d *Driver) Status(ctx context.Context) (herald.Status, error) {
 
 // filterSQL turns a checked EventFilter into a WHERE clause and its
 // arguments.
-func filterSQL(f herald.EventFilter) (string, []any, int, error) {
+func filterSQL(f heraldadmin.EventFilter) (string, []any, int, error) {
 	sel, err := sqlstore.Select(f)
 	if err != nil {
 		return "", nil, 0, fmt.Errorf("heraldpg: %w", err)
@@ -196,15 +197,15 @@ func filterSQL(f herald.EventFilter) (string, []any, int, error) {
 	return where, args, sel.Limit, nil
 }
 
-// ListEvents implements herald.Admin.
-func (d *Driver) ListEvents(ctx context.Context, f herald.EventFilter) ([]herald.EventRow, error) {
+// ListEvents implements heraldadmin.Admin.
+func (d *Driver) ListEvents(ctx context.Context, f heraldadmin.EventFilter) ([]heraldadmin.EventRow, error) {
 	where, args, limit, err := filterSQL(f)
 	if err != nil {
 		return nil, err
 	}
 	sql := `SELECT ` + eventColumns + ` FROM ` + d.q.table + ` WHERE ` + where +
 		` ORDER BY seq LIMIT ` + strconv.Itoa(limit)
-	var out []herald.EventRow
+	var out []heraldadmin.EventRow
 	err = d.db.query(ctx, sql, args, func(scan func(...any) error) error {
 		ev, err := scanEvent(scan)
 		out = append(out, ev)
@@ -216,13 +217,13 @@ func (d *Driver) ListEvents(ctx context.Context, f herald.EventFilter) ([]herald
 	return out, nil
 }
 
-// GetEvent implements herald.Admin.
-func (d *Driver) GetEvent(ctx context.Context, id string) (herald.EventRow, error) {
+// GetEvent implements heraldadmin.Admin.
+func (d *Driver) GetEvent(ctx context.Context, id string) (heraldadmin.EventRow, error) {
 	if !validUUID(id) {
-		return herald.EventRow{}, fmt.Errorf("heraldpg: %q is not an event id (a UUID)", id)
+		return heraldadmin.EventRow{}, fmt.Errorf("heraldpg: %q is not an event id (a UUID)", id)
 	}
 	var (
-		ev    herald.EventRow
+		ev    heraldadmin.EventRow
 		found bool
 	)
 	err := d.db.query(ctx, `SELECT `+eventColumns+` FROM `+d.q.table+` WHERE id = $1`, []any{id},
@@ -236,28 +237,28 @@ func (d *Driver) GetEvent(ctx context.Context, id string) (herald.EventRow, erro
 		return ev, fmt.Errorf("heraldpg: reading event: %w", err)
 	}
 	if !found {
-		return ev, fmt.Errorf("heraldpg: event %s: %w", id, herald.ErrNotFound)
+		return ev, fmt.Errorf("heraldpg: event %s: %w", id, heraldadmin.ErrNotFound)
 	}
 	return ev, nil
 }
 
-func scanEvent(scan func(...any) error) (herald.EventRow, error) {
+func scanEvent(scan func(...any) error) (heraldadmin.EventRow, error) {
 	var (
-		e       herald.EventRow
+		e       heraldadmin.EventRow
 		headers []byte
 		state   string
 	)
 	err := scan(&e.ID, &e.Seq, &e.Topic, &e.Key, &e.Type, &e.AggregateType, &e.AggregateID,
 		&e.Payload, &headers, &e.Attempt, &e.CreatedAt, &state, &e.AvailableAt, &e.LeaseUntil,
 		&e.ClaimedBy, &e.PublishedAt, &e.DeadAt, &e.LastError, &e.Parked)
-	e.State = herald.State(state)
+	e.State = heraldadmin.State(state)
 	e.Headers = sqlstore.DecodeHeaders(headers)
 	return e, err
 }
 
-// RequeueDead implements herald.Admin.
-func (d *Driver) RequeueDead(ctx context.Context, f herald.EventFilter) (int, error) {
-	f.State = herald.StateDead
+// RequeueDead implements heraldadmin.Admin.
+func (d *Driver) RequeueDead(ctx context.Context, f heraldadmin.EventFilter) (int, error) {
+	f.State = heraldadmin.StateDead
 	where, args, _, err := filterSQL(f)
 	if err != nil {
 		return 0, err
@@ -271,10 +272,10 @@ func (d *Driver) RequeueDead(ctx context.Context, f herald.EventFilter) (int, er
 	return int(n), nil
 }
 
-// DiscardDead implements herald.Admin. Without f.Resume it first checks,
+// DiscardDead implements heraldadmin.Admin. Without f.Resume it first checks,
 // in the same transaction, that no selected row parks its key.
-func (d *Driver) DiscardDead(ctx context.Context, f herald.EventFilter) (int, error) {
-	f.State = herald.StateDead
+func (d *Driver) DiscardDead(ctx context.Context, f heraldadmin.EventFilter) (int, error) {
+	f.State = heraldadmin.StateDead
 	where, args, _, err := filterSQL(f)
 	if err != nil {
 		return 0, err
@@ -289,14 +290,14 @@ func (d *Driver) DiscardDead(ctx context.Context, f herald.EventFilter) (int, er
 				return err
 			}
 			if len(parked) > 0 {
-				return &herald.ParkedError{Keys: parked}
+				return &heraldadmin.ParkedError{Keys: parked}
 			}
 		}
 		var err error
 		n, err = tx.exec(ctx, `DELETE FROM `+d.q.table+` WHERE `+where, args...)
 		return err
 	})
-	var pe *herald.ParkedError
+	var pe *heraldadmin.ParkedError
 	if errors.As(err, &pe) {
 		return 0, err
 	}
@@ -306,12 +307,12 @@ func (d *Driver) DiscardDead(ctx context.Context, f herald.EventFilter) (int, er
 	return int(n), nil
 }
 
-// Backlog implements herald.Admin.
-func (d *Driver) Backlog(ctx context.Context) ([]herald.TopicBacklog, error) {
-	var out []herald.TopicBacklog
+// Backlog implements heraldadmin.Admin.
+func (d *Driver) Backlog(ctx context.Context) ([]heraldadmin.TopicBacklog, error) {
+	var out []heraldadmin.TopicBacklog
 	err := d.db.query(ctx, d.q.backlog, nil, func(scan func(...any) error) error {
 		var (
-			b   herald.TopicBacklog
+			b   heraldadmin.TopicBacklog
 			age float64
 		)
 		if err := scan(&b.Topic, &b.Ready, &b.Claimed, &b.Dead, &b.ParkedKeys, &age); err != nil {
@@ -327,8 +328,8 @@ func (d *Driver) Backlog(ctx context.Context) ([]herald.TopicBacklog, error) {
 	return out, nil
 }
 
-// BlockedKeys implements herald.Admin.
-func (d *Driver) BlockedKeys(ctx context.Context, limit int) ([]herald.BlockedKey, error) {
+// BlockedKeys implements heraldadmin.Admin.
+func (d *Driver) BlockedKeys(ctx context.Context, limit int) ([]heraldadmin.BlockedKey, error) {
 	if limit <= 0 {
 		limit = 100
 	}
@@ -339,10 +340,10 @@ func (d *Driver) BlockedKeys(ctx context.Context, limit int) ([]herald.BlockedKe
 	return keys, nil
 }
 
-func (d *Driver) blockedKeys(ctx context.Context, c conn, sql string, args []any) ([]herald.BlockedKey, error) {
-	var out []herald.BlockedKey
+func (d *Driver) blockedKeys(ctx context.Context, c conn, sql string, args []any) ([]heraldadmin.BlockedKey, error) {
+	var out []heraldadmin.BlockedKey
 	err := c.query(ctx, sql, args, func(scan func(...any) error) error {
-		var k herald.BlockedKey
+		var k heraldadmin.BlockedKey
 		err := scan(&k.Topic, &k.Key, &k.EventID, &k.Since, &k.Waiting)
 		out = append(out, k)
 		return err

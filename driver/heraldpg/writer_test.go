@@ -15,6 +15,7 @@ import (
 
 	"github.com/herald-outbox/herald"
 	"github.com/herald-outbox/herald/driver/heraldpg"
+	"github.com/herald-outbox/herald/heraldadmin"
 	"github.com/herald-outbox/herald/internal/heraldtest"
 )
 
@@ -37,7 +38,7 @@ func TestWriteTx(t *testing.T) {
 		require.Equal(t, "order", ev.AggregateType)
 		require.Equal(t, []byte{0, 1, 2, 0xff}, ev.Payload)
 		require.Equal(t, map[string]string{"X-Tenant": "acme"}, ev.Headers)
-		require.Equal(t, herald.StateReady, ev.State)
+		require.Equal(t, heraldadmin.StateReady, ev.State)
 		require.True(t, ev.AvailableAt.Equal(at), "available_at %v, want %v", ev.AvailableAt, at)
 	})
 
@@ -208,7 +209,7 @@ func TestWriteTx(t *testing.T) {
 		require.Equal(t, "orders", env.Topic)
 		require.Equal(t, "order-42", env.Key)
 		require.Equal(t, `{"total":4200}`, string(env.Payload))
-		require.Eventually(t, func() bool { return b.row(t, id).State == herald.StatePublished }, 10*time.Second, 5*time.Millisecond)
+		require.Eventually(t, func() bool { return b.row(t, id).State == heraldadmin.StatePublished }, 10*time.Second, 5*time.Millisecond)
 	})
 
 	t.Run("NilTransactionIsAnError", func(t *testing.T) {

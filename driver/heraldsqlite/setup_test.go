@@ -15,6 +15,7 @@ import (
 
 	"github.com/herald-outbox/herald"
 	"github.com/herald-outbox/herald/driver/heraldsqlite"
+	"github.com/herald-outbox/herald/heraldadmin"
 )
 
 func TestMain(m *testing.M) {
@@ -98,7 +99,7 @@ func (b *bundle) exec(t testing.TB, query string, args ...any) {
 	require.NoError(t, err)
 }
 
-func (b *bundle) row(t testing.TB, id string) herald.EventRow {
+func (b *bundle) row(t testing.TB, id string) heraldadmin.EventRow {
 	t.Helper()
 	ev, err := b.driver.GetEvent(context.Background(), id)
 	require.NoError(t, err)

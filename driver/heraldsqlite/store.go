@@ -12,12 +12,13 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/herald-outbox/herald"
+	"github.com/herald-outbox/herald/heraldadmin"
 	"github.com/herald-outbox/herald/internal/sqlstore"
 )
 
 var (
-	_ herald.Store = (*Driver)(nil)
-	_ herald.Admin = (*Driver)(nil)
+	_ herald.Store      = (*Driver)(nil)
+	_ heraldadmin.Admin = (*Driver)(nil)
 )
 
 // Claim implements herald.Store.
@@ -277,7 +278,7 @@ func (d *Driver) Complete(ctx context.Context, p herald.CompleteParams) (herald.
 		if err := rows.Scan(&id, &state); err != nil {
 			return res, fmt.Errorf("heraldsqlite: acknowledging batch: %w", err)
 		}
-		if herald.State(state) == herald.StatePublished {
+		if heraldadmin.State(state) == heraldadmin.StatePublished {
 			res.Published++
 		} else {
 			res.Failed = append(res.Failed, id)
@@ -323,10 +324,10 @@ func (d *Driver) DeletePublished(ctx context.Context, olderThan time.Duration, l
 	return n, nil
 }
 
-// Status implements herald.Admin. It counts every row, so it reads the
+// Status implements heraldadmin.Admin. It counts every row, so it reads the
 // whole table: an operator's tool, not something to poll every second.
-func (d *Driver) Status(ctx context.Context) (herald.Status, error) {
-	var st herald.Status
+func (d *Driver) Status(ctx context.Context) (heraldadmin.Status, error) {
+	var st heraldadmin.Status
 	rows, err := d.db.QueryContext(ctx, d.q.status)
 	if err != nil {
 		return st, fmt.Errorf("heraldsqlite: reading status: %w", err)
@@ -334,17 +335,17 @@ func (d *Driver) Status(ctx context.Context) (herald.Status, error) {
 	defer rows.Close()
 	for rows.Next() {
 		var (
-			ts    herald.TopicStatus
+			ts    heraldadmin.TopicStatus
 			state string
 			ageUS int64
 		)
 		if err := rows.Scan(&ts.Topic, &state, &ts.Count, &ageUS); err != nil {
 			return st, fmt.Errorf("heraldsqlite: reading status: %w", err)
 		}
-		ts.State = herald.State(state)
+		ts.State = heraldadmin.State(state)
 		ts.Oldest = time.Duration(ageUS) * time.Microsecond
 		st.Topics = append(st.Topics, ts)
-		if (ts.State == herald.StateReady || ts.State == herald.StateClaimed) && ts.Oldest > st.OldestPending {
+		if (ts.State == heraldadmin.StateReady || ts.State == heraldadmin.StateClaimed) && ts.Oldest > st.OldestPending {
 			st.OldestPending = ts.Oldest
 		}
 	}
@@ -356,7 +357,7 @@ func (d *Driver) Status(ctx context.Context) (herald.Status, error) {
 
 // filterSQL turns a checked EventFilter into a WHERE clause, its
 // arguments and the listing limit.
-func filterSQL(f herald.EventFilter) (string, []any, int, error) {
+func filterSQL(f heraldadmin.EventFilter) (string, []any, int, error) {
 	sel, err := sqlstore.Select(f)
 	if err != nil {
 		return "", nil, 0, fmt.Errorf("heraldsqlite: %w", err)
@@ -379,8 +380,8 @@ func canonicalID(id string) (string, error) {
 	return u.String(), nil
 }
 
-// ListEvents implements herald.Admin.
-func (d *Driver) ListEvents(ctx context.Context, f herald.EventFilter) ([]herald.EventRow, error) {
+// ListEvents implements heraldadmin.Admin.
+func (d *Driver) ListEvents(ctx context.Context, f heraldadmin.EventFilter) ([]heraldadmin.EventRow, error) {
 	where, args, limit, err := filterSQL(f)
 	if err != nil {
 		return nil, err
@@ -390,7 +391,7 @@ func (d *Driver) ListEvents(ctx context.Context, f herald.EventFilter) ([]herald
 		return nil, fmt.Errorf("heraldsqlite: listing events: %w", err)
 	}
 	defer rows.Close()
-	var out []herald.EventRow
+	var out []heraldadmin.EventRow
 	for rows.Next() {
 		ev, err := scanEvent(rows)
 		if err != nil {
@@ -404,22 +405,22 @@ func (d *Driver) ListEvents(ctx context.Context, f herald.EventFilter) ([]herald
 	return out, nil
 }
 
-// GetEvent implements herald.Admin.
-func (d *Driver) GetEvent(ctx context.Context, id string) (herald.EventRow, error) {
+// GetEvent implements heraldadmin.Admin.
+func (d *Driver) GetEvent(ctx context.Context, id string) (heraldadmin.EventRow, error) {
 	cid, err := canonicalID(id)
 	if err != nil {
-		return herald.EventRow{}, err
+		return heraldadmin.EventRow{}, err
 	}
 	rows, err := d.db.QueryContext(ctx, d.q.getEvent, cid)
 	if err != nil {
-		return herald.EventRow{}, fmt.Errorf("heraldsqlite: reading event: %w", err)
+		return heraldadmin.EventRow{}, fmt.Errorf("heraldsqlite: reading event: %w", err)
 	}
 	defer rows.Close()
 	if !rows.Next() {
 		if err := rows.Err(); err != nil {
-			return herald.EventRow{}, fmt.Errorf("heraldsqlite: reading event: %w", err)
+			return heraldadmin.EventRow{}, fmt.Errorf("heraldsqlite: reading event: %w", err)
 		}
-		return herald.EventRow{}, fmt.Errorf("heraldsqlite: event %s: %w", cid, herald.ErrNotFound)
+		return heraldadmin.EventRow{}, fmt.Errorf("heraldsqlite: event %s: %w", cid, heraldadmin.ErrNotFound)
 	}
 	ev, err := scanEvent(rows)
 	if err != nil {
@@ -428,9 +429,9 @@ func (d *Driver) GetEvent(ctx context.Context, id string) (herald.EventRow, erro
 	return ev, nil
 }
 
-func scanEvent(rows *sql.Rows) (herald.EventRow, error) {
+func scanEvent(rows *sql.Rows) (heraldadmin.EventRow, error) {
 	var (
-		e                      herald.EventRow
+		e                      heraldadmin.EventRow
 		headers                []byte
 		state                  string
 		created, available     int64
@@ -439,7 +440,7 @@ func scanEvent(rows *sql.Rows) (herald.EventRow, error) {
 	err := rows.Scan(&e.ID, &e.Seq, &e.Topic, &e.Key, &e.Type, &e.AggregateType, &e.AggregateID,
 		&e.Payload, &headers, &e.Attempt, &created, &state, &available, &lease,
 		&e.ClaimedBy, &published, &dead, &e.LastError, &e.Parked)
-	e.State = herald.State(state)
+	e.State = heraldadmin.State(state)
 	e.Headers = sqlstore.DecodeHeaders(headers)
 	e.CreatedAt = time.UnixMicro(created)
 	e.AvailableAt = time.UnixMicro(available)
@@ -455,9 +456,9 @@ func timePtr(v sql.NullInt64) *time.Time {
 	return &t
 }
 
-// RequeueDead implements herald.Admin.
-func (d *Driver) RequeueDead(ctx context.Context, f herald.EventFilter) (int, error) {
-	f.State = herald.StateDead
+// RequeueDead implements heraldadmin.Admin.
+func (d *Driver) RequeueDead(ctx context.Context, f heraldadmin.EventFilter) (int, error) {
+	f.State = heraldadmin.StateDead
 	where, args, _, err := filterSQL(f)
 	if err != nil {
 		return 0, err
@@ -469,10 +470,10 @@ func (d *Driver) RequeueDead(ctx context.Context, f herald.EventFilter) (int, er
 	return n, nil
 }
 
-// DiscardDead implements herald.Admin. Without f.Resume it first checks,
+// DiscardDead implements heraldadmin.Admin. Without f.Resume it first checks,
 // in the same transaction, that no selected row parks its key.
-func (d *Driver) DiscardDead(ctx context.Context, f herald.EventFilter) (int, error) {
-	f.State = herald.StateDead
+func (d *Driver) DiscardDead(ctx context.Context, f heraldadmin.EventFilter) (int, error) {
+	f.State = heraldadmin.StateDead
 	where, args, _, err := filterSQL(f)
 	if err != nil {
 		return 0, err
@@ -490,7 +491,7 @@ func (d *Driver) DiscardDead(ctx context.Context, f herald.EventFilter) (int, er
 			return 0, fmt.Errorf("heraldsqlite: discarding dead events: %w", err)
 		}
 		if len(parked) > 0 {
-			return 0, &herald.ParkedError{Keys: parked}
+			return 0, &heraldadmin.ParkedError{Keys: parked}
 		}
 	}
 	r, err := tx.ExecContext(ctx, d.q.discard+where, args...)
@@ -507,17 +508,17 @@ func (d *Driver) DiscardDead(ctx context.Context, f herald.EventFilter) (int, er
 	return int(n), nil
 }
 
-// Backlog implements herald.Admin.
-func (d *Driver) Backlog(ctx context.Context) ([]herald.TopicBacklog, error) {
+// Backlog implements heraldadmin.Admin.
+func (d *Driver) Backlog(ctx context.Context) ([]heraldadmin.TopicBacklog, error) {
 	rows, err := d.db.QueryContext(ctx, d.q.backlog)
 	if err != nil {
 		return nil, fmt.Errorf("heraldsqlite: reading the backlog: %w", err)
 	}
 	defer rows.Close()
-	var out []herald.TopicBacklog
+	var out []heraldadmin.TopicBacklog
 	for rows.Next() {
 		var (
-			b     herald.TopicBacklog
+			b     heraldadmin.TopicBacklog
 			ageUS int64
 		)
 		if err := rows.Scan(&b.Topic, &b.Ready, &b.Claimed, &b.Dead, &b.ParkedKeys, &ageUS); err != nil {
@@ -532,8 +533,8 @@ func (d *Driver) Backlog(ctx context.Context) ([]herald.TopicBacklog, error) {
 	return out, nil
 }
 
-// BlockedKeys implements herald.Admin.
-func (d *Driver) BlockedKeys(ctx context.Context, limit int) ([]herald.BlockedKey, error) {
+// BlockedKeys implements heraldadmin.Admin.
+func (d *Driver) BlockedKeys(ctx context.Context, limit int) ([]heraldadmin.BlockedKey, error) {
 	if limit <= 0 {
 		limit = 100
 	}
@@ -544,16 +545,16 @@ func (d *Driver) BlockedKeys(ctx context.Context, limit int) ([]herald.BlockedKe
 	return keys, nil
 }
 
-func blockedKeys(ctx context.Context, q queryer, query string, args ...any) ([]herald.BlockedKey, error) {
+func blockedKeys(ctx context.Context, q queryer, query string, args ...any) ([]heraldadmin.BlockedKey, error) {
 	rows, err := q.QueryContext(ctx, query, args...)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var out []herald.BlockedKey
+	var out []heraldadmin.BlockedKey
 	for rows.Next() {
 		var (
-			k     herald.BlockedKey
+			k     heraldadmin.BlockedKey
 			since int64
 		)
 		if err := rows.Scan(&k.Topic, &k.Key, &k.EventID, &since, &k.Waiting); err != nil {

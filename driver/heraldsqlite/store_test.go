@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/herald-outbox/herald"
+	"github.com/herald-outbox/herald/heraldadmin"
 )
 
 func claim(t *testing.T, b *bundle, limit int) (string, []herald.Envelope) {
@@ -47,7 +48,7 @@ func TestStore(t *testing.T) {
 		require.Equal(t, 1, envs[0].Attempt)
 		require.Equal(t, map[string]string{"X-A": "1"}, envs[0].Headers)
 		ev := b.row(t, ids[0])
-		require.Equal(t, herald.StateClaimed, ev.State)
+		require.Equal(t, heraldadmin.StateClaimed, ev.State)
 		require.Equal(t, "host/1", ev.ClaimedBy)
 		require.NotNil(t, ev.LeaseUntil)
 		require.WithinDuration(t, time.Now().Add(time.Minute), *ev.LeaseUntil, 5*time.Second)
@@ -74,7 +75,7 @@ func TestStore(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, 2, res.Published)
 		ev := b.row(t, ids[0])
-		require.Equal(t, herald.StatePublished, ev.State)
+		require.Equal(t, heraldadmin.StatePublished, ev.State)
 		require.NotNil(t, ev.PublishedAt)
 		require.Nil(t, ev.LeaseUntil)
 
@@ -112,19 +113,19 @@ func TestStore(t *testing.T) {
 		require.ElementsMatch(t, ids[1:], res.Failed)
 
 		retry := b.row(t, ids[1])
-		require.Equal(t, herald.StateReady, retry.State)
+		require.Equal(t, heraldadmin.StateReady, retry.State)
 		require.Equal(t, 1, retry.Attempt)
 		require.Equal(t, "nack", retry.LastError)
 		require.WithinDuration(t, before.Add(30*time.Second), retry.AvailableAt, 5*time.Second)
 		require.Nil(t, retry.LeaseUntil)
 
 		outage := b.row(t, ids[3])
-		require.Equal(t, herald.StateReady, outage.State)
+		require.Equal(t, heraldadmin.StateReady, outage.State)
 		require.Zero(t, outage.Attempt, "an outage refunds the attempt")
 
 		for _, id := range []string{ids[2], ids[4], ids[5], ids[6]} {
 			ev := b.row(t, id)
-			require.Equal(t, herald.StateDead, ev.State, ev.Topic)
+			require.Equal(t, heraldadmin.StateDead, ev.State, ev.Topic)
 			require.NotNil(t, ev.DeadAt, ev.Topic)
 			require.NotEmpty(t, ev.LastError, ev.Topic)
 		}
@@ -143,7 +144,7 @@ func TestStore(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, 1, res.Published)
 		require.Empty(t, res.Failed)
-		require.Equal(t, herald.StateReady, b.row(t, ids[1]).State)
+		require.Equal(t, heraldadmin.StateReady, b.row(t, ids[1]).State)
 	})
 
 	t.Run("RescueReturnsOnlyExpiredLeases", func(t *testing.T) {
@@ -159,10 +160,10 @@ func TestStore(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, 1, n)
 		ev := b.row(t, ids[0])
-		require.Equal(t, herald.StateReady, ev.State)
+		require.Equal(t, heraldadmin.StateReady, ev.State)
 		require.Equal(t, 1, ev.Attempt, "the lost attempt counts")
 		require.Contains(t, ev.LastError, "lease expired: relay host/1")
-		require.Equal(t, herald.StateClaimed, b.row(t, ids[2]).State)
+		require.Equal(t, heraldadmin.StateClaimed, b.row(t, ids[2]).State)
 
 		res, err := b.driver.Complete(ctx, herald.CompleteParams{Token: token, Published: ids})
 		require.NoError(t, err)
@@ -231,9 +232,9 @@ func TestAdmin(t *testing.T) {
 		require.NoError(t, err)
 		require.Len(t, st.Topics, 2)
 		require.Equal(t, "dead", st.Topics[0].Topic)
-		require.Equal(t, herald.StateDead, st.Topics[0].State)
+		require.Equal(t, heraldadmin.StateDead, st.Topics[0].State)
 		require.EqualValues(t, 2, st.Topics[0].Count)
-		require.Equal(t, herald.StateReady, st.Topics[1].State)
+		require.Equal(t, heraldadmin.StateReady, st.Topics[1].State)
 		require.EqualValues(t, 3, st.Topics[1].Count)
 		require.InDelta(t, time.Minute.Seconds(), st.OldestPending.Seconds(), 5)
 	})
@@ -245,25 +246,25 @@ func TestAdmin(t *testing.T) {
 		deadB := deadRows(t, b, "b", 1)
 		ready := b.write(t, herald.Message{Topic: "a"})
 
-		rows, err := b.driver.ListEvents(ctx, herald.EventFilter{All: true})
+		rows, err := b.driver.ListEvents(ctx, heraldadmin.EventFilter{All: true})
 		require.NoError(t, err)
 		require.Len(t, rows, 4, "dead by default")
-		rows, err = b.driver.ListEvents(ctx, herald.EventFilter{Topic: "a", Limit: 2})
+		rows, err = b.driver.ListEvents(ctx, heraldadmin.EventFilter{Topic: "a", Limit: 2})
 		require.NoError(t, err)
 		require.Equal(t, dead[:2], []string{rows[0].ID, rows[1].ID})
 		require.Equal(t, "boom", rows[0].LastError)
-		rows, err = b.driver.ListEvents(ctx, herald.EventFilter{IDs: append(deadB, ready...)})
+		rows, err = b.driver.ListEvents(ctx, heraldadmin.EventFilter{IDs: append(deadB, ready...)})
 		require.NoError(t, err)
 		require.Len(t, rows, 1)
-		rows, err = b.driver.ListEvents(ctx, herald.EventFilter{All: true, State: herald.StateReady})
+		rows, err = b.driver.ListEvents(ctx, heraldadmin.EventFilter{All: true, State: heraldadmin.StateReady})
 		require.NoError(t, err)
 		require.Equal(t, ready[0], rows[0].ID)
 
 		ev, err := b.driver.GetEvent(ctx, dead[0])
 		require.NoError(t, err)
-		require.Equal(t, herald.StateDead, ev.State)
+		require.Equal(t, heraldadmin.StateDead, ev.State)
 		_, err = b.driver.GetEvent(ctx, herald.NewID())
-		require.ErrorIs(t, err, herald.ErrNotFound)
+		require.ErrorIs(t, err, heraldadmin.ErrNotFound)
 		_, err = b.driver.GetEvent(ctx, "42")
 		require.ErrorContains(t, err, "not an event id")
 	})
@@ -271,7 +272,7 @@ func TestAdmin(t *testing.T) {
 	t.Run("FiltersMustSelectExactlyOneWay", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
-		for _, f := range []herald.EventFilter{
+		for _, f := range []heraldadmin.EventFilter{
 			{}, {All: true, Topic: "t"}, {IDs: []string{herald.NewID()}, All: true},
 			{IDs: []string{"nope"}}, {All: true, State: "gone"},
 		} {
@@ -294,19 +295,19 @@ func TestAdmin(t *testing.T) {
 		deadRows(t, b, "b", 2)
 		ready := b.write(t, herald.Message{Topic: "a"})
 
-		n, err := b.driver.RequeueDead(ctx, herald.EventFilter{IDs: append(a[:1], ready...)})
+		n, err := b.driver.RequeueDead(ctx, heraldadmin.EventFilter{IDs: append(a[:1], ready...)})
 		require.NoError(t, err)
 		require.Equal(t, 1, n, "only dead rows are requeued")
 		ev := b.row(t, a[0])
-		require.Equal(t, herald.StateReady, ev.State)
+		require.Equal(t, heraldadmin.StateReady, ev.State)
 		require.Zero(t, ev.Attempt)
 		require.Nil(t, ev.DeadAt)
 		require.WithinDuration(t, time.Now(), ev.AvailableAt, 5*time.Second)
 
-		n, err = b.driver.DiscardDead(ctx, herald.EventFilter{Topic: "b"})
+		n, err = b.driver.DiscardDead(ctx, heraldadmin.EventFilter{Topic: "b"})
 		require.NoError(t, err)
 		require.Equal(t, 2, n)
-		n, err = b.driver.DiscardDead(ctx, herald.EventFilter{All: true})
+		n, err = b.driver.DiscardDead(ctx, heraldadmin.EventFilter{All: true})
 		require.NoError(t, err)
 		require.Equal(t, 1, n)
 		require.Equal(t, 2, b.count(t, "true"), "ready rows are never discarded")

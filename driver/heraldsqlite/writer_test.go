@@ -13,6 +13,7 @@ import (
 
 	"github.com/herald-outbox/herald"
 	"github.com/herald-outbox/herald/driver/heraldsqlite"
+	"github.com/herald-outbox/herald/heraldadmin"
 )
 
 func TestWriteTx(t *testing.T) {
@@ -37,7 +38,7 @@ func TestWriteTx(t *testing.T) {
 		require.Equal(t, "42", ev.AggregateID)
 		require.Equal(t, []byte{0, 1, 2, 0xff}, ev.Payload)
 		require.Equal(t, map[string]string{"X-Tenant": "acme"}, ev.Headers)
-		require.Equal(t, herald.StateReady, ev.State)
+		require.Equal(t, heraldadmin.StateReady, ev.State)
 		require.Zero(t, ev.Attempt)
 		require.True(t, ev.AvailableAt.Equal(at), "available_at %v, want %v", ev.AvailableAt, at)
 		require.WithinRange(t, ev.CreatedAt, before, time.Now().Add(time.Second))

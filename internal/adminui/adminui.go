@@ -15,12 +15,13 @@ import (
 	"time"
 
 	"github.com/herald-outbox/herald"
+	"github.com/herald-outbox/herald/heraldadmin"
 )
 
 // Config configures the operator page.
 type Config struct {
 	// Admin reads and changes the outbox table. Required.
-	Admin herald.Admin
+	Admin heraldadmin.Admin
 	// Token lets an operator requeue and discard dead events. It must be at
 	// least 16 bytes long. Empty makes the page read-only. Defaults to "".
 	Token string

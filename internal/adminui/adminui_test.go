@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/herald-outbox/herald"
+	"github.com/herald-outbox/herald/heraldadmin"
 	"github.com/herald-outbox/herald/internal/adminui"
 )
 
@@ -308,7 +309,7 @@ func TestBadInput(t *testing.T) {
 			require.NotContains(t, res.Body, "<script>", "the bad input is escaped when quoted")
 		})
 	}
-	require.Equal(t, herald.StateDead, b.state(t, ids[0]), "no bad request changed anything")
+	require.Equal(t, heraldadmin.StateDead, b.state(t, ids[0]), "no bad request changed anything")
 }
 
 func TestSecurityHeaders(t *testing.T) {
@@ -369,7 +370,7 @@ func TestReadOnlyWithoutToken(t *testing.T) {
 			require.Contains(t, res.Body, "read-only")
 		})
 	}
-	require.Equal(t, herald.StateDead, b.state(t, ids[0]))
+	require.Equal(t, heraldadmin.StateDead, b.state(t, ids[0]))
 	require.Empty(t, b.audit.String(), "nothing happened to audit")
 }
 
@@ -414,12 +415,12 @@ func TestAuth(t *testing.T) {
 				require.Equal(t, `Bearer realm="herald"`, res.Header.Get("WWW-Authenticate"))
 			})
 		}
-		require.Equal(t, herald.StateDead, b.state(t, ids[0]))
+		require.Equal(t, heraldadmin.StateDead, b.state(t, ids[0]))
 
 		res := b.post(t, "/actions/requeue", form, withBearer(testToken))
 		require.Equal(t, http.StatusOK, res.Code, res.Body)
 		require.Contains(t, res.Body, "Requeued 1 dead event")
-		require.Equal(t, herald.StateReady, b.state(t, ids[0]))
+		require.Equal(t, heraldadmin.StateReady, b.state(t, ids[0]))
 
 		lines := b.auditLines(t)
 		failed := 0
@@ -497,11 +498,11 @@ func TestAuth(t *testing.T) {
 				require.Contains(t, res.Body, tc.says)
 			})
 		}
-		require.Equal(t, herald.StateDead, b.state(t, ids[0]))
+		require.Equal(t, heraldadmin.StateDead, b.state(t, ids[0]))
 		res := b.post(t, "/actions/requeue", form(s.csrf), s.send, withHeader("Origin", "http://example.com"),
 			withHeader("Sec-Fetch-Site", "same-origin"))
 		require.Equal(t, http.StatusOK, res.Code, res.Body)
-		require.Equal(t, herald.StateReady, b.state(t, ids[0]))
+		require.Equal(t, heraldadmin.StateReady, b.state(t, ids[0]))
 	})
 
 	t.Run("AnExpiredOrTamperedSessionIsNoLogin", func(t *testing.T) {
@@ -542,7 +543,7 @@ func TestActions(t *testing.T) {
 		require.Equal(t, http.StatusOK, res.Code)
 		require.Contains(t, res.Body, "Requeue 1 dead event?")
 		require.Contains(t, res.Body, `href="/events/`+ids[0]+`"`)
-		require.Equal(t, herald.StateDead, b.state(t, ids[0]), "the confirmation page changes nothing")
+		require.Equal(t, heraldadmin.StateDead, b.state(t, ids[0]), "the confirmation page changes nothing")
 
 		form := formOf(t, res.Body, "confirm-form")
 		require.Equal(t, "/actions/requeue", form.action)
@@ -551,8 +552,8 @@ func TestActions(t *testing.T) {
 		res = b.post(t, form.action, form.values, s.send)
 		require.Equal(t, http.StatusOK, res.Code, res.Body)
 		require.Contains(t, res.Body, "Requeued 1 dead event")
-		require.Equal(t, herald.StateReady, b.state(t, ids[0]))
-		require.Equal(t, herald.StateDead, b.state(t, ids[1]), "only the selected event")
+		require.Equal(t, heraldadmin.StateReady, b.state(t, ids[0]))
+		require.Equal(t, heraldadmin.StateDead, b.state(t, ids[1]), "only the selected event")
 
 		lines := b.auditLines(t)
 		last := lines[len(lines)-1]
@@ -576,7 +577,7 @@ func TestActions(t *testing.T) {
 		res = b.post(t, "/actions/discard?id="+ids[0], url.Values{"confirm": {"yes"}}, withBearer(testToken))
 		require.Equal(t, http.StatusBadRequest, res.Code)
 		require.Contains(t, res.Body, "no event is selected")
-		require.Equal(t, herald.StateDead, b.state(t, ids[0]))
+		require.Equal(t, heraldadmin.StateDead, b.state(t, ids[0]))
 	})
 
 	t.Run("BulkActionsBySelectedIDsAndByTopic", func(t *testing.T) {
@@ -598,9 +599,9 @@ func TestActions(t *testing.T) {
 		require.Equal(t, http.StatusOK, res.Code, res.Body)
 		require.Contains(t, res.Body, "Requeued 3 dead events")
 		for _, id := range orders {
-			require.Equal(t, herald.StateReady, b.state(t, id))
+			require.Equal(t, heraldadmin.StateReady, b.state(t, id))
 		}
-		require.Equal(t, herald.StateDead, b.state(t, payments[0]), "another topic is left alone")
+		require.Equal(t, heraldadmin.StateDead, b.state(t, payments[0]), "another topic is left alone")
 
 		// Two selected ids, one of them not dead.
 		q := url.Values{"action": {"discard"}, "id": {payments[0], ready[0], payments[0]}}
@@ -616,8 +617,8 @@ func TestActions(t *testing.T) {
 		require.Contains(t, res.Body, "Discarded 1 dead event")
 		require.Contains(t, res.Body, "1 of the events selected was not dead")
 		require.Equal(t, "gone", string(b.state(t, payments[0])))
-		require.Equal(t, herald.StateReady, b.state(t, ready[0]), "a ready event is never discarded")
-		require.Equal(t, herald.StateDead, b.state(t, payments[1]))
+		require.Equal(t, heraldadmin.StateReady, b.state(t, ready[0]), "a ready event is never discarded")
+		require.Equal(t, heraldadmin.StateDead, b.state(t, payments[1]))
 
 		lines := b.auditLines(t)
 		byAction := map[string]map[string]any{}
@@ -654,7 +655,7 @@ func TestActions(t *testing.T) {
 		require.Contains(t, res.Body, "Nothing was discarded")
 		require.Contains(t, res.Body, `id="parked-error"`)
 		require.Regexp(t, `(?s)id="parked-keys".*order-7.*`+dead[0], res.Body)
-		require.Equal(t, herald.StateDead, b.state(t, dead[0]))
+		require.Equal(t, heraldadmin.StateDead, b.state(t, dead[0]))
 		lines := b.auditLines(t)
 		last := lines[len(lines)-1]
 		require.Equal(t, "discard", last["action"])
@@ -668,7 +669,7 @@ func TestActions(t *testing.T) {
 		require.Equal(t, http.StatusOK, res.Code, res.Body)
 		require.Contains(t, res.Body, "Discarded 1 dead event")
 		require.Equal(t, "gone", string(b.state(t, dead[0])))
-		require.Equal(t, herald.StateReady, b.state(t, waiting[0]))
+		require.Equal(t, heraldadmin.StateReady, b.state(t, waiting[0]))
 		keys, err := b.store.BlockedKeys(t.Context(), 10)
 		require.NoError(t, err)
 		require.Empty(t, keys, "the key goes on")
@@ -699,7 +700,7 @@ func TestActions(t *testing.T) {
 	t.Run("StoreErrorsAreShownScrubbed", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, "", func(c *adminui.Config) {
-			c.Admin = &fakeAdmin{BacklogFunc: func(context.Context) ([]herald.TopicBacklog, error) {
+			c.Admin = &fakeAdmin{BacklogFunc: func(context.Context) ([]heraldadmin.TopicBacklog, error) {
 				return nil, errors.New("heraldpg: connecting to postgres://herald:pa55word@db.internal/outbox: <b>refused</b>")
 			}}
 		})
@@ -713,7 +714,7 @@ func TestActions(t *testing.T) {
 		require.NotContains(t, b.logs.String(), "pa55word")
 
 		b = setup(t, "", func(c *adminui.Config) {
-			c.Admin = &fakeAdmin{BacklogFunc: func(ctx context.Context) ([]herald.TopicBacklog, error) {
+			c.Admin = &fakeAdmin{BacklogFunc: func(ctx context.Context) ([]heraldadmin.TopicBacklog, error) {
 				return nil, fmt.Errorf("querying: %w", context.DeadlineExceeded)
 			}}
 		})

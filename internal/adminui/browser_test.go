@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/herald-outbox/herald"
+	"github.com/herald-outbox/herald/heraldadmin"
 	"github.com/herald-outbox/herald/internal/adminui"
 	"github.com/herald-outbox/herald/internal/heraldtest"
 )
@@ -164,7 +165,7 @@ func TestBrowser(t *testing.T) {
 	})[0]
 	deadInvoice := b.write(t, herald.Message{Topic: "invoices", Key: "inv-7", Type: "invoice.issued", Payload: []byte{0x1f, 0x8b, 0x08, 0x00, 0xff}})[0]
 	require.Eventually(t, func() bool {
-		return b.state(t, deadOrder) == herald.StateDead && b.state(t, deadInvoice) == herald.StateDead
+		return b.state(t, deadOrder) == heraldadmin.StateDead && b.state(t, deadInvoice) == heraldadmin.StateDead
 	}, 10*time.Second, 10*time.Millisecond)
 	waiting := b.write(t, herald.Message{Topic: "orders", Key: "order-42", Type: "order.paid"},
 		herald.Message{Topic: "orders", Key: "order-42", Type: "order.shipped"})
@@ -274,7 +275,7 @@ func TestBrowser(t *testing.T) {
 	// Requeue it, through the confirmation page.
 	do(chromedp.Click(chromedp.ID("requeue")), page("confirm"))
 	require.Contains(t, text("h1"), "Requeue 1 dead event?")
-	require.Equal(t, herald.StateDead, b.state(t, deadOrder), "the confirmation page changed nothing")
+	require.Equal(t, heraldadmin.StateDead, b.state(t, deadOrder), "the confirmation page changed nothing")
 	do(chromedp.Click(chromedp.ID("confirm")), page("result"))
 	require.Equal(t, "Requeued 1 dead event", text("#result"))
 

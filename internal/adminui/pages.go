@@ -15,13 +15,14 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/herald-outbox/herald"
+	"github.com/herald-outbox/herald/heraldadmin"
 )
 
 type overviewView struct {
-	Backlog     []herald.TopicBacklog
-	Total       herald.TopicBacklog // sums; OldestPending is the oldest of all
-	Rate        *rateView           // nil when Config.Rate is nil
-	Blocked     []herald.BlockedKey
+	Backlog     []heraldadmin.TopicBacklog
+	Total       heraldadmin.TopicBacklog // sums; OldestPending is the oldest of all
+	Rate        *rateView                // nil when Config.Rate is nil
+	Blocked     []heraldadmin.BlockedKey
 	MoreBlocked bool
 }
 
@@ -39,7 +40,7 @@ func (h *handler) overview(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	v := overviewView{Backlog: backlog}
-	slices.SortFunc(v.Backlog, func(a, b herald.TopicBacklog) int { return cmp.Compare(a.Topic, b.Topic) })
+	slices.SortFunc(v.Backlog, func(a, b heraldadmin.TopicBacklog) int { return cmp.Compare(a.Topic, b.Topic) })
 	for _, b := range backlog {
 		v.Total.Ready += b.Ready
 		v.Total.Claimed += b.Claimed
@@ -58,12 +59,12 @@ func (h *handler) overview(w http.ResponseWriter, r *http.Request) {
 type deadView struct {
 	Topic, ID string // the search, as asked
 	Limit     int
-	Rows      []herald.EventRow
+	Rows      []heraldadmin.EventRow
 	More      bool
 	MoreLimit int      // the limit of the "show more" link; 0 at the maximum
 	Topics    []string // topics with dead events, to pick from
 	// Other is the event searched by id when it is not dead.
-	Other *herald.EventRow
+	Other *heraldadmin.EventRow
 	// Unknown is set when no event has the id searched.
 	Unknown bool
 }
@@ -79,7 +80,7 @@ func (h *handler) deadList(w http.ResponseWriter, r *http.Request) {
 		}
 		v.Limit = n
 	}
-	f := herald.EventFilter{All: true, State: herald.StateDead, Limit: v.Limit + 1} // one more tells whether there are more
+	f := heraldadmin.EventFilter{All: true, State: heraldadmin.StateDead, Limit: v.Limit + 1} // one more tells whether there are more
 	switch {
 	case v.ID != "" && v.Topic != "":
 		h.fail(w, r, http.StatusBadRequest, "Search by topic or by event id, not both.")
@@ -114,7 +115,7 @@ func (h *handler) deadList(w http.ResponseWriter, r *http.Request) {
 	if len(f.IDs) == 1 && len(rows) == 0 {
 		row, err := h.cfg.Admin.GetEvent(ctx, f.IDs[0])
 		switch {
-		case errors.Is(err, herald.ErrNotFound):
+		case errors.Is(err, heraldadmin.ErrNotFound):
 			v.Unknown = true
 		case err != nil:
 			h.storeFailed(w, r, "reading the event", err)
@@ -138,7 +139,7 @@ func (h *handler) deadList(w http.ResponseWriter, r *http.Request) {
 }
 
 type eventView struct {
-	Row       herald.EventRow
+	Row       heraldadmin.EventRow
 	Headers   []header
 	Payload   preview
 	LastError string
@@ -153,7 +154,7 @@ func (h *handler) event(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := storeCtx(r)
 	defer cancel()
 	row, err := h.cfg.Admin.GetEvent(ctx, id)
-	if errors.Is(err, herald.ErrNotFound) {
+	if errors.Is(err, heraldadmin.ErrNotFound) {
 		h.fail(w, r, http.StatusNotFound, "No event has the id %s: it may have been discarded, or published and then deleted by retention.", id)
 		return
 	}
@@ -175,8 +176,8 @@ type selection struct {
 	Resume bool // discard: also the events that park their key
 }
 
-func (s selection) filter() herald.EventFilter {
-	return herald.EventFilter{IDs: s.IDs, Topic: s.Topic, State: herald.StateDead, Resume: s.Resume}
+func (s selection) filter() heraldadmin.EventFilter {
+	return heraldadmin.EventFilter{IDs: s.IDs, Topic: s.Topic, State: heraldadmin.StateDead, Resume: s.Resume}
 }
 
 // QueryFor returns the selection as the query of the confirmation page of
@@ -226,12 +227,12 @@ type confirmView struct {
 	// Count is how many dead events the selection holds now.
 	Count int
 	// Events are the selected dead events, when selected by id.
-	Events []herald.EventRow
+	Events []heraldadmin.EventRow
 	// NotDead are the ids selected that are not dead events.
 	NotDead []string
 	// Parked are the keys that events of the selection park; ParkedCount
 	// how many there are in all (Parked may show fewer).
-	Parked      []herald.BlockedKey
+	Parked      []heraldadmin.BlockedKey
 	ParkedCount int
 }
 
@@ -256,7 +257,7 @@ func (h *handler) confirm(w http.ResponseWriter, r *http.Request) {
 	v := confirmView{Sel: sel}
 	var parking map[string]bool // ids of the selected events that park their key
 	if len(sel.IDs) > 0 {
-		rows, err := h.cfg.Admin.ListEvents(ctx, herald.EventFilter{IDs: sel.IDs, State: herald.StateDead, Limit: len(sel.IDs)})
+		rows, err := h.cfg.Admin.ListEvents(ctx, heraldadmin.EventFilter{IDs: sel.IDs, State: heraldadmin.StateDead, Limit: len(sel.IDs)})
 		if err != nil {
 			h.storeFailed(w, r, "reading the selected events", err)
 			return
@@ -313,7 +314,7 @@ type resultView struct {
 
 type parkedView struct {
 	Sel  selection
-	Keys []herald.BlockedKey
+	Keys []heraldadmin.BlockedKey
 }
 
 func (h *handler) action(w http.ResponseWriter, r *http.Request) {
@@ -363,7 +364,7 @@ func (h *handler) action(w http.ResponseWriter, r *http.Request) {
 	} else {
 		n, err = h.cfg.Admin.DiscardDead(ctx, sel.filter())
 	}
-	var parked *herald.ParkedError
+	var parked *heraldadmin.ParkedError
 	switch {
 	case errors.As(err, &parked):
 		h.audit(r, action, append(attrs, slog.Int("changed", 0), slog.String("outcome", "refused: parks a key"))...)

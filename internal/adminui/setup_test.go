@@ -20,6 +20,7 @@ import (
 
 	"github.com/herald-outbox/herald"
 	"github.com/herald-outbox/herald/driver/heraldsqlite"
+	"github.com/herald-outbox/herald/heraldadmin"
 	"github.com/herald-outbox/herald/internal/adminui"
 	"github.com/herald-outbox/herald/internal/heraldtest"
 )
@@ -117,11 +118,11 @@ func (b *bundle) kill(t *testing.T, park bool, lastError string, msgs ...herald.
 	return ids
 }
 
-func (b *bundle) state(t *testing.T, id string) herald.State {
+func (b *bundle) state(t *testing.T, id string) heraldadmin.State {
 	t.Helper()
 	row, err := b.store.GetEvent(t.Context(), id)
 	if err != nil {
-		require.ErrorIs(t, err, herald.ErrNotFound)
+		require.ErrorIs(t, err, heraldadmin.ErrNotFound)
 		return "gone"
 	}
 	return row.State
@@ -215,23 +216,25 @@ func (b *bundle) auditLines(t *testing.T) []map[string]any {
 	return out
 }
 
-// fakeAdmin is a herald.Admin whose methods a test sets.
+// fakeAdmin is a heraldadmin.Admin whose methods a test sets.
 type fakeAdmin struct {
-	BacklogFunc func(context.Context) ([]herald.TopicBacklog, error)
+	BacklogFunc func(context.Context) ([]heraldadmin.TopicBacklog, error)
 }
 
-func (f *fakeAdmin) Status(context.Context) (herald.Status, error) { return herald.Status{}, nil }
-func (f *fakeAdmin) ListEvents(context.Context, herald.EventFilter) ([]herald.EventRow, error) {
+func (f *fakeAdmin) Status(context.Context) (heraldadmin.Status, error) {
+	return heraldadmin.Status{}, nil
+}
+func (f *fakeAdmin) ListEvents(context.Context, heraldadmin.EventFilter) ([]heraldadmin.EventRow, error) {
 	return nil, nil
 }
-func (f *fakeAdmin) GetEvent(context.Context, string) (herald.EventRow, error) {
-	return herald.EventRow{}, herald.ErrNotFound
+func (f *fakeAdmin) GetEvent(context.Context, string) (heraldadmin.EventRow, error) {
+	return heraldadmin.EventRow{}, heraldadmin.ErrNotFound
 }
-func (f *fakeAdmin) RequeueDead(context.Context, herald.EventFilter) (int, error) { return 0, nil }
-func (f *fakeAdmin) DiscardDead(context.Context, herald.EventFilter) (int, error) { return 0, nil }
-func (f *fakeAdmin) BlockedKeys(context.Context, int) ([]herald.BlockedKey, error) {
+func (f *fakeAdmin) RequeueDead(context.Context, heraldadmin.EventFilter) (int, error) { return 0, nil }
+func (f *fakeAdmin) DiscardDead(context.Context, heraldadmin.EventFilter) (int, error) { return 0, nil }
+func (f *fakeAdmin) BlockedKeys(context.Context, int) ([]heraldadmin.BlockedKey, error) {
 	return nil, nil
 }
-func (f *fakeAdmin) Backlog(ctx context.Context) ([]herald.TopicBacklog, error) {
+func (f *fakeAdmin) Backlog(ctx context.Context) ([]heraldadmin.TopicBacklog, error) {
 	return f.BacklogFunc(ctx)
 }

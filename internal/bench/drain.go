@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/herald-outbox/herald"
+	"github.com/herald-outbox/herald/heraldadmin"
 )
 
 // DrainTarget is one drain of the backlog to one publisher.
@@ -90,7 +91,7 @@ func runDrain(ctx context.Context, e *env, out io.Writer) (*DrainResult, []strin
 		if r.Published != int64(o.events) || r.Dead != 0 {
 			problems = append(problems, fmt.Sprintf("relay acknowledged %d published and %d dead, want %d and 0", r.Published, r.Dead, o.events))
 		}
-		n, err := e.countState(ctx, string(herald.StatePublished))
+		n, err := e.countState(ctx, string(heraldadmin.StatePublished))
 		if err != nil {
 			closeSink()
 			return res, failures, err

@@ -32,6 +32,7 @@ import (
 
 	"github.com/herald-outbox/herald"
 	"github.com/herald-outbox/herald/driver/heraldsqlite"
+	"github.com/herald-outbox/herald/heraldadmin"
 )
 
 // Config sizes a demo run. Zero fields take the defaults.
@@ -275,7 +276,7 @@ func publishedCount(ctx context.Context, store *heraldsqlite.Driver) int {
 	}
 	n := 0
 	for _, ts := range st.Topics {
-		if ts.State == herald.StatePublished {
+		if ts.State == heraldadmin.StatePublished {
 			n += int(ts.Count)
 		}
 	}
@@ -293,9 +294,9 @@ func progress(ctx context.Context, w io.Writer, s *shop, c *consumer, store *her
 	var published, backlog int64
 	for _, ts := range st.Topics {
 		switch ts.State {
-		case herald.StatePublished:
+		case heraldadmin.StatePublished:
 			published += ts.Count
-		case herald.StateReady, herald.StateClaimed:
+		case heraldadmin.StateReady, heraldadmin.StateClaimed:
 			backlog += ts.Count
 		}
 	}
@@ -309,7 +310,7 @@ func report(ctx context.Context, s *shop, c *consumer, store *heraldsqlite.Drive
 	}
 	r := &Report{Elapsed: elapsed}
 	for _, ts := range st.Topics {
-		if ts.State == herald.StatePublished {
+		if ts.State == heraldadmin.StatePublished {
 			r.Published += int(ts.Count)
 		}
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/herald-outbox/herald"
+	"github.com/herald-outbox/herald/heraldadmin"
 )
 
 // Identifier is the pattern configurable schema and table names must match
@@ -92,10 +93,10 @@ func DecodeHeaders(raw []byte) map[string]string {
 	return out
 }
 
-// Selection is a checked herald.EventFilter: a state and exactly one of
+// Selection is a checked heraldadmin.EventFilter: a state and exactly one of
 // IDs (normalised UUIDs), Topic or All.
 type Selection struct {
-	State herald.State
+	State heraldadmin.State
 	IDs   []string
 	Topic string
 	All   bool
@@ -104,13 +105,13 @@ type Selection struct {
 
 // Select checks an operator's filter: the state (dead by default), exactly
 // one selector, well-formed ids.
-func Select(f herald.EventFilter) (Selection, error) {
+func Select(f heraldadmin.EventFilter) (Selection, error) {
 	s := Selection{State: f.State, Topic: f.Topic, All: f.All, Limit: f.Limit}
 	if s.State == "" {
-		s.State = herald.StateDead
+		s.State = heraldadmin.StateDead
 	}
 	switch s.State {
-	case herald.StateReady, herald.StateClaimed, herald.StatePublished, herald.StateDead:
+	case heraldadmin.StateReady, heraldadmin.StateClaimed, heraldadmin.StatePublished, heraldadmin.StateDead:
 	default:
 		return s, fmt.Errorf("unknown state %q", s.State)
 	}

@@ -6,7 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/herald-outbox/herald"
+	"github.com/herald-outbox/herald/heraldadmin"
 )
 
 // The headers column holds whatever other programs wrote. Decoding must
@@ -31,12 +31,12 @@ func TestDecodeHeadersKeepsNonStringValuesAsJSON(t *testing.T) {
 }
 
 func TestSelectChecksTheFilter(t *testing.T) {
-	s, err := Select(herald.EventFilter{IDs: []string{"0190F1A2-0000-7000-8000-000000000001"}})
+	s, err := Select(heraldadmin.EventFilter{IDs: []string{"0190F1A2-0000-7000-8000-000000000001"}})
 	require.NoError(t, err)
-	require.Equal(t, herald.StateDead, s.State, "dead by default")
+	require.Equal(t, heraldadmin.StateDead, s.State, "dead by default")
 	require.Equal(t, []string{"0190f1a2-0000-7000-8000-000000000001"}, s.IDs)
 	require.Equal(t, 100, s.Limit)
-	for _, f := range []herald.EventFilter{
+	for _, f := range []heraldadmin.EventFilter{
 		{}, {Topic: "a", All: true}, {IDs: []string{"nope"}}, {All: true, State: "gone"},
 	} {
 		_, err := Select(f)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/herald-outbox/herald"
 	"github.com/herald-outbox/herald/driver/heraldsqlite"
+	"github.com/herald-outbox/herald/heraldadmin"
 	"github.com/herald-outbox/herald/internal/heraldtest"
 )
 
@@ -77,7 +78,7 @@ func TestRelayKeepsPublishingToTheOthersWhileOneDestinationIsDown(t *testing.T) 
 	st, err := store.Status(ctx)
 	require.NoError(t, err)
 	for _, ts := range st.Topics {
-		require.NotEqual(t, herald.StateDead, ts.State, "nothing died of the outage: %+v", st.Topics)
+		require.NotEqual(t, heraldadmin.StateDead, ts.State, "nothing died of the outage: %+v", st.Topics)
 	}
 
 	downIsUp.Store(true)
