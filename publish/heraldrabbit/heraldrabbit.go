@@ -5,8 +5,9 @@
 // Config.RoutingKey returns). The message carries the event id as its
 // message-id property, the event type as its type property, the payload
 // byte for byte as its body, and the event's fields and the producer's
-// headers as string headers (see the herald.Header* constants). A consumer
-// turns a delivery back into the event with Parse.
+// headers as string headers, as herald.EventHeaders maps them (a reserved
+// name in a row written with plain SQL, such as CC, is dropped and
+// logged). A consumer turns a delivery back into the event with Parse.
 //
 // # What counts as published
 //
