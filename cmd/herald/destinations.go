@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/herald-outbox/herald"
@@ -365,7 +366,15 @@ func openEndpoint(ctx context.Context, inv *invocation, log *slog.Logger, owner 
 		if err != nil {
 			return nil, nil, err
 		}
-		pub, err := heraldrabbit.New(&heraldrabbit.Config{URL: raw, Exchange: exchange, ConnectionName: "herald relay " + owner, Logger: log})
+		// The daemon builds the client from its URL; the publisher owns
+		// the connections it dials, and dials again when one is lost.
+		props := amqp.NewConnectionProperties()
+		props.SetClientConnectionName("herald relay " + owner)
+		dial, err := heraldrabbit.Dialer(raw, amqp.Config{Properties: props})
+		if err != nil {
+			return nil, nil, usagef("%s: %s", inv.flags.label("destination"), inv.stderr.scrub(err.Error()))
+		}
+		pub, err := heraldrabbit.New(dial, &heraldrabbit.Config{Exchange: exchange, Logger: log})
 		if err != nil {
 			return nil, nil, usagef("%s: %s", inv.flags.label("destination"), inv.stderr.scrub(err.Error()))
 		}

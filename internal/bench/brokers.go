@@ -159,7 +159,12 @@ func openRabbit(ctx context.Context, e *env) (herald.Publisher, func(context.Con
 		_ = conn.Close()
 		return nil, nil, nil, err
 	}
-	pub, err := heraldrabbit.New(&heraldrabbit.Config{URL: url, Logger: e.log})
+	dial, err := heraldrabbit.Dialer(url, amqp.Config{})
+	if err != nil {
+		_ = conn.Close()
+		return nil, nil, nil, err
+	}
+	pub, err := heraldrabbit.New(dial, &heraldrabbit.Config{Logger: e.log})
 	if err != nil {
 		_ = conn.Close()
 		return nil, nil, nil, err

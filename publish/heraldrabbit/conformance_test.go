@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
 
 	"github.com/herald-outbox/herald"
@@ -54,7 +55,7 @@ func TestConformance(t *testing.T) {
 			return got
 		},
 		Unreachable: func(t *testing.T) herald.Publisher {
-			p, err := heraldrabbit.New(&heraldrabbit.Config{URL: "amqp://guest:guest@127.0.0.1:1/"})
+			p, err := heraldrabbit.New(dialer(t, "amqp://guest:guest@127.0.0.1:1/", amqp.Config{}), nil)
 			require.NoError(t, err)
 			t.Cleanup(func() { _ = p.Close() })
 			return p

@@ -40,7 +40,7 @@ func (c *channel) reason() *amqp.Error {
 	// The client marks a channel closed before it hands over the reason,
 	// and closes c.closes right after: a send that failed on the closed
 	// channel can get here first. Recovery enabled on a connection from
-	// Config.Dial keeps c.closes open: the wait is bounded.
+	// the DialFunc keeps c.closes open: the wait is bounded.
 	timer := time.NewTimer(time.Second)
 	defer timer.Stop()
 	select {
@@ -62,8 +62,7 @@ func (c *channel) closedBy(code int) bool {
 // connector keeps one connection and a pool of idle channels on it,
 // dialling again after the connection is lost.
 type connector struct {
-	dial     func(ctx context.Context) (*amqp.Connection, error)
-	where    string // the broker as logs and errors name it, without secrets
+	dial     DialFunc
 	minDelay time.Duration
 	maxDelay time.Duration
 	log      *slog.Logger
@@ -86,34 +85,10 @@ type connector struct {
 	down    bool          // a dial failed since the last connection
 }
 
-func newConnector(dial func(ctx context.Context) (*amqp.Connection, error), where string,
-	minDelay, maxDelay time.Duration, log *slog.Logger) *connector {
+func newConnector(dial DialFunc, minDelay, maxDelay time.Duration, log *slog.Logger) *connector {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &connector{dial: dial, where: where, minDelay: minDelay, maxDelay: maxDelay, delay: minDelay,
+	return &connector{dial: dial, minDelay: minDelay, maxDelay: maxDelay, delay: minDelay,
 		log: log, ctx: ctx, cancel: cancel}
-}
-
-// urlDialer returns a dial function for url. Its errors never contain the
-// URL's password.
-func urlDialer(url, name string, timeout time.Duration) func(ctx context.Context) (*amqp.Connection, error) {
-	return func(ctx context.Context) (*amqp.Connection, error) {
-		if err := ctx.Err(); err != nil {
-			return nil, err
-		}
-		props := amqp.NewConnectionProperties()
-		props.SetClientConnectionName(name)
-		// DialConfig has no context: timeout bounds the TCP connect and
-		// the AMQP handshake.
-		conn, err := amqp.DialConfig(url, amqp.Config{
-			Dial:       amqp.DefaultDial(timeout),
-			Properties: props,
-			Heartbeat:  10 * time.Second,
-		})
-		if err != nil {
-			return nil, errors.New(herald.Scrub(err.Error()))
-		}
-		return conn, nil
-	}
 }
 
 // enter registers a call in progress (Publish, Connect), which Close waits
@@ -158,8 +133,8 @@ func (cn *connector) acquire(ctx context.Context) (*channel, error) {
 			if wait := time.Until(cn.retryAt); wait > 0 {
 				err := cn.dialErr
 				cn.mu.Unlock()
-				return nil, fmt.Errorf("heraldrabbit: not connected to %s (next attempt in %s): %w",
-					cn.where, wait.Round(time.Millisecond), err)
+				return nil, fmt.Errorf("heraldrabbit: not connected (next attempt in %s): %w",
+					wait.Round(time.Millisecond), err)
 			}
 			cn.dialing = make(chan struct{})
 			cn.wg.Add(1)
@@ -170,7 +145,7 @@ func (cn *connector) acquire(ctx context.Context) (*channel, error) {
 		select {
 		case <-dialing:
 		case <-ctx.Done():
-			return nil, fmt.Errorf("heraldrabbit: connecting to %s: %w", cn.where, context.Cause(ctx))
+			return nil, fmt.Errorf("heraldrabbit: connecting: %w", context.Cause(ctx))
 		}
 	}
 }
@@ -190,30 +165,33 @@ func (cn *connector) connect(done chan struct{}) {
 		err = ErrClosed
 	}
 	if err != nil {
-		cn.dialErr = fmt.Errorf("heraldrabbit: connecting to %s: %s", cn.where, herald.Scrub(err.Error()))
+		cn.dialErr = fmt.Errorf("heraldrabbit: connecting: %s", herald.Scrub(err.Error()))
 		// Full jitter on the upper half: relays restarted together do not
 		// dial in step.
 		wait := cn.delay/2 + rand.N(cn.delay/2+1)
 		cn.retryAt = time.Now().Add(wait)
 		cn.delay = min(cn.delay*2, cn.maxDelay)
 		if !cn.down {
-			cn.log.Warn("connecting to RabbitMQ failed; retrying", "broker", cn.where, "error", cn.dialErr.Error(), "retry_in", wait)
+			cn.log.Warn("connecting to RabbitMQ failed; retrying", "error", cn.dialErr.Error(), "retry_in", wait)
 		} else {
-			cn.log.Debug("connecting to RabbitMQ failed", "broker", cn.where, "error", cn.dialErr.Error(), "retry_in", wait)
+			cn.log.Debug("connecting to RabbitMQ failed", "error", cn.dialErr.Error(), "retry_in", wait)
 		}
 		cn.down = true
 		return
 	}
 	cn.conn, cn.dialErr, cn.delay, cn.down = conn, nil, cn.minDelay, false
 	cn.retryAt = time.Time{}
-	cn.log.Info("connected to RabbitMQ", "broker", cn.where)
+	// The address and vhost name the broker in logs: the DialFunc's URL,
+	// if it had one, may hold a password.
+	where, vhost := conn.RemoteAddr().String(), conn.Config.Vhost
+	cn.log.Info("connected to RabbitMQ", "broker", where, "vhost", vhost)
 	closes := conn.NotifyClose(make(chan *amqp.Error, 1))
 	cn.wg.Add(1)
 	go func() {
 		defer cn.wg.Done()
 		// The client closes closes once the connection is gone.
 		for e := range closes {
-			cn.log.Warn("connection to RabbitMQ lost", "broker", cn.where, "error", herald.Scrub(e.Error()))
+			cn.log.Warn("connection to RabbitMQ lost", "broker", where, "vhost", vhost, "error", herald.Scrub(e.Error()))
 		}
 	}()
 }
@@ -242,12 +220,12 @@ func (cn *connector) open(ctx context.Context, conn *amqp.Connection) (*channel,
 	select {
 	case r := <-out:
 		if r.err != nil {
-			return nil, fmt.Errorf("heraldrabbit: opening a channel on %s: %s", cn.where, herald.Scrub(r.err.Error()))
+			return nil, fmt.Errorf("heraldrabbit: opening a channel: %s", herald.Scrub(r.err.Error()))
 		}
 		return r.c, nil
 	case <-ctx.Done():
 		close(gone)
-		return nil, fmt.Errorf("heraldrabbit: opening a channel on %s: %w", cn.where, context.Cause(ctx))
+		return nil, fmt.Errorf("heraldrabbit: opening a channel: %w", context.Cause(ctx))
 	}
 }
 

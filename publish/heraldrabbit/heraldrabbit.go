@@ -5,8 +5,9 @@
 // Config.RoutingKey returns). The message carries the event id as its
 // message-id property, the event type as its type property, the payload
 // byte for byte as its body, and the event's fields and the producer's
-// headers as string headers (see the herald.Header* constants). A consumer
-// turns a delivery back into the event with Parse.
+// headers as string headers, as herald.EventHeaders maps them (a reserved
+// name in a row written with plain SQL, such as CC, is dropped and
+// logged). A consumer turns a delivery back into the event with Parse.
 //
 // # What counts as published
 //
@@ -37,22 +38,27 @@
 //
 // RabbitMQ keeps the order of the messages of one channel, but reports a
 // returned or nacked message only after the later messages of the channel
-// were sent. So that no event is ever delivered after an earlier event of
-// its key failed, Publish sends a batch in rounds: each round sends, on one
-// channel and without waiting, the next event of every key (and every event
-// without a key), then waits for the broker's confirms. An event whose
-// round failed holds back the later events of its key, which are reported
-// with herald.ErrHeldBack without being sent. A batch of many keys takes
-// one round; a batch holding n events of one key takes n round trips.
+// were sent. So that no ordered event (herald.Envelope.Ordered) is ever
+// delivered after an earlier event of its key failed, Publish sends a batch
+// in rounds with herald.SendInRounds: each round sends, on one channel and
+// without waiting, the next event of every ordered key (and, in the first
+// round, every event that is not ordered), then waits for the broker's
+// confirms. A key whose event failed is closed: its later events are
+// reported with herald.ErrHeldBack without being sent. A batch of many keys
+// takes one round; a batch holding n ordered events of one key takes n
+// round trips. Events that are not ordered all go in the first round and
+// are never held back.
 //
 // # Connection
 //
-// The Publisher owns one connection, dialled on the first Publish, and a
-// pool of channels on it, one per Publish in progress. When the connection
-// closes (a broker restart, a network failure, an operator closing it),
-// Publish fails with an ordinary error and the next Publish dials again;
-// after a failed dial, further dials wait an exponential backoff, and
-// Publish fails at once in the meantime.
+// The Publisher owns its connection, made by the DialFunc given to New
+// (Dialer makes one from an AMQP URI), and a pool of channels on it, one
+// per Publish in progress. The DialFunc is the user's: it owns TLS,
+// authentication and tuning. When the connection closes (a broker restart,
+// a network failure, an operator closing it), Publish fails with an
+// ordinary error and the next Publish dials again; after a failed dial,
+// further dials wait an exponential backoff, and Publish fails at once in
+// the meantime.
 package heraldrabbit
 
 import (
@@ -60,10 +66,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
-	"net/url"
-	"strconv"
-	"strings"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -79,17 +81,15 @@ const DefaultMaxMessageBytes = 16 << 20
 // ErrClosed is returned by Publish after Close.
 var ErrClosed = errors.New("heraldrabbit: publisher closed")
 
+// DialFunc makes a connection to the broker. The Publisher calls it for its
+// first connection and again whenever the connection is lost, and closes
+// the connections it got. ctx ends when the Publisher closes. Its errors
+// should not carry a password: the Publisher logs them (after
+// herald.Scrub) and returns them from Publish and Connect.
+type DialFunc func(ctx context.Context) (*amqp.Connection, error)
+
 // Config configures a Publisher.
 type Config struct {
-	// URL is the broker's AMQP URI, amqp://user:password@host:5672/vhost
-	// (amqps:// for TLS). Required, unless Dial is set.
-	URL string
-	// Dial, when set, makes the publisher's connections instead of URL: a
-	// factory that owns TLS, authentication and tuning. The Publisher
-	// closes the connections it got from Dial and dials again when one is
-	// lost, so leave the client's own recovery (amqp091.Config.Recovery)
-	// off. Defaults to nil (dial URL).
-	Dial func(ctx context.Context) (*amqp.Connection, error)
 	// Exchange is the exchange every event is published to. Defaults to ""
 	// (the default exchange, which routes a message to the queue named by
 	// its routing key).
@@ -110,13 +110,6 @@ type Config struct {
 	// unroutable with herald.Permanent, sending the event to the dead
 	// letters at once. Defaults to false (retried per the retry policy).
 	UnroutablePermanent bool
-	// ConnectionName is the connection_name client property, which the
-	// management UI and rabbitmqctl list_connections show. Defaults to
-	// "herald".
-	ConnectionName string
-	// DialTimeout bounds connecting to URL, TCP and AMQP handshake
-	// together. Defaults to 10s.
-	DialTimeout time.Duration
 	// ReconnectMinDelay and ReconnectMaxDelay bound the backoff between
 	// failed dials, which doubles from the first to the second. They
 	// default to 100ms and 10s.
@@ -139,23 +132,21 @@ type Publisher struct {
 
 var _ herald.Publisher = (*Publisher)(nil)
 
-// New returns a publisher configured by cfg. It does not connect: the first
-// Publish does (call Connect to find out at once whether the broker is
-// reachable). Errors name the Config field at fault and never contain the
-// URL's password.
-func New(cfg *Config) (*Publisher, error) {
+// New returns a publisher that connects with dial, configured by cfg (nil
+// for the defaults). It does not connect: the first Publish does (call
+// Connect to find out at once whether the broker is reachable). Errors
+// name the Config field at fault.
+//
+// The Publisher owns the connections dial returns: it closes them, and
+// dials again when one is lost, so leave the client's own recovery
+// (amqp.Config.Recovery) off.
+func New(dial DialFunc, cfg *Config) (*Publisher, error) {
 	var c Config
 	if cfg != nil {
 		c = *cfg
 	}
 	if c.MaxMessageBytes == 0 {
 		c.MaxMessageBytes = DefaultMaxMessageBytes
-	}
-	if c.ConnectionName == "" {
-		c.ConnectionName = "herald"
-	}
-	if c.DialTimeout == 0 {
-		c.DialTimeout = 10 * time.Second
 	}
 	if c.ReconnectMinDelay == 0 {
 		c.ReconnectMinDelay = 100 * time.Millisecond
@@ -170,56 +161,29 @@ func New(cfg *Config) (*Publisher, error) {
 		c.RoutingKey = func(env *herald.Envelope) string { return env.Topic }
 	}
 	switch {
-	case c.URL == "" && c.Dial == nil:
-		return nil, errors.New("heraldrabbit: Config.URL is required (or Config.Dial)")
-	case c.URL != "" && c.Dial != nil:
-		return nil, errors.New("heraldrabbit: Config.URL and Config.Dial are exclusive")
+	case dial == nil:
+		return nil, errors.New("heraldrabbit: a DialFunc is required (Dialer makes one from a URL)")
 	case len(c.Exchange) > maxShortString:
 		return nil, fmt.Errorf("heraldrabbit: Config.Exchange is longer than %d bytes", maxShortString)
 	case len(c.ContentType) > maxShortString:
 		return nil, fmt.Errorf("heraldrabbit: Config.ContentType is longer than %d bytes", maxShortString)
 	case c.MaxMessageBytes < 0:
 		return nil, errors.New("heraldrabbit: Config.MaxMessageBytes must not be negative")
-	case c.DialTimeout < 0:
-		return nil, errors.New("heraldrabbit: Config.DialTimeout must not be negative")
 	case c.ReconnectMinDelay < 0:
 		return nil, errors.New("heraldrabbit: Config.ReconnectMinDelay must not be negative")
 	case c.ReconnectMaxDelay < c.ReconnectMinDelay:
 		return nil, errors.New("heraldrabbit: Config.ReconnectMaxDelay must not be less than Config.ReconnectMinDelay")
 	}
 	log := c.Logger.With("component", "herald.rabbit")
-	dial, where := c.Dial, "Config.Dial"
-	if c.URL != "" {
-		uri, err := amqp.ParseURI(c.URL)
-		if err != nil {
-			// The parser's error can quote the URL, password included.
-			return nil, fmt.Errorf("heraldrabbit: Config.URL is not an AMQP URI: %s", herald.Scrub(err.Error()))
-		}
-		where = redact(uri)
-		dial = urlDialer(c.URL, c.ConnectionName, c.DialTimeout)
-	}
 	return &Publisher{
 		exchange:    c.Exchange,
 		routingKey:  c.RoutingKey,
 		contentType: c.ContentType,
 		maxBytes:    c.MaxMessageBytes,
 		unroutable:  c.UnroutablePermanent,
-		conns:       newConnector(dial, where, c.ReconnectMinDelay, c.ReconnectMaxDelay, log),
+		conns:       newConnector(dial, c.ReconnectMinDelay, c.ReconnectMaxDelay, log),
 		log:         log,
 	}, nil
-}
-
-// redact returns uri as a URL without its password.
-func redact(uri amqp.URI) string {
-	vhost := ""
-	if uri.Vhost != "/" {
-		vhost = url.PathEscape(uri.Vhost)
-	}
-	user := ""
-	if uri.Username != "" {
-		user = url.User(uri.Username).String() + "@"
-	}
-	return fmt.Sprintf("%s://%s%s/%s", uri.Scheme, user, net.JoinHostPort(uri.Host, strconv.Itoa(uri.Port)), vhost)
 }
 
 // Connect connects to the broker now, if the publisher is not connected,
@@ -270,108 +234,85 @@ func (p *Publisher) Publish(ctx context.Context, batch []herald.Envelope) error 
 		return err
 	}
 
-	var (
-		errs     = make([]error, len(batch))
-		msgs     = make([]amqp.Publishing, len(batch))
-		keys     = make([]string, len(batch))
-		failed   = map[string]string{} // ordering key -> id of its failed event
-		pending  = make([]int, 0, len(batch))
-		answered = 0 // events the broker answered for, or that we refused
-		rounds   = 0
-		usable   = true // c can take another round
-		stopped  error  // why the rounds stopped early
-	)
-	for i := range batch {
-		pending = append(pending, i)
-	}
-	for len(pending) > 0 {
-		var (
-			next  []int
-			round []int
-			inRnd = map[string]bool{}
-		)
-		for _, i := range pending {
-			env := &batch[i]
-			key, ordered := orderKey(env)
-			switch {
-			case ordered && failed[key] != "":
-				errs[i] = fmt.Errorf("heraldrabbit: event %s not sent after event %s of its key failed: %w",
-					env.ID, failed[key], herald.ErrHeldBack)
-				continue
-			case !usable || ctx.Err() != nil:
-				errs[i] = p.notSent(ctx, env, stopped)
-				continue
-			case ordered && inRnd[key]:
-				next = append(next, i)
-				continue
-			}
-			msg, rk, err := p.message(env, c.frameMax)
-			if err != nil {
-				errs[i] = err
-				answered++
-				if ordered {
-					failed[key] = env.ID
-				}
-				continue
-			}
-			msgs[i], keys[i] = msg, rk
-			round = append(round, i)
-			inRnd[key] = ordered
-		}
-		pending = next
-		if len(round) == 0 {
-			continue
-		}
-		rounds++
-		var n int
-		n, usable, stopped = p.round(ctx, c, batch, round, msgs, keys, errs)
-		answered += n
-		for _, i := range round {
-			if key, ordered := orderKey(&batch[i]); ordered && errs[i] != nil && failed[key] == "" {
-				failed[key] = batch[i].ID
-			}
-		}
-	}
-	if usable {
+	s := &sending{p: p, c: c, batch: batch}
+	errs := herald.SendInRounds(ctx, batch, 1, s.round)
+	if s.stopped == nil {
 		p.conns.release(c)
 	}
+	result := herald.BatchResult(errs)
+	switch {
+	case result == nil:
+		p.log.Debug("published batch", "batch_size", len(batch), "rounds", s.rounds)
+		return nil
+	case s.answered == 0:
+		// Nothing reached the broker and came back: the broker or the
+		// channel is at fault, not the events, and the relay takes a plain
+		// error as an outage.
+		cause := s.stopped
+		if cause == nil {
+			cause = firstError(errs)
+		}
+		return fmt.Errorf("heraldrabbit: no event of %d confirmed: %w", len(batch), cause)
+	}
+	return result
+}
 
-	var first error
+func firstError(errs []error) error {
 	for _, err := range errs {
 		if err != nil {
-			first = err
-			break
+			return err
 		}
 	}
-	if first == nil {
-		p.log.Debug("published batch", "batch_size", len(batch), "rounds", rounds)
+	return nil
+}
+
+// sending is one Publish call's state across its rounds.
+type sending struct {
+	p     *Publisher
+	c     *channel
+	batch []herald.Envelope
+	// answered counts the events the broker answered for (an ack, a nack,
+	// a return), and those refused before sending: with none, the batch
+	// failed as a whole.
+	answered int
+	rounds   int
+	// stopped is why c can take no further round: the channel failed, or
+	// ctx ended while it waited for the broker. c was discarded.
+	stopped error
+}
+
+// round is the herald.RoundFunc of a Publish: it builds the round's
+// messages, sends them on one channel and waits for their confirms.
+func (s *sending) round(ctx context.Context, idx []int, errs []error) error {
+	send := make([]int, 0, len(idx))
+	msgs := make([]amqp.Publishing, 0, len(idx))
+	keys := make([]string, 0, len(idx))
+	for _, i := range idx {
+		msg, rk, err := s.p.message(&s.batch[i], s.c.frameMax)
+		if err != nil {
+			errs[i] = err
+			s.answered++
+			continue
+		}
+		send, msgs, keys = append(send, i), append(msgs, msg), append(keys, rk)
+	}
+	if len(send) == 0 {
 		return nil
 	}
-	if answered == 0 {
-		if stopped == nil {
-			stopped = first
-		}
-		return fmt.Errorf("heraldrabbit: no event of %d confirmed: %w", len(batch), stopped)
-	}
-	return &herald.BatchError{Errs: errs}
-}
-
-// notSent is the error of an event the rounds did not reach because ctx
-// ended or the channel failed.
-func (p *Publisher) notSent(ctx context.Context, env *herald.Envelope, stopped error) error {
-	if ctx.Err() != nil {
-		return fmt.Errorf("heraldrabbit: event %s not sent: %w", env.ID, context.Cause(ctx))
-	}
+	s.rounds++
+	n, stopped := s.p.round(ctx, s.c, s.batch, send, msgs, keys, errs)
+	s.answered += n
 	if stopped == nil {
-		stopped = errors.New("channel failed")
+		return nil
 	}
-	return herald.Unavailable(fmt.Errorf("heraldrabbit: event %s not sent: %w", env.ID, stopped))
-}
-
-// orderKey returns the key that orders env as the relay sees it, and
-// whether env is ordered at all (an event without a key is not).
-func orderKey(env *herald.Envelope) (string, bool) {
-	return env.Key, env.Key != ""
+	s.stopped = stopped
+	if ctx.Err() != nil {
+		// The caller gave up: not the broker's fault.
+		return fmt.Errorf("heraldrabbit: not confirmed: %w", stopped)
+	}
+	// The events it did not answer for are retried without spending an
+	// attempt: the channel, not the event, failed.
+	return herald.Unavailable(fmt.Errorf("heraldrabbit: not confirmed: %w", stopped))
 }
 
 // message builds the AMQP message of env and its routing key, or the
@@ -415,42 +356,25 @@ func (p *Publisher) message(env *herald.Envelope, frameMax int) (amqp.Publishing
 	return msg, rk, nil
 }
 
-// headers returns the message headers of env: the producer's, then
-// Herald's own. CC and BCC, which would make RabbitMQ route a copy to
-// other queues, and Herald-* names, which would stand in for the event's
-// own fields, are dropped: writers refuse them, but a row inserted with
-// plain SQL is not checked.
+// headers returns the message headers of env, as herald.EventHeaders maps
+// them. A reserved name in a row inserted with plain SQL (which a Writer
+// would have refused) is dropped and logged: CC and BCC would make
+// RabbitMQ route a copy to other queues.
 func (p *Publisher) headers(env *herald.Envelope) (amqp.Table, error) {
-	h := make(amqp.Table, len(env.Headers)+6)
-	for name, value := range env.Headers {
-		if dropped(name) {
+	for name := range env.Headers {
+		if herald.ValidateHeaderName(name) != nil {
 			p.log.Warn("dropped a reserved header", "event_id", env.ID, "header", name)
-			continue
 		}
-		if len(name) > maxShortString {
-			return nil, fmt.Errorf("header name is longer than %d bytes", maxShortString)
+	}
+	h := make(amqp.Table, len(env.Headers)+6)
+	var err error
+	herald.EventHeaders(env, func(name, value string) {
+		if len(name) > maxShortString && err == nil {
+			err = fmt.Errorf("header name is longer than %d bytes", maxShortString)
 		}
 		h[name] = value
-	}
-	h[herald.HeaderID] = env.ID
-	h[herald.HeaderTopic] = env.Topic
-	for _, f := range [...]struct{ name, v string }{
-		{herald.HeaderType, env.Type},
-		{herald.HeaderKey, env.Key},
-		{herald.HeaderAggregateType, env.AggregateType},
-		{herald.HeaderAggregateID, env.AggregateID},
-	} {
-		if f.v != "" {
-			h[f.name] = f.v
-		}
-	}
-	return h, nil
-}
-
-// dropped reports whether a producer header of this name is not sent.
-func dropped(name string) bool {
-	return strings.EqualFold(name, "cc") || strings.EqualFold(name, "bcc") ||
-		len(name) >= 7 && strings.EqualFold(name[:7], "herald-")
+	})
+	return h, err
 }
 
 // propertiesSize bounds from above the size of the content header frame
@@ -478,15 +402,13 @@ type sent struct {
 	err error
 }
 
-// round publishes the events of batch at idx on c without waiting, then
-// waits for their confirms, storing each event's result in errs. It
-// returns how many events the broker answered for, whether c can take
-// another round, and, when it cannot, why.
+// round publishes the events of batch at idx (msgs[j] and keys[j] are the
+// message and routing key of idx[j]) on c without waiting, then waits for
+// their confirms, storing each event's result in errs. It returns how many
+// events the broker answered for and, when c can take no further round,
+// why; c is then discarded.
 func (p *Publisher) round(ctx context.Context, c *channel, batch []herald.Envelope, idx []int,
-	msgs []amqp.Publishing, keys []string, errs []error) (answered int, usable bool, stopped error) {
-	for _, i := range idx {
-		errs[i] = herald.Unavailable(fmt.Errorf("heraldrabbit: event %s not sent", batch[i].ID))
-	}
+	msgs []amqp.Publishing, keys []string, errs []error) (answered int, stopped error) {
 	// Sending happens in its own goroutine: a write blocks while the
 	// broker does not read (a resource alarm blocks publishing
 	// connections), and Publish must still return when ctx ends.
@@ -497,8 +419,8 @@ func (p *Publisher) round(ctx context.Context, c *channel, batch []herald.Envelo
 		defer p.conns.wg.Done()
 		defer close(senderDone)
 		defer close(results)
-		for j, i := range idx {
-			dc, err := c.ch.PublishWithDeferredConfirmWithContext(ctx, p.exchange, keys[i], true, false, msgs[i])
+		for j := range idx {
+			dc, err := c.ch.PublishWithDeferredConfirmWithContext(ctx, p.exchange, keys[j], true, false, msgs[j])
 			results <- sent{j, dc, err}
 			if err != nil {
 				return
@@ -561,7 +483,7 @@ func (p *Publisher) round(ctx context.Context, c *channel, batch []herald.Envelo
 			s := queue[0]
 			queue = queue[1:]
 			i := idx[s.j]
-			err, answer := p.outcome(c, &batch[i], keys[i], s.dc, returned)
+			err, answer := p.outcome(c, &batch[i], keys[s.j], s.dc, returned)
 			errs[i] = err
 			if answer {
 				answered++
@@ -569,18 +491,23 @@ func (p *Publisher) round(ctx context.Context, c *channel, batch []herald.Envelo
 				broken = p.channelError(c, nil)
 			}
 		case <-ctx.Done():
-			for _, s := range queue {
-				errs[idx[s.j]] = fmt.Errorf("heraldrabbit: event %s not confirmed: %w", batch[idx[s.j]].ID, context.Cause(ctx))
-			}
-			for _, i := range idx {
-				if herald.IsUnavailable(errs[i]) {
-					errs[i] = fmt.Errorf("heraldrabbit: event %s not confirmed: %w", batch[i].ID, context.Cause(ctx))
-				}
-			}
+			broken = context.Cause(ctx)
 			// Confirms and returns may still come for what was sent: the
 			// channel is of no further use.
-			p.conns.discard(c, senderDone)
-			return answered, false, context.Cause(ctx)
+			sending, queue = nil, nil
+		}
+	}
+	if broken == nil {
+		for _, i := range idx {
+			if errs[i] == herald.ErrNoAnswer {
+				// The sender stopped early without the channel failing:
+				// ctx ended while it was handing over a message.
+				broken = context.Cause(ctx)
+				if broken == nil {
+					broken = p.channelError(c, nil)
+				}
+				break
+			}
 		}
 	}
 	if broken != nil || c.ch.IsClosed() {
@@ -588,9 +515,9 @@ func (p *Publisher) round(ctx context.Context, c *channel, batch []herald.Envelo
 			broken = p.channelError(c, nil)
 		}
 		p.conns.discard(c, senderDone)
-		return answered, false, broken
+		return answered, broken
 	}
-	return answered, true, nil
+	return answered, nil
 }
 
 // outcome is the result of one sent event whose confirmation is done, and

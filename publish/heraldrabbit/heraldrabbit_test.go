@@ -126,9 +126,6 @@ func (b *bundle) config(cfg *heraldrabbit.Config) *heraldrabbit.Config {
 	if cfg != nil {
 		c = *cfg
 	}
-	if c.URL == "" && c.Dial == nil {
-		c.URL = brokerURL
-	}
 	if c.Exchange == "" {
 		c.Exchange = b.exchange
 	}
@@ -138,16 +135,60 @@ func (b *bundle) config(cfg *heraldrabbit.Config) *heraldrabbit.Config {
 	return &c
 }
 
+// publisher returns a publisher of the machine's RabbitMQ, closed when the
+// test ends.
 func (b *bundle) publisher(t *testing.T, cfg *heraldrabbit.Config) *heraldrabbit.Publisher {
 	t.Helper()
-	p, err := heraldrabbit.New(b.config(cfg))
+	return b.publisherOf(t, dialer(t, brokerURL, amqp.Config{}), cfg)
+}
+
+// publisherOf returns a publisher that connects with dial, closed when the
+// test ends.
+func (b *bundle) publisherOf(t *testing.T, dial heraldrabbit.DialFunc, cfg *heraldrabbit.Config) *heraldrabbit.Publisher {
+	t.Helper()
+	p, err := heraldrabbit.New(dial, b.config(cfg))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = p.Close() })
 	return p
 }
 
+func dialer(t *testing.T, url string, cfg amqp.Config) heraldrabbit.DialFunc {
+	t.Helper()
+	dial, err := heraldrabbit.Dialer(url, cfg)
+	require.NoError(t, err)
+	return dial
+}
+
+// envelope is an event as an ordered relay hands it over: ordered when it
+// has a key.
 func envelope(topic, key string) herald.Envelope {
-	return herald.Envelope{Message: herald.Message{ID: herald.NewID(), Topic: topic, Key: key, Payload: []byte(`{}`)}, Attempt: 1}
+	return herald.Envelope{
+		Message: herald.Message{ID: herald.NewID(), Topic: topic, Key: key, Payload: []byte(`{}`)},
+		Attempt: 1, Ordered: key != "",
+	}
+}
+
+// unordered is an event of a topic the relay does not order.
+func unordered(topic, key string) herald.Envelope {
+	env := envelope(topic, key)
+	env.Ordered = false
+	return env
+}
+
+// lostRoutingKey routes the events of type "lost" where no queue is bound,
+// and the others by topic: so an event can fail as unroutable while the
+// relay's order key, its topic and key, is shared with events that arrive.
+func lostRoutingKey(env *herald.Envelope) string {
+	if env.Type == "lost" {
+		return "nowhere"
+	}
+	return env.Topic
+}
+
+// lost is an event that lostRoutingKey sends nowhere.
+func lost(env herald.Envelope) herald.Envelope {
+	env.Type = "lost"
+	return env
 }
 
 func batchErrors(t *testing.T, err error, n int) []error {
@@ -268,12 +309,12 @@ func TestPublish(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 		q := b.queue(t, "routed", nil)
-		p := b.publisher(t, nil)
+		p := b.publisher(t, &heraldrabbit.Config{RoutingKey: lostRoutingKey})
 		batch := []herald.Envelope{
-			envelope("nowhere", "k"), // no queue bound: returned
-			envelope("routed", "k"),  // same key: held back
+			lost(envelope("routed", "k")), // no queue bound: returned
+			envelope("routed", "k"),       // same key: held back
 			envelope("routed", "j"),
-			envelope("nowhere", ""), // no key: fails alone
+			lost(envelope("routed", "")), // no key: fails alone
 			envelope("routed", "j"),
 		}
 		errs := batchErrors(t, p.Publish(t.Context(), batch), len(batch))
@@ -290,6 +331,21 @@ func TestPublish(t *testing.T) {
 		require.NoError(t, p.Publish(t.Context(), []herald.Envelope{marker}))
 		require.Equal(t, envIDs(batch[2], batch[4], marker), parsedIDs(t, b.read(t, q, 3)),
 			"the held-back event was not sent")
+	})
+
+	t.Run("AnUnorderedEventAfterAFailedOneOfItsKeyIsSent", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		q := b.queue(t, "routed", nil)
+		p := b.publisher(t, &heraldrabbit.Config{RoutingKey: lostRoutingKey})
+		// The relay does not order this topic: nothing waits for the
+		// returned event.
+		batch := []herald.Envelope{lost(unordered("routed", "k")), unordered("routed", "k"), unordered("routed", "k")}
+		errs := batchErrors(t, p.Publish(t.Context(), batch), len(batch))
+		require.ErrorContains(t, errs[0], "unroutable")
+		require.NoError(t, errs[1])
+		require.NoError(t, errs[2])
+		require.Equal(t, envIDs(batch[1], batch[2]), parsedIDs(t, b.read(t, q, 2)))
 	})
 
 	t.Run("UnroutablePermanentSendsTheEventToTheDeadLetters", func(t *testing.T) {
@@ -412,26 +468,59 @@ func TestNew(t *testing.T) {
 	t.Parallel()
 	dial := func(context.Context) (*amqp.Connection, error) { return nil, errors.New("unused") }
 	for field, cfg := range map[string]*heraldrabbit.Config{
-		"Config.URL":               {},
-		"Config.Dial":              {URL: brokerURL, Dial: dial},
-		"Config.Exchange":          {URL: brokerURL, Exchange: strings.Repeat("x", 256)},
-		"Config.ContentType":       {URL: brokerURL, ContentType: strings.Repeat("x", 256)},
-		"Config.MaxMessageBytes":   {URL: brokerURL, MaxMessageBytes: -1},
-		"Config.DialTimeout":       {URL: brokerURL, DialTimeout: -1},
-		"Config.ReconnectMinDelay": {URL: brokerURL, ReconnectMinDelay: -1},
-		"Config.ReconnectMaxDelay": {URL: brokerURL, ReconnectMinDelay: time.Second, ReconnectMaxDelay: time.Millisecond},
+		"Config.Exchange":          {Exchange: strings.Repeat("x", 256)},
+		"Config.ContentType":       {ContentType: strings.Repeat("x", 256)},
+		"Config.MaxMessageBytes":   {MaxMessageBytes: -1},
+		"Config.ReconnectMinDelay": {ReconnectMinDelay: -1},
+		"Config.ReconnectMaxDelay": {ReconnectMinDelay: time.Second, ReconnectMaxDelay: time.Millisecond},
 	} {
-		_, err := heraldrabbit.New(cfg)
+		_, err := heraldrabbit.New(dial, cfg)
 		require.ErrorContains(t, err, field)
 	}
-	_, err := heraldrabbit.New(nil)
-	require.ErrorContains(t, err, "Config.URL", "nil has no URL")
-	_, err = heraldrabbit.New(&heraldrabbit.Config{URL: "http://guest:hunter2@127.0.0.1/"})
-	require.ErrorContains(t, err, "Config.URL")
-	require.NotContains(t, err.Error(), "hunter2")
-	p, err := heraldrabbit.New(&heraldrabbit.Config{Dial: dial})
-	require.NoError(t, err, "Dial instead of URL")
+	_, err := heraldrabbit.New(nil, nil)
+	require.ErrorContains(t, err, "DialFunc is required")
+	p, err := heraldrabbit.New(dial, nil)
+	require.NoError(t, err, "nil is the defaults")
 	require.NoError(t, p.Close())
+}
+
+func TestDialer(t *testing.T) {
+	t.Parallel()
+
+	t.Run("AMalformedURIIsRefusedWithoutItsPassword", func(t *testing.T) {
+		t.Parallel()
+		for _, url := range []string{"http://guest:hunter2@127.0.0.1/", "amqp://guest:hunter2@127.0.0.1:notaport/"} {
+			_, err := heraldrabbit.Dialer(url, amqp.Config{})
+			require.ErrorContains(t, err, "not an AMQP URI")
+			require.NotContains(t, err.Error(), "hunter2")
+		}
+	})
+
+	t.Run("RecoveryIsRefused", func(t *testing.T) {
+		t.Parallel()
+		_, err := heraldrabbit.Dialer(brokerURL, amqp.Config{Recovery: &amqp.Recovery{}})
+		require.ErrorContains(t, err, "amqp.Config.Recovery")
+	})
+
+	t.Run("ItConnectsWithTheClientsConfigAndLeavesItAsItWas", func(t *testing.T) {
+		t.Parallel()
+		adminConn(t) // skips without RabbitMQ
+		props := amqp.Table{"product": "herald test"}
+		dial := dialer(t, brokerURL, amqp.Config{Properties: props, FrameSize: 64 << 10})
+		conn, err := dial(t.Context())
+		require.NoError(t, err)
+		defer conn.Close()
+		require.Equal(t, 64<<10, conn.Config.FrameSize, "the client's settings apply")
+		require.Equal(t, amqp.Table{"product": "herald test"}, props, "the caller's table is not written to")
+	})
+
+	t.Run("AnEndedContextDialsNothing", func(t *testing.T) {
+		t.Parallel()
+		ctx, cancel := context.WithCancel(t.Context())
+		cancel()
+		_, err := dialer(t, brokerURL, amqp.Config{})(ctx)
+		require.ErrorIs(t, err, context.Canceled)
+	})
 }
 
 // The password of the URL appears in no error and no log line: not when the
@@ -444,11 +533,13 @@ func TestPasswordNeverAppears(t *testing.T) {
 	logger := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	check := func(t *testing.T, url string) {
 		t.Helper()
-		p, err := heraldrabbit.New(&heraldrabbit.Config{URL: url, Logger: logger, ReconnectMinDelay: time.Millisecond})
+		dial, err := heraldrabbit.Dialer(url, amqp.Config{})
 		if err != nil {
 			require.NotContains(t, err.Error(), password)
 			return
 		}
+		p, err := heraldrabbit.New(dial, &heraldrabbit.Config{Logger: logger, ReconnectMinDelay: time.Millisecond})
+		require.NoError(t, err)
 		defer p.Close()
 		for range 2 {
 			ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)

@@ -19,10 +19,11 @@ var ErrNotHerald = errors.New("heraldrabbit: not a Herald event (no valid Herald
 // Payload (the body) and the producer's own Headers. Consumers key their
 // inbox on the returned ID.
 //
-// Headers holds the string-valued headers other than Herald-* and those
-// the broker adds or acts on (CC, BCC, x-death and the x-first-death-* and
-// x-last-death-* headers of a dead-lettered message): Herald publishes
-// producer headers as strings only.
+// Headers holds the string-valued headers a producer may set (see
+// herald.ValidateHeaderName: no Herald-*, no CC or BCC, which the broker
+// acts on), other than the x-first-death-* and x-last-death-* headers the
+// broker adds to a dead-lettered message: Herald publishes producer
+// headers as strings only, through herald.EventHeaders.
 func Parse(d amqp.Delivery) (herald.Message, error) {
 	str := func(name string) string {
 		s, _ := d.Headers[name].(string)
@@ -46,7 +47,7 @@ func Parse(d amqp.Delivery) (herald.Message, error) {
 	}
 	for name, v := range d.Headers {
 		s, ok := v.(string)
-		if !ok || dropped(name) || brokerHeader(name) {
+		if !ok || herald.ValidateHeaderName(name) != nil || brokerHeader(name) {
 			continue
 		}
 		if m.Headers == nil {

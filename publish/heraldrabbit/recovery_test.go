@@ -33,7 +33,10 @@ func TestBrokerClosesTheConnection(t *testing.T) {
 	q := b.queue(t, "orders", nil)
 	var logs heraldtest.LogBuffer
 	name := b.prefix + "publisher"
-	p := b.publisher(t, &heraldrabbit.Config{ConnectionName: name, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	props := amqp.NewConnectionProperties()
+	props.SetClientConnectionName(name)
+	p := b.publisherOf(t, dialer(t, brokerURL, amqp.Config{Properties: props}),
+		&heraldrabbit.Config{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 
 	before := []herald.Envelope{envelope("orders", "k"), envelope("orders", "k"), envelope("orders", "j")}
 	require.NoError(t, p.Publish(t.Context(), before))
@@ -78,8 +81,7 @@ func TestPublishDuringAnOutage(t *testing.T) {
 	b := setup(t)
 	q := b.queue(t, "orders", nil)
 	px := startProxy(t)
-	p := b.publisher(t, &heraldrabbit.Config{
-		URL:               "amqp://guest:guest@" + px.addr + "/",
+	p := b.publisherOf(t, dialer(t, "amqp://guest:guest@"+px.addr+"/", amqp.Config{}), &heraldrabbit.Config{
 		ReconnectMinDelay: 10 * time.Millisecond,
 		ReconnectMaxDelay: 50 * time.Millisecond,
 	})
@@ -120,7 +122,7 @@ func TestContextEndsTheWaitForASilentBroker(t *testing.T) {
 	b := setup(t)
 	q := b.queue(t, "orders", nil)
 	px := startProxy(t)
-	p := b.publisher(t, &heraldrabbit.Config{URL: "amqp://guest:guest@" + px.addr + "/"})
+	p := b.publisherOf(t, dialer(t, "amqp://guest:guest@"+px.addr+"/", amqp.Config{}), nil)
 	require.NoError(t, p.Connect(t.Context()))
 
 	px.pause()

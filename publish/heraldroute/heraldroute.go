@@ -11,6 +11,13 @@
 // aggregate id, id and type headers), so that consumers written for
 // Debezium read Herald's events unchanged.
 //
+// Each destination gets its part of a batch in batch order, every event
+// with its Envelope.Ordered mark, and the router returns the destination's
+// per-event results as they are: a destination holds back what follows a
+// failed ordered event of its key exactly as it would alone. The router
+// runs the publisher conformance suite (publish/publishertest) over two
+// webhook destinations.
+//
 // Isolation, per destination:
 //   - a concurrency limit: when a destination already has MaxInFlight
 //     batches publishing, its events in a new batch fail at once with an

@@ -11,12 +11,13 @@
 //   - webhook-signature: "v1," and the base64 HMAC-SHA256 of
 //     "id.timestamp.body" under the endpoint's secret;
 //   - Herald-Id, Herald-Topic, Herald-Key, Herald-Type and the aggregate
-//     headers, when set;
-//   - the producer's headers, except hop-by-hop and framing headers
-//     (Connection, Keep-Alive, Proxy-*, TE, Trailer, Transfer-Encoding,
-//     Upgrade, Host, Content-Length, Expect) and the names the publisher
-//     sets itself (webhook-*, Herald-*, User-Agent), which are dropped
-//     even when a row inserted by SQL carries them.
+//     headers, when set, and the producer's headers, as herald.EventHeaders
+//     maps them: a name a producer may not use (webhook-*, Herald-*,
+//     hop-by-hop and framing headers such as Connection, Transfer-Encoding,
+//     Host and Content-Length; see herald.ValidateHeaderName) is dropped
+//     even when a row inserted by SQL carries it, and so are the names
+//     only HTTP acts on (Expect, Proxy-*) and User-Agent, which the
+//     publisher sets itself.
 //
 // Receivers check a request with Verify.
 //
@@ -33,11 +34,17 @@
 //
 // # Order per key
 //
-// The events of one key are sent one after the other, in batch order, each
-// only once the previous one was confirmed; after a failure the key's later
-// events are reported with herald.ErrHeldBack without being sent. Different
-// keys are sent in parallel, up to Config.MaxConcurrency requests at once.
-// Events without a key are not ordered.
+// Publish sends a batch in rounds with herald.SendInRounds: each round posts
+// the next event of every ordered key (herald.Envelope.Ordered) and, in the
+// first round, every event that is not ordered, in parallel up to
+// Config.MaxConcurrency requests at once; the next round starts once every
+// request of the round was answered. So the events of an ordered key go
+// one after the other, in batch order, each only once the previous one was
+// confirmed; after a failure the key's later events are reported with
+// herald.ErrHeldBack without being sent. A batch holding n events of one
+// key takes n rounds, each as long as its slowest request. Events that are
+// not ordered (no key, or a topic the relay does not order) are never held
+// back.
 //
 // # Internal destinations
 //
@@ -127,8 +134,9 @@ type Config struct {
 	// Timeout bounds each request, from dialling to the end of the answer.
 	// Defaults to DefaultTimeout (10s).
 	Timeout time.Duration
-	// MaxConcurrency bounds the requests one Publish call has in flight,
-	// each for a different key. Defaults to DefaultMaxConcurrency (16).
+	// MaxConcurrency bounds the requests one Publish call has in flight
+	// (never two of one ordered key). Defaults to DefaultMaxConcurrency
+	// (16).
 	MaxConcurrency int
 	// AllowedNetworks lists CIDR prefixes ("10.20.0.0/16", "127.0.0.0/8")
 	// the publisher may connect to although they are private or
@@ -367,26 +375,15 @@ func (p *Publisher) Publish(ctx context.Context, batch []herald.Envelope) error 
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("heraldwebhook: not published: %w", err)
 	}
-	errs := make([]error, len(batch))
 	outcomes := make([]outcome, len(batch))
-	groups := keyGroups(batch)
-
-	// Workers take whole keys, so a key's events are sent by one goroutine,
-	// in order; each worker writes only the entries of its keys.
-	work := make(chan []int, len(groups))
-	for _, g := range groups {
-		work <- g
-	}
-	close(work)
-	var wg sync.WaitGroup
-	for range min(p.maxConc, len(groups)) {
-		wg.Go(func() {
-			for g := range work {
-				p.sendKey(ctx, batch, g, errs, outcomes)
-			}
-		})
-	}
-	wg.Wait()
+	rounds := 0
+	errs := herald.SendInRounds(ctx, batch, 1, func(ctx context.Context, round []int, errs []error) error {
+		rounds++
+		p.sendRound(ctx, batch, round, errs, outcomes)
+		// A request that failed fails its event alone: there is no
+		// connection whose loss would end the batch.
+		return nil
+	})
 
 	confirmed, requests, reachedAny := 0, 0, false
 	var firstUnreachable error
@@ -405,7 +402,7 @@ func (p *Publisher) Publish(ctx context.Context, batch []herald.Envelope) error 
 		}
 	}
 	if confirmed == len(batch) {
-		p.log.Debug("published batch", "batch_size", len(batch), "keys", len(groups))
+		p.log.Debug("published batch", "batch_size", len(batch), "rounds", rounds)
 		return nil
 	}
 	if confirmed == 0 {
@@ -420,49 +417,28 @@ func (p *Publisher) Publish(ctx context.Context, batch []herald.Envelope) error 
 		}
 	}
 	p.log.Debug("published batch with failures", "batch_size", len(batch), "confirmed", confirmed)
-	return &herald.BatchError{Errs: errs}
+	return herald.BatchResult(errs)
 }
 
-// keyGroups returns the positions of the batch's events grouped by key, in
-// the order each key first appears. An event without a key is a group of
-// its own.
-func keyGroups(batch []herald.Envelope) [][]int {
-	var groups [][]int
-	byKey := make(map[string]int)
-	for i := range batch {
-		k := batch[i].Key
-		if k == "" {
-			groups = append(groups, []int{i})
-			continue
-		}
-		if g, ok := byKey[k]; ok {
-			groups[g] = append(groups[g], i)
-			continue
-		}
-		byKey[k] = len(groups)
-		groups = append(groups, []int{i})
+// sendRound POSTs the events of batch at idx, up to MaxConcurrency at once,
+// and returns once every one has its result in errs and outcomes. Each
+// entry is written by the one worker that took its index, and read only
+// after the workers are done.
+func (p *Publisher) sendRound(ctx context.Context, batch []herald.Envelope, idx []int, errs []error, outcomes []outcome) {
+	work := make(chan int, len(idx))
+	for _, i := range idx {
+		work <- i
 	}
-	return groups
-}
-
-// sendKey sends the events of one key in order and stops at the first
-// failure: the later ones are held back.
-func (p *Publisher) sendKey(ctx context.Context, batch []herald.Envelope, idx []int, errs []error, outcomes []outcome) {
-	for j, i := range idx {
-		if err := ctx.Err(); err != nil {
-			for _, k := range idx[j:] {
-				errs[k] = fmt.Errorf("heraldwebhook: not sent: %w", err)
+	close(work)
+	var wg sync.WaitGroup
+	for range min(p.maxConc, len(idx)) {
+		wg.Go(func() {
+			for i := range work {
+				outcomes[i], errs[i] = p.send(ctx, &batch[i])
 			}
-			return
-		}
-		outcomes[i], errs[i] = p.send(ctx, &batch[i])
-		if errs[i] != nil {
-			for _, k := range idx[j+1:] {
-				errs[k] = fmt.Errorf("heraldwebhook: not sent after event %s of its key failed: %w", batch[i].ID, herald.ErrHeldBack)
-			}
-			return
-		}
+		})
 	}
+	wg.Wait()
 }
 
 // errRequestTimeout is the cause of a request's context when Timeout ran
@@ -527,84 +503,45 @@ func (p *Publisher) send(ctx context.Context, env *herald.Envelope) (outcome, er
 	return answered, se
 }
 
-// dropped are the producer header names the publisher never sends:
-// hop-by-hop and framing headers, which would change how the request is
-// carried, and the ones it sets itself. Canonical form.
-var dropped = map[string]bool{
-	"Connection": true, "Keep-Alive": true, "Te": true, "Trailer": true,
-	"Transfer-Encoding": true, "Upgrade": true, "Host": true,
-	"Content-Length": true, "Expect": true, "User-Agent": true,
-}
-
-// droppedPrefixes, lower case.
-var droppedPrefixes = []string{"proxy-", "webhook-", "herald-"}
-
-func isDropped(name string) bool {
-	if dropped[http.CanonicalHeaderKey(name)] {
-		return true
-	}
-	lower := strings.ToLower(name)
-	for _, p := range droppedPrefixes {
-		if strings.HasPrefix(lower, p) {
-			return true
-		}
-	}
-	return false
+// httpOnly reports whether a request must not carry a producer header of
+// this name, although a Writer accepts it: Expect makes the client wait
+// for a 100 Continue, Proxy-* speak to a proxy on the way, and User-Agent
+// is the publisher's.
+func httpOnly(name string) bool {
+	return strings.EqualFold(name, "Expect") || strings.EqualFold(name, "User-Agent") ||
+		len(name) >= 6 && strings.EqualFold(name[:6], "proxy-")
 }
 
 // header returns the request headers of env, without the webhook-*
-// signing headers. A header that cannot be sent (a name outside the HTTP
-// token set, a value with a control character) fails the event: the row
-// was not written through a Writer, which refuses them.
+// signing headers. A value that cannot be sent (a control character) fails
+// the event: the row was not written through a Writer, which refuses it.
 func (p *Publisher) header(env *herald.Envelope) (http.Header, error) {
-	h := make(http.Header, len(env.Headers)+10)
-	for name, value := range env.Headers {
-		if isDropped(name) {
+	for name := range env.Headers {
+		if herald.ValidateHeaderName(name) != nil || httpOnly(name) {
 			p.log.Debug("dropped a reserved producer header", "event_id", env.ID, "header", name)
-			continue
 		}
-		if !validHeaderName(name) {
-			return nil, fmt.Errorf("heraldwebhook: event %s: header name %q is not an HTTP token", env.ID, name)
+	}
+	h := make(http.Header, len(env.Headers)+10)
+	var err error
+	herald.EventHeaders(env, func(name, value string) {
+		switch {
+		case httpOnly(name):
+		case !validHeaderValue(value):
+			if err == nil {
+				err = fmt.Errorf("heraldwebhook: event %s: header %q: the value contains a control character", env.ID, name)
+			}
+		default:
+			h[http.CanonicalHeaderKey(name)] = []string{value}
 		}
-		if !validHeaderValue(value) {
-			return nil, fmt.Errorf("heraldwebhook: event %s: header %q: the value contains a control character", env.ID, name)
-		}
-		h[http.CanonicalHeaderKey(name)] = []string{value}
+	})
+	if err != nil {
+		return nil, err
 	}
 	if h.Get("Content-Type") == "" {
 		h.Set("Content-Type", "application/json")
 	}
 	h.Set("User-Agent", p.userAgent)
-	for _, f := range [...]struct{ name, v string }{
-		{herald.HeaderID, env.ID},
-		{herald.HeaderTopic, env.Topic},
-		{herald.HeaderKey, env.Key},
-		{herald.HeaderType, env.Type},
-		{herald.HeaderAggregateType, env.AggregateType},
-		{herald.HeaderAggregateID, env.AggregateID},
-	} {
-		if f.v == "" {
-			continue
-		}
-		if !validHeaderValue(f.v) {
-			return nil, fmt.Errorf("heraldwebhook: event %s: %s contains a control character", env.ID, f.name)
-		}
-		h.Set(f.name, f.v)
-	}
 	return h, nil
-}
-
-func validHeaderName(name string) bool {
-	if name == "" {
-		return false
-	}
-	for i := 0; i < len(name); i++ {
-		c := name[i]
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0) {
-			return false
-		}
-	}
-	return true
 }
 
 // validHeaderValue refuses the control characters net/http refuses (all

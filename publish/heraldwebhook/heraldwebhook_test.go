@@ -200,11 +200,20 @@ func newPublisher(t *testing.T, cfg *heraldwebhook.Config) *heraldwebhook.Publis
 	return p
 }
 
+// envelope is an event as an ordered relay hands it over: ordered when it
+// has a key.
 func envelope(topic, key, payload string) herald.Envelope {
 	return herald.Envelope{
 		Message: herald.Message{ID: herald.NewID(), Topic: topic, Key: key, Payload: []byte(payload)},
-		Attempt: 1, CreatedAt: time.Now(),
+		Attempt: 1, CreatedAt: time.Now(), Ordered: key != "",
 	}
+}
+
+// unordered is an event of a topic the relay does not order.
+func unordered(topic, key, payload string) herald.Envelope {
+	env := envelope(topic, key, payload)
+	env.Ordered = false
+	return env
 }
 
 func publish(t *testing.T, p herald.Publisher, batch ...herald.Envelope) error {
@@ -708,6 +717,26 @@ func TestOrder(t *testing.T) {
 			require.Equal(t, []string{envs[0].ID, envs[2].ID}, ids(b.rcv.requests(t, byKey("a"))), "nothing of key a after its failure")
 			require.Equal(t, []string{envs[1].ID, envs[3].ID, envs[7].ID}, ids(b.rcv.requests(t, byKey("b"))))
 		}
+	})
+
+	t.Run("AnUnorderedEventAfterAFailedOneOfItsKeyIsSent", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		b.rcv.Respond = func(w http.ResponseWriter, r *request) int {
+			if string(r.body) == "fail" {
+				return http.StatusServiceUnavailable
+			}
+			return http.StatusOK
+		}
+		// The relay does not order this topic: nothing waits for the
+		// failed event.
+		envs := []herald.Envelope{unordered("orders", "a", "fail"), unordered("orders", "a", "2"), unordered("orders", "a", "3")}
+		errs := batchErrors(t, publish(t, b.publisher(t, nil), envs...), len(envs))
+		require.Error(t, errs[0])
+		require.NotErrorIs(t, errs[0], herald.ErrHeldBack)
+		require.NoError(t, errs[1])
+		require.NoError(t, errs[2])
+		require.ElementsMatch(t, []string{envs[0].ID, envs[1].ID, envs[2].ID}, ids(b.rcv.requests(t, nil)))
 	})
 
 	t.Run("MaxConcurrencyBoundsTheRequestsInFlight", func(t *testing.T) {

@@ -1,0 +1,117 @@
+package heraldrabbit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"net"
+	"net/url"
+	"strconv"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/herald-outbox/herald"
+)
+
+// DefaultDialTimeout bounds a Dialer's TCP connect and AMQP handshake
+// together, unless the URI sets connection_timeout or amqp.Config.Dial is
+// set.
+const DefaultDialTimeout = 10 * time.Second
+
+// DefaultConnectionName is the connection_name client property a Dialer
+// sets when amqp.Config.Properties does not: the management UI and
+// rabbitmqctl list_connections show it.
+const DefaultConnectionName = "herald"
+
+// Dialer returns a DialFunc that connects to uri (amqp://user:password@host:5672/vhost,
+// or amqps:// for TLS) with cfg, the common case of New. cfg is the
+// amqp091 client's own: TLSClientConfig, SASL, Heartbeat, FrameSize and
+// Properties take effect as amqp.DialConfig documents them. On top of it:
+//
+//   - without cfg.Dial, the TCP connect ends when the DialFunc's ctx does,
+//     and the connect and the handshake together take at most the URI's
+//     connection_timeout, or DefaultDialTimeout;
+//   - the connection_name property defaults to DefaultConnectionName;
+//   - cfg.Recovery must be nil: the Publisher reconnects by itself.
+//
+// It checks uri at once. Neither its errors nor those of the DialFunc
+// contain uri's password.
+func Dialer(uri string, cfg amqp.Config) (DialFunc, error) {
+	parsed, err := amqp.ParseURI(uri)
+	if err != nil {
+		// The parser's error can quote the URI, password included.
+		return nil, fmt.Errorf("heraldrabbit: not an AMQP URI: %s", herald.Scrub(err.Error()))
+	}
+	if cfg.Recovery != nil {
+		return nil, errors.New("heraldrabbit: amqp.Config.Recovery must be nil: the Publisher reconnects by itself")
+	}
+	where := redact(parsed)
+	timeout := DefaultDialTimeout
+	if parsed.ConnectionTimeout > 0 {
+		timeout = time.Duration(parsed.ConnectionTimeout) * time.Millisecond
+	}
+	// A copy: the caller's table stays as it was, and every dial sends the
+	// same properties.
+	props := maps.Clone(cfg.Properties)
+	if props == nil {
+		props = amqp.NewConnectionProperties()
+	}
+	if _, ok := props["connection_name"]; !ok {
+		props.SetClientConnectionName(DefaultConnectionName)
+	}
+	cfg.Properties = props
+	// DialConfig fills in ServerName on the tls.Config it is given: let it
+	// write to a copy of the caller's.
+	cfg.TLSClientConfig = cfg.TLSClientConfig.Clone()
+	userDial := cfg.Dial
+	return func(ctx context.Context) (*amqp.Connection, error) {
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("dialing %s: %w", where, err)
+		}
+		c := cfg
+		if userDial == nil {
+			c.Dial = contextDial(ctx, timeout)
+		}
+		conn, err := amqp.DialConfig(uri, c)
+		if err != nil {
+			return nil, fmt.Errorf("dialing %s: %s", where, herald.Scrub(err.Error()))
+		}
+		return conn, nil
+	}, nil
+}
+
+// contextDial is amqp.DefaultDial whose connect also ends with ctx:
+// DialConfig takes no context, and a Publisher that closes must not wait
+// for a connect to a host that does not answer.
+func contextDial(ctx context.Context, timeout time.Duration) func(network, addr string) (net.Conn, error) {
+	return func(network, addr string) (net.Conn, error) {
+		d := net.Dialer{Timeout: timeout}
+		conn, err := d.DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		// No heartbeat runs before the handshake completes: the deadline
+		// keeps a silent server from stalling it. The client clears it once
+		// the connection is open.
+		if err := conn.SetDeadline(time.Now().Add(timeout)); err != nil {
+			_ = conn.Close()
+			return nil, err
+		}
+		return conn, nil
+	}
+}
+
+// redact returns uri as a URL without its password.
+func redact(uri amqp.URI) string {
+	vhost := ""
+	if uri.Vhost != "/" {
+		vhost = url.PathEscape(uri.Vhost)
+	}
+	user := ""
+	if uri.Username != "" {
+		user = url.User(uri.Username).String() + "@"
+	}
+	return fmt.Sprintf("%s://%s%s/%s", uri.Scheme, user, net.JoinHostPort(uri.Host, strconv.Itoa(uri.Port)), vhost)
+}
