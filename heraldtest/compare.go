@@ -87,12 +87,12 @@ func match(what string, want []expectation, got, wider []herald.Envelope) ([]int
 		matchedBy[i] = -1
 		augment(i, make([]bool, len(scoped)))
 	}
-	unexpected := []herald.Envelope{}
+	var unexpected []int // indexes in got
 	for k, i := range owner {
 		if i >= 0 {
 			matchedBy[i] = k
 		} else {
-			unexpected = append(unexpected, got[scoped[k]])
+			unexpected = append(unexpected, scoped[k])
 		}
 	}
 	missing := 0
@@ -112,36 +112,49 @@ func match(what string, want []expectation, got, wider []herald.Envelope) ([]int
 	var b strings.Builder
 	fmt.Fprintf(&b, "heraldtest: %s does not hold the expected events: %d expected, %d found on their topics and keys",
 		what, len(want), len(scoped))
-	taken := map[string]int{} // id -> expected event (1-based) it is matched to
+	taken := map[int]int{} // index in got -> expected event (1-based) it is matched to
 	for i, k := range matchedBy {
 		if k >= 0 {
-			taken[got[scoped[k]].ID] = i + 1
+			taken[scoped[k]] = i + 1
 		}
 	}
-	pool := got
+	// pool is where a missing event's nearest is looked for; inGot maps
+	// its indexes to got's. A Recorder's events may repeat an id (a
+	// duplicate delivery), so indexes, not ids, tell events apart; the
+	// wider read is of a table, where ids are unique.
+	pool, inGot := got, func(p int) int { return p }
 	if wider != nil {
-		pool = wider
+		byID := make(map[string]int, len(got))
+		for j, env := range got {
+			byID[env.ID] = j
+		}
+		pool, inGot = wider, func(p int) int {
+			if j, ok := byID[wider[p].ID]; ok {
+				return j
+			}
+			return -1
+		}
 	}
-	shown := map[string]bool{} // ids shown as the nearest to a missing event
+	shown := map[int]bool{} // indexes in got shown as the nearest to a missing event
 	for i, x := range want {
 		if matchedBy[i] >= 0 {
 			continue
 		}
 		fmt.Fprintf(&b, "\n  missing: expected event %d %s", i+1, x.Event)
-		text, id := nearest(x, pool, taken)
+		text, j := nearest(x, pool, inGot, taken)
 		b.WriteString(text)
-		shown[id] = true
+		shown[j] = true
 	}
 	listed := 0
-	for _, env := range unexpected {
-		if shown[env.ID] {
+	for _, j := range unexpected {
+		if shown[j] {
 			continue // already in the message, with how it differs
 		}
 		if listed++; listed > maxListed {
 			fmt.Fprintf(&b, "\n  ... and more unexpected events")
 			break
 		}
-		b.WriteString("\n  unexpected: " + describe(env))
+		b.WriteString("\n  unexpected: " + describe(got[j]))
 	}
 	if len(pool) == 0 {
 		fmt.Fprintf(&b, "\n  (%s holds no events at all)", what)
@@ -150,27 +163,28 @@ func match(what string, want []expectation, got, wider []herald.Envelope) ([]int
 }
 
 // nearest describes the event of pool closest to x, and how it differs,
-// among those not matched to another expected event, and returns its id.
-func nearest(x expectation, pool []herald.Envelope, taken map[string]int) (string, string) {
+// among those not matched to another expected event, and returns its index
+// in got (-1 when it is not there, or when there is none).
+func nearest(x expectation, pool []herald.Envelope, inGot func(int) int, taken map[int]int) (string, int) {
 	best, bestN := -1, 0
 	var bestWhy []string
-	for j, env := range pool {
+	for p, env := range pool {
 		why := x.mismatches(env)
-		if owner, ok := taken[env.ID]; ok {
+		if owner, ok := taken[inGot(p)]; ok {
 			if len(why) == 0 {
 				return fmt.Sprintf("\n    it matches %s, which expected event %d accounts for: "+
-					"expected twice, written once?", describe(env), owner), ""
+					"expected twice, found once?", describe(env), owner), -1
 			}
 			continue
 		}
 		if best < 0 || len(why) < bestN {
-			best, bestN, bestWhy = j, len(why), why
+			best, bestN, bestWhy = p, len(why), why
 		}
 	}
 	if best < 0 {
-		return "", ""
+		return "", -1
 	}
-	return fmt.Sprintf("\n    nearest: %s\n      %s", describe(pool[best]), strings.Join(bestWhy, "; ")), pool[best].ID
+	return fmt.Sprintf("\n    nearest: %s\n      %s", describe(pool[best]), strings.Join(bestWhy, "; ")), inGot(best)
 }
 
 // forbidden lists the events of got that match one of the events a test

@@ -219,6 +219,12 @@ func TestRecorder(t *testing.T) {
 		require.Len(t, lines(msg, "unexpected: seq 1 id "+batch[0].ID), 1)
 
 		ft = &fakeT{}
+		rec.RequirePublished(ft, heraldtest.Event{Key: "a", JSON: `{"n":2}`})
+		msg = ft.requireFailed(t, "missing: expected event 1", "$.n: 1, want 2")
+		require.Len(t, lines(msg, "nearest: seq 1 id "+batch[0].ID), 1, "the first delivery is the nearest")
+		require.Len(t, lines(msg, "unexpected: seq 1 id "+batch[0].ID), 1, "the duplicate is listed apart")
+
+		ft = &fakeT{}
 		rec.RequirePublished(ft, heraldtest.Event{Key: "b", JSON: `{"n":2}`})
 		ft.requireFailed(t, `missing: expected event 1 {Key: "b", JSON: {"n":2}}`,
 			"payload differs from the expected JSON at $.n: 1, want 2")

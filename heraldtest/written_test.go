@@ -161,7 +161,7 @@ func exerciseWritten[TTx any](t *testing.T, newOutbox func(t *testing.T) *outbox
 		ft := &fakeT{}
 		heraldtest.RequireWrittenTx(ctx, ft, o.reader, tx,
 			heraldtest.Event{Topic: "orders.placed", Key: "o-1"}, heraldtest.Event{Key: "o-1", Type: "order.placed"})
-		ft.requireFailed(t, "missing: expected event 2", "which expected event 1 accounts for: expected twice, written once?")
+		ft.requireFailed(t, "missing: expected event 2", "which expected event 1 accounts for: expected twice, found once?")
 	})
 
 	t.Run("EventsOnOtherTopicsAndKeysAreIgnored", func(t *testing.T) {
