@@ -2,6 +2,7 @@ package heraldtest_test
 
 import (
 	"context"
+	"strconv"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -29,20 +30,9 @@ func TestWrittenOnPostgresWithDatabaseSQL(t *testing.T) {
 func placed(id string, total int) herald.Message {
 	return herald.Message{
 		Topic: "orders.placed", Type: "order.placed", AggregateType: "order", AggregateID: id,
-		Payload: []byte(`{"id":"` + id + `","total":` + itoa(total) + `}`),
+		Payload: []byte(`{"id":"` + id + `","total":` + strconv.Itoa(total) + `}`),
 		Headers: map[string]string{"tenant": "acme", "traceparent": "00-abc-def-01"},
 	}
-}
-
-func itoa(n int) string {
-	if n == 0 {
-		return "0"
-	}
-	var b []byte
-	for ; n > 0; n /= 10 {
-		b = append([]byte{byte('0' + n%10)}, b...)
-	}
-	return string(b)
 }
 
 // exerciseWritten runs the cases of RequireWrittenTx, RequireWritten and
