@@ -13,6 +13,7 @@ import (
 
 	"github.com/herald-outbox/herald"
 	"github.com/herald-outbox/herald/driver/heraldsqlite"
+	"github.com/herald-outbox/herald/heraldadmin"
 	"github.com/herald-outbox/herald/heraldtest"
 )
 
@@ -285,7 +286,7 @@ func TestRecorderBehindARelay(t *testing.T) {
 	require.Less(t, got[0].Seq, got[1].Seq)
 	rec.RequireNotPublished(t, heraldtest.Event{Key: "c"})
 
-	dead, err := store.ListEvents(ctx, herald.EventFilter{All: true, State: herald.StateDead})
+	dead, err := store.ListEvents(ctx, heraldadmin.EventFilter{All: true, State: heraldadmin.StateDead})
 	require.NoError(t, err)
 	require.Len(t, dead, 1)
 	require.Equal(t, "c", dead[0].Key)

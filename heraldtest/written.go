@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/herald-outbox/herald"
+	"github.com/herald-outbox/herald/heraldadmin"
 )
 
 // TxReader reads outbox rows through a transaction of type TTx, its own
@@ -12,7 +13,7 @@ import (
 type TxReader[TTx any] interface {
 	// EventsTx returns the rows tx sees in insert order: all of them, or
 	// those of the given topics.
-	EventsTx(ctx context.Context, tx TTx, topics ...string) ([]herald.EventRow, error)
+	EventsTx(ctx context.Context, tx TTx, topics ...string) ([]heraldadmin.EventRow, error)
 }
 
 // Reader reads committed outbox rows. The drivers' stores,
@@ -20,7 +21,7 @@ type TxReader[TTx any] interface {
 type Reader interface {
 	// Events returns the committed rows in insert order: all of them, or
 	// those of the given topics.
-	Events(ctx context.Context, topics ...string) ([]herald.EventRow, error)
+	Events(ctx context.Context, topics ...string) ([]heraldadmin.EventRow, error)
 }
 
 // RequireWrittenTx fails the test unless the outbox, seen through tx,
@@ -34,18 +35,18 @@ type Reader interface {
 //
 // tx may still be open: the rows it wrote are visible to it before it
 // commits. Call it before the transaction ends.
-func RequireWrittenTx[TTx any](ctx context.Context, t TB, r TxReader[TTx], tx TTx, want ...Event) []herald.EventRow {
+func RequireWrittenTx[TTx any](ctx context.Context, t TB, r TxReader[TTx], tx TTx, want ...Event) []heraldadmin.EventRow {
 	t.Helper()
-	read := func(topics ...string) ([]herald.EventRow, error) { return r.EventsTx(ctx, tx, topics...) }
+	read := func(topics ...string) ([]heraldadmin.EventRow, error) { return r.EventsTx(ctx, tx, topics...) }
 	return requireWritten(t, "RequireWrittenTx", "the outbox seen through the transaction", read, want)
 }
 
 // RequireWritten is RequireWrittenTx for committed events, read through
 // the store (a *heraldpg.Driver or *heraldsqlite.Driver): after the
 // transaction under test committed, or to check that one rolled back.
-func RequireWritten(ctx context.Context, t TB, r Reader, want ...Event) []herald.EventRow {
+func RequireWritten(ctx context.Context, t TB, r Reader, want ...Event) []heraldadmin.EventRow {
 	t.Helper()
-	read := func(topics ...string) ([]herald.EventRow, error) { return r.Events(ctx, topics...) }
+	read := func(topics ...string) ([]heraldadmin.EventRow, error) { return r.Events(ctx, topics...) }
 	return requireWritten(t, "RequireWritten", "the committed outbox", read, want)
 }
 
@@ -54,7 +55,7 @@ func RequireWritten(ctx context.Context, t TB, r Reader, want ...Event) []herald
 // at all.
 func RequireNotWrittenTx[TTx any](ctx context.Context, t TB, r TxReader[TTx], tx TTx, match ...Event) {
 	t.Helper()
-	read := func(topics ...string) ([]herald.EventRow, error) { return r.EventsTx(ctx, tx, topics...) }
+	read := func(topics ...string) ([]heraldadmin.EventRow, error) { return r.EventsTx(ctx, tx, topics...) }
 	requireNotWritten(t, "the outbox seen through the transaction", read, match)
 }
 
@@ -63,13 +64,13 @@ func RequireNotWrittenTx[TTx any](ctx context.Context, t TB, r TxReader[TTx], tx
 // be there.
 func RequireNotWritten(ctx context.Context, t TB, r Reader, match ...Event) {
 	t.Helper()
-	read := func(topics ...string) ([]herald.EventRow, error) { return r.Events(ctx, topics...) }
+	read := func(topics ...string) ([]heraldadmin.EventRow, error) { return r.Events(ctx, topics...) }
 	requireNotWritten(t, "the committed outbox", read, match)
 }
 
-type readFunc func(topics ...string) ([]herald.EventRow, error)
+type readFunc func(topics ...string) ([]heraldadmin.EventRow, error)
 
-func requireWritten(t TB, name, what string, read readFunc, want []Event) []herald.EventRow {
+func requireWritten(t TB, name, what string, read readFunc, want []Event) []heraldadmin.EventRow {
 	t.Helper()
 	if len(want) == 0 {
 		t.Fatalf("heraldtest: %s needs at least one expected Event; to check that nothing was written, use RequireNotWritten or RequireNotWrittenTx", name)
@@ -99,7 +100,7 @@ func requireWritten(t TB, name, what string, read readFunc, want []Event) []hera
 		t.Fatalf("%s", report)
 		return nil
 	}
-	out := make([]herald.EventRow, len(matched))
+	out := make([]heraldadmin.EventRow, len(matched))
 	for i, j := range matched {
 		out[i] = rows[j]
 	}
@@ -126,7 +127,7 @@ func requireNotWritten(t TB, what string, read readFunc, match []Event) {
 	}
 }
 
-func envelopes(rows []herald.EventRow) []herald.Envelope {
+func envelopes(rows []heraldadmin.EventRow) []herald.Envelope {
 	out := make([]herald.Envelope, len(rows))
 	for i, row := range rows {
 		out[i] = row.Envelope

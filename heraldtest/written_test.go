@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/herald-outbox/herald"
+	"github.com/herald-outbox/herald/heraldadmin"
 	"github.com/herald-outbox/herald/heraldtest"
 )
 
@@ -58,7 +59,7 @@ func exerciseWritten[TTx any](t *testing.T, newOutbox func(t *testing.T) *outbox
 		require.Equal(t, "o-2", rows[0].Key, "rows come back in the order of the expectations")
 		require.Equal(t, "o-1", rows[1].Key)
 		require.Less(t, rows[1].Seq, rows[0].Seq, "and carry their insert order")
-		require.Equal(t, herald.StateReady, rows[0].State)
+		require.Equal(t, heraldadmin.StateReady, rows[0].State)
 
 		ft = &fakeT{}
 		heraldtest.RequireNotWritten(ctx, ft, o.store, heraldtest.Event{Topic: "orders.placed"})

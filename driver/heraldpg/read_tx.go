@@ -8,7 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/herald-outbox/herald"
+	"github.com/herald-outbox/herald/heraldadmin"
 	"github.com/herald-outbox/herald/internal/sqlstore"
 )
 
@@ -64,7 +64,7 @@ func NewSQLReader(cfg *Config) (*Reader[*sql.Tx], error) {
 // EventsTx returns the outbox rows tx sees, its own uncommitted ones
 // included, in insert order: all of them, or those of the given topics. It
 // fails rather than return more than 10,000 rows.
-func (r *Reader[TTx]) EventsTx(ctx context.Context, tx TTx, topics ...string) ([]herald.EventRow, error) {
+func (r *Reader[TTx]) EventsTx(ctx context.Context, tx TTx, topics ...string) ([]heraldadmin.EventRow, error) {
 	c, err := r.conn(tx)
 	if err != nil {
 		return nil, err
@@ -75,15 +75,15 @@ func (r *Reader[TTx]) EventsTx(ctx context.Context, tx TTx, topics ...string) ([
 // Events returns the committed outbox rows, in insert order: all of them,
 // or those of the given topics. It is meant for tests (heraldtest.
 // RequireWritten) and fails rather than return more than 10,000 rows.
-func (d *Driver) Events(ctx context.Context, topics ...string) ([]herald.EventRow, error) {
+func (d *Driver) Events(ctx context.Context, topics ...string) ([]heraldadmin.EventRow, error) {
 	return readEvents(ctx, d.db, d.names.render(eventsSQL), topics, sqlstore.MaxEventsRead)
 }
 
-func readEvents(ctx context.Context, c conn, query string, topics []string, max int) ([]herald.EventRow, error) {
+func readEvents(ctx context.Context, c conn, query string, topics []string, max int) ([]heraldadmin.EventRow, error) {
 	if topics == nil {
 		topics = []string{} // a NULL array would make cardinality() NULL
 	}
-	var out []herald.EventRow
+	var out []heraldadmin.EventRow
 	err := c.query(ctx, query, []any{topics, max + 1}, func(scan func(...any) error) error {
 		ev, err := scanEvent(scan)
 		out = append(out, ev)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/herald-outbox/herald"
 	"github.com/herald-outbox/herald/driver/heraldpg"
+	"github.com/herald-outbox/herald/heraldadmin"
 )
 
 func TestReadEvents(t *testing.T) {
@@ -37,7 +38,7 @@ func TestReadEvents(t *testing.T) {
 		rows, err = b.driver.Events(ctx)
 		require.NoError(t, err)
 		require.Equal(t, []string{"1"}, payloads(rows))
-		require.Equal(t, herald.StateReady, rows[0].State)
+		require.Equal(t, heraldadmin.StateReady, rows[0].State)
 	})
 
 	t.Run("ANilTransactionIsRefused", func(t *testing.T) {
@@ -61,7 +62,7 @@ func TestReadEvents(t *testing.T) {
 	})
 }
 
-func payloads(rows []herald.EventRow) []string {
+func payloads(rows []heraldadmin.EventRow) []string {
 	out := make([]string, len(rows))
 	for i, r := range rows {
 		out[i] = string(r.Payload)

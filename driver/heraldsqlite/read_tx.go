@@ -7,7 +7,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/herald-outbox/herald"
+	"github.com/herald-outbox/herald/heraldadmin"
 	"github.com/herald-outbox/herald/internal/sqlstore"
 )
 
@@ -41,7 +41,7 @@ func NewReader(cfg *Config) (*Reader, error) {
 // EventsTx returns the outbox rows tx sees, its own uncommitted ones
 // included, in insert order: all of them, or those of the given topics. It
 // fails rather than return more than 10,000 rows.
-func (r *Reader) EventsTx(ctx context.Context, tx *sql.Tx, topics ...string) ([]herald.EventRow, error) {
+func (r *Reader) EventsTx(ctx context.Context, tx *sql.Tx, topics ...string) ([]heraldadmin.EventRow, error) {
 	if tx == nil {
 		return nil, errors.New("heraldsqlite: EventsTx: tx is nil")
 	}
@@ -51,7 +51,7 @@ func (r *Reader) EventsTx(ctx context.Context, tx *sql.Tx, topics ...string) ([]
 // Events returns the committed outbox rows, in insert order: all of them,
 // or those of the given topics. It is meant for tests (heraldtest.
 // RequireWritten) and fails rather than return more than 10,000 rows.
-func (d *Driver) Events(ctx context.Context, topics ...string) ([]herald.EventRow, error) {
+func (d *Driver) Events(ctx context.Context, topics ...string) ([]heraldadmin.EventRow, error) {
 	return readEvents(ctx, d.db, d.names.render(eventsSQL), topics, sqlstore.MaxEventsRead)
 }
 
@@ -60,7 +60,7 @@ type rowsQuerier interface {
 	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
 }
 
-func readEvents(ctx context.Context, q rowsQuerier, query string, topics []string, max int) ([]herald.EventRow, error) {
+func readEvents(ctx context.Context, q rowsQuerier, query string, topics []string, max int) ([]heraldadmin.EventRow, error) {
 	var filter any // NULL: every topic
 	if len(topics) > 0 {
 		b, err := json.Marshal(topics)
@@ -74,7 +74,7 @@ func readEvents(ctx context.Context, q rowsQuerier, query string, topics []strin
 		return nil, fmt.Errorf("heraldsqlite: reading events: %w", err)
 	}
 	defer rows.Close()
-	var out []herald.EventRow
+	var out []heraldadmin.EventRow
 	for rows.Next() {
 		ev, err := scanEvent(rows)
 		if err != nil {
