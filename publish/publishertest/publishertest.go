@@ -146,7 +146,8 @@ type suite struct{ h Harness }
 
 // batch turns messages into the envelopes a relay would hand over: ids and
 // keys filled and every field validated as a Writer does, sequence numbers
-// in batch order, first attempt.
+// in batch order, first attempt, and ordered by key as an ordered relay
+// marks them.
 func batch(t *testing.T, msgs ...herald.Message) []herald.Envelope {
 	t.Helper()
 	maxPayload := herald.DefaultMaxPayloadBytes
@@ -158,7 +159,7 @@ func batch(t *testing.T, msgs ...herald.Message) []herald.Envelope {
 	envs := make([]herald.Envelope, len(prepared))
 	now := time.Now()
 	for i, m := range prepared {
-		envs[i] = herald.Envelope{Message: m, Seq: int64(i + 1), Attempt: 1, CreatedAt: now}
+		envs[i] = herald.Envelope{Message: m, Seq: int64(i + 1), Attempt: 1, CreatedAt: now, Ordered: m.Key != ""}
 	}
 	return envs
 }
