@@ -38,7 +38,7 @@
 // race:
 //
 //   - Failures it can foresee are found before anything is sent: a topic
-//     name Kafka refuses, and a record larger than MaxRecordBytes (which
+//     name Kafka refuses, and a record larger than MaxMessageBytes (which
 //     defaults to the client's own batch limit for the topic). Such an event
 //     fails permanently, and the later events of its key are held back
 //     (herald.ErrHeldBack) without being sent.
@@ -68,7 +68,7 @@
 // a record a broker refuses (kerr.InvalidRecord), and a topic that does not
 // exist after the client looked it up kgo.UnknownTopicRetries times (with
 // topic auto-creation off). Keep the client's kgo.ProducerBatchMaxBytes (or
-// MaxRecordBytes) within the topics' max.message.bytes: a broker that refuses
+// MaxMessageBytes) within the topics' max.message.bytes: a broker that refuses
 // a batch as too large fails every record in it, including small ones.
 //
 // When no broker confirmed or refused any event of the batch before the
@@ -100,13 +100,13 @@ type Config struct {
 	// topic "orders" is produced to "prod.orders". Defaults to "" (the
 	// event's topic is the Kafka topic).
 	TopicPrefix string
-	// MaxRecordBytes is the largest record Publish sends, counted as Kafka
+	// MaxMessageBytes is the largest record Publish sends, counted as Kafka
 	// encodes a batch holding only that record; a larger event fails
 	// permanently without being sent. Set it to the topics'
 	// max.message.bytes when that is below the client's batch limit.
 	// Defaults to the client's kgo.ProducerBatchMaxBytes for the topic
 	// (franz-go: 1,000,012 bytes).
-	MaxRecordBytes int
+	MaxMessageBytes int
 	// DeliveryTimeout bounds one Publish call, on top of its context:
 	// events without a broker answer by then are reported unconfirmed, and
 	// those not yet sent are withdrawn from the client. Defaults to 30s.
@@ -177,8 +177,8 @@ func New(client *kgo.Client, cfg *Config) (*Publisher, error) {
 		c.Logger = slog.Default()
 	}
 	switch {
-	case c.MaxRecordBytes < 0:
-		return nil, errors.New("heraldkafka: Config.MaxRecordBytes must not be negative")
+	case c.MaxMessageBytes < 0:
+		return nil, errors.New("heraldkafka: Config.MaxMessageBytes must not be negative")
 	case c.DeliveryTimeout < 0:
 		return nil, errors.New("heraldkafka: Config.DeliveryTimeout must not be negative")
 	}
@@ -194,7 +194,7 @@ func New(client *kgo.Client, cfg *Config) (*Publisher, error) {
 	return &Publisher{
 		cl:        client,
 		prefix:    c.TopicPrefix,
-		maxBytes:  c.MaxRecordBytes,
+		maxBytes:  c.MaxMessageBytes,
 		batchMax:  batchMax,
 		timeout:   c.DeliveryTimeout,
 		pipelined: c.PipelineKeys,

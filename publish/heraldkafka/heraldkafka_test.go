@@ -255,10 +255,10 @@ func TestPublish(t *testing.T) {
 		})
 	}
 
-	t.Run("RecordOverMaxRecordBytesIsPermanentHoldsBackItsKeyAndOthersDeliver", func(t *testing.T) {
+	t.Run("RecordOverMaxMessageBytesIsPermanentHoldsBackItsKeyAndOthersDeliver", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
-		p := b.publisher(t, &heraldkafka.Config{MaxRecordBytes: 1024})
+		p := b.publisher(t, &heraldkafka.Config{MaxMessageBytes: 1024})
 
 		big := keyed("orders", "b", strings.Repeat("x", 2048))
 		batch := []herald.Envelope{
@@ -483,7 +483,7 @@ func TestNew(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 		for field, cfg := range map[string]*heraldkafka.Config{
-			"MaxRecordBytes":  {MaxRecordBytes: -1},
+			"MaxMessageBytes": {MaxMessageBytes: -1},
 			"DeliveryTimeout": {DeliveryTimeout: -time.Second},
 			"TopicPrefix":     {TopicPrefix: "prod/"},
 		} {
