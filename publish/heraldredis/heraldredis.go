@@ -232,8 +232,9 @@ func (p *Publisher) sendRound(ctx context.Context, batch []herald.Envelope, roun
 
 // groups splits the round's events into the groups of their scripts, in the
 // order each group first appears: the ordered events of one key form one
-// group, whatever their topics (the package documentation says why), and
-// every other event is a group of its own. An event that cannot be sent
+// group, whatever their topics (stricter than the relay, which orders a key
+// within its topic; see the package documentation), and every other event
+// is a group of its own. An event that cannot be sent
 // gets its error in errs, and the later events of its group are held back,
 // as the script would hold them back.
 func (p *Publisher) groups(batch []herald.Envelope, round []int, errs []error) (map[string]*group, []string) {
