@@ -32,7 +32,7 @@ func TestConformance(t *testing.T) {
 		cl, err := heraldkafka.NewClient(addrs, kgo.AllowAutoTopicCreation())
 		require.NoError(t, err)
 		t.Cleanup(cl.Close)
-		p, err := heraldkafka.New(cl, &heraldkafka.Config{MaxRecordBytes: tooLarge - 1024, DeliveryTimeout: timeout})
+		p, err := heraldkafka.New(cl, &heraldkafka.Config{MaxMessageBytes: tooLarge - 1024, DeliveryTimeout: timeout})
 		require.NoError(t, err)
 		return p
 	}

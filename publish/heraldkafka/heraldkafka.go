@@ -2,9 +2,9 @@
 //
 // Each event becomes one record: topic = the event's topic (after an
 // optional TopicPrefix), key = the event's key, value = the payload byte for
-// byte, headers = the producer's headers plus Herald-Id, Herald-Type,
-// Herald-Key, Herald-Aggregate-Type and Herald-Aggregate-Id. An event with an
-// empty key gets a null record key, so the partitioner spreads such events;
+// byte, headers = the producer's headers and Herald's (herald.EventHeaders:
+// Herald-Id, Herald-Topic, Herald-Type, ...). An event with an empty key gets
+// a null record key, so the partitioner spreads such events;
 // an empty payload is sent as an empty value, never as a null one (a
 // tombstone on a compacted topic).
 //
@@ -29,25 +29,26 @@
 // # Order within a key, and failed events
 //
 // Herald requires that no event be delivered after an earlier event of its
-// key in the same batch failed. franz-go keeps the records of a partition in
-// order, and when the broker refuses a batch of a partition (or the client
-// gives up on one), it fails every record then buffered for that partition.
-// But a record handed to the client after that moment is produced normally:
-// had Publish sent all of a key's events at once, a later event could land
-// on the broker behind a failed one. Publish therefore never relies on that
-// race:
+// ordered key (herald.Envelope.Ordered) in the same batch failed. franz-go
+// keeps the records of a partition in order, and when the broker refuses a
+// batch of a partition (or the client gives up on one), it fails every
+// record then buffered for that partition. But a record handed to the
+// client after that moment is produced normally: had Publish sent all of a
+// key's events at once, a later event could land on the broker behind a
+// failed one. Publish therefore never relies on that race:
 //
 //   - Failures it can foresee are found before anything is sent: a topic
-//     name Kafka refuses, and a record larger than MaxRecordBytes (which
+//     name Kafka refuses, and a record larger than MaxMessageBytes (which
 //     defaults to the client's own batch limit for the topic). Such an event
 //     fails permanently, and the later events of its key are held back
 //     (herald.ErrHeldBack) without being sent.
-//   - The rest go in rounds. A round holds, in batch order, the first unsent
-//     event of each key (and every event without a key); all of a round's
-//     records are produced at once, and the next round starts when the
-//     brokers have answered them all. An event is therefore sent only after
-//     the earlier events of its key were acknowledged, and an event whose
-//     key failed in a round is held back.
+//   - The rest go in rounds (herald.SendInRounds). A round holds, in batch
+//     order, the next unsent event of each ordered key (and, in the first
+//     round, every event that is not ordered); all of a round's records are
+//     produced at once, and the next round starts when the brokers have
+//     answered them all. An event is therefore sent only after the earlier
+//     events of its key were acknowledged, and an event whose key failed
+//     in a round is held back.
 //
 // A batch of distinct keys is one round, one broker round trip; a batch with
 // n events of one key takes n round trips. With Config.PipelineKeys, a batch
@@ -55,7 +56,8 @@
 // throughput, accepting the window described above: an event can then be
 // delivered behind an earlier one of its key if the broker refuses the
 // earlier one's batch before the client buffered the later one (the relay
-// logs such a broken order as an error).
+// logs such a broken order as an error). Failures foreseen before sending
+// still hold back the rest of their key.
 //
 // Each round waits up to the client's kgo.ProducerLinger before its records
 // leave (franz-go's default is 10ms); NewClient sets it to zero.
@@ -68,7 +70,7 @@
 // a record a broker refuses (kerr.InvalidRecord), and a topic that does not
 // exist after the client looked it up kgo.UnknownTopicRetries times (with
 // topic auto-creation off). Keep the client's kgo.ProducerBatchMaxBytes (or
-// MaxRecordBytes) within the topics' max.message.bytes: a broker that refuses
+// MaxMessageBytes) within the topics' max.message.bytes: a broker that refuses
 // a batch as too large fails every record in it, including small ones.
 //
 // When no broker confirmed or refused any event of the batch before the
@@ -100,13 +102,13 @@ type Config struct {
 	// topic "orders" is produced to "prod.orders". Defaults to "" (the
 	// event's topic is the Kafka topic).
 	TopicPrefix string
-	// MaxRecordBytes is the largest record Publish sends, counted as Kafka
+	// MaxMessageBytes is the largest record Publish sends, counted as Kafka
 	// encodes a batch holding only that record; a larger event fails
 	// permanently without being sent. Set it to the topics'
 	// max.message.bytes when that is below the client's batch limit.
 	// Defaults to the client's kgo.ProducerBatchMaxBytes for the topic
 	// (franz-go: 1,000,012 bytes).
-	MaxRecordBytes int
+	MaxMessageBytes int
 	// DeliveryTimeout bounds one Publish call, on top of its context:
 	// events without a broker answer by then are reported unconfirmed, and
 	// those not yet sent are withdrawn from the client. Defaults to 30s.
@@ -177,8 +179,8 @@ func New(client *kgo.Client, cfg *Config) (*Publisher, error) {
 		c.Logger = slog.Default()
 	}
 	switch {
-	case c.MaxRecordBytes < 0:
-		return nil, errors.New("heraldkafka: Config.MaxRecordBytes must not be negative")
+	case c.MaxMessageBytes < 0:
+		return nil, errors.New("heraldkafka: Config.MaxMessageBytes must not be negative")
 	case c.DeliveryTimeout < 0:
 		return nil, errors.New("heraldkafka: Config.DeliveryTimeout must not be negative")
 	}
@@ -194,7 +196,7 @@ func New(client *kgo.Client, cfg *Config) (*Publisher, error) {
 	return &Publisher{
 		cl:        client,
 		prefix:    c.TopicPrefix,
-		maxBytes:  c.MaxRecordBytes,
+		maxBytes:  c.MaxMessageBytes,
 		batchMax:  batchMax,
 		timeout:   c.DeliveryTimeout,
 		pipelined: c.PipelineKeys,
@@ -232,85 +234,88 @@ func (p *Publisher) Publish(ctx context.Context, batch []herald.Envelope) error 
 	// stop waiting for them.
 	defer cancel()
 
+	perKey := 1
+	if p.pipelined {
+		perKey = len(batch)
+	}
 	var (
-		errs     = make([]error, len(batch))
-		failed   = map[string]bool{} // chains (topic and key) with a failed event
-		pending  = make([]int, len(batch))
-		answered = false // a broker confirmed or refused an event, or we refused one
-		rounds   = 0
+		closed   error // the client was closed: no event can be answered
+		answered bool  // a broker confirmed or refused an event, or we refused one
+		rounds   int
 	)
-	for i := range pending {
-		pending[i] = i
-	}
-	for len(pending) > 0 {
-		var (
-			next  []int
-			idx   []int
-			recs  []*kgo.Record
-			inRnd = map[string]bool{}
-		)
-		for _, i := range pending {
-			env := &batch[i]
-			chain, ordered := chainOf(env)
-			switch {
-			case ordered && failed[chain]:
-				errs[i] = fmt.Errorf("heraldkafka: event %s: %w", env.ID, herald.ErrHeldBack)
-				continue
-			case ctx.Err() != nil:
-				errs[i] = unconfirmed(ctx)
-			case ordered && inRnd[chain] && !p.pipelined:
-				next = append(next, i)
-				continue
-			default:
-				rec, err := p.record(env)
-				if err != nil {
-					errs[i] = err
-					answered = true
-				} else {
-					idx = append(idx, i)
-					recs = append(recs, rec)
-					inRnd[chain] = true
-					continue
-				}
-			}
-			if ordered {
-				failed[chain] = true
-			}
-		}
-		pending = next
-		if len(recs) == 0 {
-			continue
-		}
+	errs := herald.SendInRounds(ctx, batch, perKey, func(ctx context.Context, round []int, errs []error) error {
 		rounds++
-		got, err := p.produce(ctx, idx, recs, errs)
-		if err != nil {
-			return err
-		}
+		var got bool
+		got, closed = p.sendRound(ctx, batch, round, errs)
 		answered = answered || got
-		for _, i := range idx {
-			if errs[i] != nil {
-				if chain, ordered := chainOf(&batch[i]); ordered {
-					failed[chain] = true
-				}
-			}
-		}
+		return closed
+	})
+	if closed != nil {
+		return closed
 	}
-
-	var first error
-	for _, err := range errs {
-		if err != nil {
-			first = err
-			break
-		}
-	}
-	if first == nil {
+	err := herald.BatchResult(errs)
+	if err == nil {
 		p.log.Debug("published batch", "batch_size", len(batch), "rounds", rounds)
 		return nil
 	}
 	if !answered {
-		return fmt.Errorf("heraldkafka: no broker answered for any of %d events: %w", len(batch), first)
+		// Nothing came back from any broker: the cluster is unreachable,
+		// an outage rather than a failure of these events.
+		return fmt.Errorf("heraldkafka: no broker answered for any of %d events: %w", len(batch), firstError(errs))
 	}
-	return &herald.BatchError{Errs: errs}
+	return err
+}
+
+// sendRound builds the records of batch[i] for i in round and produces them
+// at once, setting errs[i] for each. It reports whether any event was
+// answered (refused here, or by a broker), and returns an error only when
+// the client is closed.
+func (p *Publisher) sendRound(ctx context.Context, batch []herald.Envelope, round []int, errs []error) (answered bool, closed error) {
+	idx := make([]int, 0, len(round))
+	recs := make([]*kgo.Record, 0, len(round))
+	// With PipelineKeys a round holds several events of a key: one refused
+	// before sending must still keep the key's later events unsent, as
+	// SendInRounds does between rounds. Ordered key -> refused event's id.
+	var refused map[string]string
+	for _, i := range round {
+		env := &batch[i]
+		k := orderKey(env)
+		if id := refused[k]; k != "" && id != "" {
+			errs[i] = fmt.Errorf("heraldkafka: event %s not sent after event %s of its key was refused: %w", env.ID, id, herald.ErrHeldBack)
+			continue
+		}
+		if ctx.Err() != nil {
+			errs[i] = unconfirmed(ctx)
+			continue
+		}
+		rec, err := p.record(env)
+		if err != nil {
+			errs[i], answered = err, true
+			if k != "" {
+				if refused == nil {
+					refused = map[string]string{}
+				}
+				refused[k] = env.ID
+			}
+			continue
+		}
+		idx, recs = append(idx, i), append(recs, rec)
+	}
+	if len(recs) == 0 {
+		return answered, nil
+	}
+	got, err := p.produce(ctx, idx, recs, errs)
+	return answered || got, err
+}
+
+// firstError returns the first non-nil error of errs.
+func firstError(errs []error) error {
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // produce hands recs (the records of batch[idx[j]]) to the client at once and
@@ -378,13 +383,13 @@ func (p *Publisher) produce(ctx context.Context, idx []int, recs []*kgo.Record, 
 	return answered, nil
 }
 
-// chainOf returns the ordering chain of env: its topic and key, and whether
-// it is ordered at all (an empty key is not), as the relay sees it.
-func chainOf(env *herald.Envelope) (string, bool) {
-	if env.Key == "" {
-		return "", false
+// orderKey returns the key whose order env must keep within its topic, or
+// "" when it has none (see herald.Envelope.Ordered).
+func orderKey(env *herald.Envelope) string {
+	if !env.Ordered || env.Key == "" {
+		return ""
 	}
-	return env.Topic + "\x00" + env.Key, true
+	return env.Topic + "\x00" + env.Key
 }
 
 // record builds the Kafka record of env, or the permanent error that keeps
@@ -415,32 +420,21 @@ func (p *Publisher) record(env *herald.Envelope) (*kgo.Record, error) {
 }
 
 func headers(env *herald.Envelope) []kgo.RecordHeader {
-	names := make([]string, 0, len(env.Headers))
-	for name := range env.Headers {
-		// Writers refuse Herald-* names, but a row inserted with plain SQL
-		// must not pass off its own values as the event's.
-		if len(name) >= 7 && strings.EqualFold(name[:7], "herald-") {
-			continue
+	var producer, own []kgo.RecordHeader
+	herald.EventHeaders(env, func(name, v string) {
+		h := kgo.RecordHeader{Key: name, Value: []byte(v)}
+		// EventHeaders drops producer names starting with Herald-: only
+		// Herald's own headers have them.
+		if strings.HasPrefix(name, "Herald-") {
+			own = append(own, h)
+		} else {
+			producer = append(producer, h)
 		}
-		names = append(names, name)
-	}
-	slices.Sort(names) // the same event always gets the same record
-	h := make([]kgo.RecordHeader, 0, len(names)+5)
-	for _, name := range names {
-		h = append(h, kgo.RecordHeader{Key: name, Value: []byte(env.Headers[name])})
-	}
-	h = append(h, kgo.RecordHeader{Key: herald.HeaderID, Value: []byte(env.ID)})
-	for _, f := range [...]struct{ name, v string }{
-		{herald.HeaderType, env.Type},
-		{herald.HeaderKey, env.Key},
-		{herald.HeaderAggregateType, env.AggregateType},
-		{herald.HeaderAggregateID, env.AggregateID},
-	} {
-		if f.v != "" {
-			h = append(h, kgo.RecordHeader{Key: f.name, Value: []byte(f.v)})
-		}
-	}
-	return h
+	})
+	// Sorted, the same event always makes the same record, whatever the
+	// map's order.
+	slices.SortFunc(producer, func(a, b kgo.RecordHeader) int { return strings.Compare(a.Key, b.Key) })
+	return append(producer, own...)
 }
 
 // recordSize bounds from above the bytes of a record batch holding only rec,

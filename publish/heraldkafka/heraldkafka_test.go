@@ -114,9 +114,11 @@ func envelope(topic string) herald.Envelope {
 	return herald.Envelope{Message: herald.Message{ID: herald.NewID(), Topic: topic, Payload: []byte(`{}`)}, Attempt: 1}
 }
 
+// keyed is an event of key, ordered when it has a key, as an ordered relay
+// marks it.
 func keyed(topic, key, payload string) herald.Envelope {
 	env := envelope(topic)
-	env.Key = key
+	env.Key, env.Ordered = key, key != ""
 	env.Payload = []byte(payload)
 	return env
 }
@@ -175,6 +177,7 @@ func TestPublish(t *testing.T) {
 			{Key: "X-Tenant", Value: []byte("acme")},
 			{Key: "traceparent", Value: []byte(env.Headers["traceparent"])},
 			{Key: "Herald-Id", Value: []byte(env.ID)},
+			{Key: "Herald-Topic", Value: []byte("orders")},
 			{Key: "Herald-Type", Value: []byte("order.placed")},
 			{Key: "Herald-Key", Value: []byte("k-42")},
 			{Key: "Herald-Aggregate-Type", Value: []byte("order")},
@@ -195,7 +198,10 @@ func TestPublish(t *testing.T) {
 		require.Nil(t, r.Key)
 		require.NotNil(t, r.Value, "a null value is a tombstone on a compacted topic")
 		require.Empty(t, r.Value)
-		require.Equal(t, []kgo.RecordHeader{{Key: "Herald-Id", Value: []byte(env.ID)}}, r.Headers)
+		require.Equal(t, []kgo.RecordHeader{
+			{Key: "Herald-Id", Value: []byte(env.ID)},
+			{Key: "Herald-Topic", Value: []byte("orders")},
+		}, r.Headers)
 	})
 
 	t.Run("HeraldHeadersComeFromTheEventNotFromProducerHeaders", func(t *testing.T) {
@@ -219,6 +225,7 @@ func TestPublish(t *testing.T) {
 		require.Equal(t, []kgo.RecordHeader{
 			{Key: "X-Tenant", Value: []byte("acme")},
 			{Key: "Herald-Id", Value: []byte(env.ID)},
+			{Key: "Herald-Topic", Value: []byte("orders")},
 			{Key: "Herald-Type", Value: []byte("real.type")},
 			{Key: "Herald-Key", Value: []byte("real-key")},
 		}, r.Headers)
@@ -255,10 +262,10 @@ func TestPublish(t *testing.T) {
 		})
 	}
 
-	t.Run("RecordOverMaxRecordBytesIsPermanentHoldsBackItsKeyAndOthersDeliver", func(t *testing.T) {
+	t.Run("RecordOverMaxMessageBytesIsPermanentHoldsBackItsKeyAndOthersDeliver", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
-		p := b.publisher(t, &heraldkafka.Config{MaxRecordBytes: 1024})
+		p := b.publisher(t, &heraldkafka.Config{MaxMessageBytes: 1024})
 
 		big := keyed("orders", "b", strings.Repeat("x", 2048))
 		batch := []herald.Envelope{
@@ -281,6 +288,46 @@ func TestPublish(t *testing.T) {
 
 		got := ids(b.readAll(t, "orders"))
 		require.ElementsMatch(t, []string{batch[0].ID, batch[1].ID, batch[4].ID, batch[5].ID}, got)
+	})
+
+	t.Run("PipelineKeysStillHoldsBackBehindARecordRefusedBeforeSending", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		p := b.publisher(t, &heraldkafka.Config{MaxMessageBytes: 1024, PipelineKeys: true})
+
+		batch := []herald.Envelope{
+			keyed("orders", "b", "b1"),
+			keyed("orders", "b", strings.Repeat("x", 2048)),
+			keyed("orders", "a", "a1"),
+			keyed("orders", "b", "b3"),
+		}
+		errs := batchErrors(t, p.Publish(t.Context(), batch), len(batch))
+		require.NoError(t, errs[0])
+		require.True(t, herald.IsPermanent(errs[1]), "%v", errs[1])
+		require.NoError(t, errs[2])
+		require.ErrorIs(t, errs[3], herald.ErrHeldBack)
+		require.ErrorContains(t, errs[3], batch[1].ID, "names the event it waits for")
+
+		got := ids(b.readAll(t, "orders"))
+		require.ElementsMatch(t, []string{batch[0].ID, batch[2].ID}, got)
+	})
+
+	t.Run("UnorderedEventIsSentAfterAFailedOneOfItsKey", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		p := b.publisher(t, &heraldkafka.Config{MaxMessageBytes: 1024})
+
+		// An unordered topic: the relay leaves Ordered false, though the
+		// events have a key.
+		batch := []herald.Envelope{
+			keyed("orders", "k", strings.Repeat("x", 2048)),
+			keyed("orders", "k", "k2"),
+		}
+		batch[0].Ordered, batch[1].Ordered = false, false
+		errs := batchErrors(t, p.Publish(t.Context(), batch), len(batch))
+		require.True(t, herald.IsPermanent(errs[0]), "%v", errs[0])
+		require.NoError(t, errs[1], "an unordered event is never held back")
+		require.Equal(t, []string{batch[1].ID}, ids(b.readAll(t, "orders")))
 	})
 
 	t.Run("RecordTheBrokerRefusesAsTooLargeIsPermanentAndHoldsBackItsKey", func(t *testing.T) {
@@ -336,6 +383,7 @@ func TestPublish(t *testing.T) {
 			raw := &kgo.Record{Topic: "users", Key: []byte("k"), Value: env.Payload, Headers: []kgo.RecordHeader{
 				{Key: "X-Tenant", Value: []byte("acme")},
 				{Key: herald.HeaderID, Value: []byte(env.ID)},
+				{Key: herald.HeaderTopic, Value: []byte("orders")},
 				{Key: herald.HeaderKey, Value: []byte("k")},
 			}}
 			if err := b.cl.ProduceSync(t.Context(), raw).FirstErr(); err == nil {
@@ -483,7 +531,7 @@ func TestNew(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 		for field, cfg := range map[string]*heraldkafka.Config{
-			"MaxRecordBytes":  {MaxRecordBytes: -1},
+			"MaxMessageBytes": {MaxMessageBytes: -1},
 			"DeliveryTimeout": {DeliveryTimeout: -time.Second},
 			"TopicPrefix":     {TopicPrefix: "prod/"},
 		} {

@@ -39,8 +39,8 @@ func TestConformance(t *testing.T) {
 	publishertest.Run(t, publishertest.Harness{
 		Features: publishertest.Features{KeyOrder: true, Headers: true, Dedup: true, PermanentTooLarge: true},
 		New: func(t *testing.T) herald.Publisher {
-			// The stream's limit, checked before sending, so that a message
-			// too large holds back the rest of its key.
+			// The stream's limit, checked before sending: a message too
+			// large is refused without a round trip to the stream.
 			p, err := heraldnats.New(nc, &heraldnats.Config{MaxMessageBytes: conformanceMaxMsgSize})
 			require.NoError(t, err)
 			return p

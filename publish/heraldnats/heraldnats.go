@@ -3,19 +3,34 @@
 // Each event becomes one message on the subject named by its topic, with
 // Nats-Msg-Id set to the event id: a republished event (the relay delivers
 // at least once) that reaches the stream within its duplicate window is
-// dropped there, so consumers see it once.
+// dropped there, so consumers see it once. Its headers are the producer's
+// and Herald's (herald.EventHeaders); a producer header named Nats-* is
+// never sent, so a row written with plain SQL cannot steer JetStream
+// (Nats-Expected-Stream, Nats-TTL).
 //
-// A batch is published pipelined: every message is sent before the first
-// PubAck is awaited, and JetStream stores the messages of one connection in
-// the order they were sent, so the events of one key reach the stream in
-// batch order. An event refused before sending (a payload over the server's
-// max_payload or Config.MaxMessageBytes, a subject no stream can hold) holds
-// back the later events of its key in the batch, which are reported with
-// herald.ErrHeldBack and not sent. An event whose PubAck reports a failure
-// after later events of its key were already sent cannot take them back:
-// they are on the stream, and are reported as published. Setting
-// MaxMessageBytes to the streams' MaxMsgSize keeps the most common such
-// failure, a message too large for the stream, on the safe side.
+// # Order within a key
+//
+// JetStream answers every publish on its own: it can refuse one message
+// and store the next one sent behind it, for example when its intake queue
+// is full (429, too many requests) or when the message exceeds the
+// stream's MaxMsgSize. Had Publish sent all of a key's events without
+// waiting, a later event could then be stored after an earlier one of its
+// key failed. Publish therefore sends a batch in rounds
+// (herald.SendInRounds): a round publishes, without waiting between them,
+// the next event of every ordered key (and, in the first round, every event
+// that is not ordered), then waits for their PubAcks. An event is sent only
+// once the earlier event of its key was stored; once one failed, the later
+// events of its key are reported with herald.ErrHeldBack and not sent. A
+// batch of distinct keys is one round trip; n events of one key take n.
+//
+// Config.PipelineKeys sends a whole batch in one round instead, all of a
+// key's events in flight together, for throughput on hot keys. It accepts
+// the risk above: an event can be stored behind an earlier one of its key
+// that JetStream refused (the relay logs such a broken order as an error).
+// Refusals found before sending still hold back the rest of their key in
+// the batch: a message over Config.MaxMessageBytes or the server's
+// max_payload, an invalid subject. Setting MaxMessageBytes to the
+// streams' MaxMsgSize moves the most common refusal there.
 package heraldnats
 
 import (
@@ -54,10 +69,17 @@ type Config struct {
 	// MaxMessageBytes refuses, before sending, a message whose headers and
 	// payload exceed it: the refusal is permanent and holds back the later
 	// events of its key in the batch. Set it to the MaxMsgSize of the
-	// streams the publisher feeds: a message the stream refuses after the
-	// later events of its key were sent cannot hold them back. Defaults to
-	// 0: only the server's max_payload, which the client checks.
+	// streams the publisher feeds: it spares the round trip of a message
+	// the stream would refuse, and with PipelineKeys it is the only way
+	// such a message holds back the rest of its key. Defaults to 0: only
+	// the server's max_payload, which the client checks.
 	MaxMessageBytes int
+	// PipelineKeys sends all of a batch at once, several events of a key
+	// in flight together, instead of one event per key per round trip. A
+	// hot key drains faster, but an event can then be stored behind an
+	// earlier event of its key that JetStream refused (see the package
+	// documentation). Defaults to false.
+	PipelineKeys bool
 	// Logger receives the publisher's logs. Defaults to slog.Default().
 	Logger *slog.Logger
 }
@@ -84,6 +106,7 @@ type Publisher struct {
 	prefix     string // SubjectPrefix with its dot
 	ackTimeout time.Duration
 	maxBytes   int // Config.MaxMessageBytes
+	pipelined  bool
 	pubOpts    []jetstream.PublishOpt
 	log        *slog.Logger
 
@@ -148,17 +171,19 @@ func New(nc *nats.Conn, cfg *Config) (*Publisher, error) {
 		prefix:         prefix,
 		ackTimeout:     c.AckTimeout,
 		maxBytes:       c.MaxMessageBytes,
+		pipelined:      c.PipelineKeys,
 		pubOpts:        []jetstream.PublishOpt{jetstream.WithStallWait(stallPoll)},
 		log:            c.Logger.With("component", "herald.nats"),
 		noStreamLogged: map[string]time.Time{},
 	}, nil
 }
 
-// Publish sends every envelope without waiting, then waits for all their
-// PubAcks. It returns nil only when each one arrived, a *herald.BatchError
-// when some envelopes failed, and a plain error when the connection is down
-// or was lost, so that the relay retries the batch without spending
-// attempts (events already stored are then dropped as duplicates).
+// Publish sends the batch in rounds (see the package documentation): each
+// round's messages without waiting, then their PubAcks. It returns nil only
+// when every PubAck arrived, a *herald.BatchError when some envelopes
+// failed, and a plain error when the connection is down or was lost, so
+// that the relay retries the batch without spending attempts (events
+// already stored are then dropped as duplicates).
 func (p *Publisher) Publish(ctx context.Context, batch []herald.Envelope) error {
 	// Listen before checking the status: a close in between would otherwise
 	// leave the wait for PubAcks blocked until ctx ends, since the client
@@ -172,14 +197,59 @@ func (p *Publisher) Publish(ctx context.Context, batch []herald.Envelope) error 
 		return err
 	}
 
-	errs := make([]error, len(batch))
-	futures := make([]jetstream.PubAckFuture, len(batch))
-	var failedKeys map[[2]string]bool // keys with an event refused before sending
-	for i := range batch {
+	perKey := 1
+	if p.pipelined {
+		perKey = len(batch)
+	}
+	var (
+		lost       error // the connection, not an event, failed
+		rounds     int
+		duplicates int
+	)
+	errs := herald.SendInRounds(ctx, batch, perKey, func(ctx context.Context, round []int, errs []error) error {
+		rounds++
+		if rounds > 1 {
+			// A connection that went down since the last round would only
+			// buffer this one's messages for a reconnect: fail the batch
+			// as an outage now.
+			if lost = p.checkConnected(); lost != nil {
+				return lost
+			}
+		}
+		var dups int
+		dups, lost = p.sendRound(ctx, batch, round, errs, closed)
+		duplicates += dups
+		return lost
+	})
+	if lost != nil {
+		return lost
+	}
+	if err := herald.BatchResult(errs); err != nil {
+		return err
+	}
+	p.log.Debug("published batch", "batch_size", len(batch), "rounds", rounds, "duplicates", duplicates)
+	return nil
+}
+
+// sendRound publishes the events batch[i] for i in round without waiting,
+// then waits for their PubAcks, setting errs[i] for each. It returns the
+// number of PubAcks that reported a duplicate, and an error only when the
+// connection was lost.
+func (p *Publisher) sendRound(ctx context.Context, batch []herald.Envelope, round []int, errs []error, closed <-chan nats.Status) (duplicates int, lost error) {
+	type sent struct {
+		i int
+		f jetstream.PubAckFuture
+	}
+	inFlight := make([]sent, 0, len(round))
+	// With PipelineKeys a round holds several events of a key: one refused
+	// before sending must still keep the key's later events unsent, as
+	// SendInRounds does between rounds. Ordered key -> refused event's id.
+	var refused map[string]string
+	for _, i := range round {
 		env := &batch[i]
-		k := [2]string{env.Topic, env.Key}
-		if env.Key != "" && failedKeys[k] {
-			errs[i] = herald.ErrHeldBack
+		k := orderKey(env)
+		if id := refused[k]; k != "" && id != "" {
+			errs[i] = fmt.Errorf("heraldnats: event %s not sent after event %s of its key was refused: %w", env.ID, id, herald.ErrHeldBack)
 			continue
 		}
 		if ctx.Err() != nil {
@@ -188,57 +258,61 @@ func (p *Publisher) Publish(ctx context.Context, batch []herald.Envelope) error 
 		}
 		f, err := p.publishAsync(ctx, env)
 		if connectionLost(err) {
-			return fmt.Errorf("heraldnats: connection lost during publish: %w", err)
+			return duplicates, fmt.Errorf("heraldnats: connection lost during publish: %w", err)
 		}
-		futures[i], errs[i] = f, err
-		if err != nil && env.Key != "" {
-			if failedKeys == nil {
-				failedKeys = map[[2]string]bool{}
+		if err != nil {
+			errs[i] = err
+			if k != "" {
+				if refused == nil {
+					refused = map[string]string{}
+				}
+				refused[k] = env.ID
 			}
-			failedKeys[k] = true
-		}
-	}
-
-	duplicates := 0
-	for i, f := range futures {
-		if f == nil {
 			continue
 		}
+		inFlight = append(inFlight, sent{i, f})
+	}
+
+	for _, s := range inFlight {
 		var err error
 		select {
-		case ack := <-f.Ok():
+		case ack := <-s.f.Ok():
 			if ack.Duplicate {
 				duplicates++
 			}
-		case err = <-f.Err():
+		case err = <-s.f.Err():
 		case <-closed:
-			return fmt.Errorf("heraldnats: connection lost awaiting PubAcks: %w", nats.ErrConnectionClosed)
+			return duplicates, fmt.Errorf("heraldnats: connection lost awaiting PubAcks: %w", nats.ErrConnectionClosed)
 		case <-ctx.Done():
 			// Keep the PubAcks that already arrived: each spares the relay
 			// a republish.
 			select {
-			case <-f.Ok():
-			case err = <-f.Err():
+			case <-s.f.Ok():
+			case err = <-s.f.Err():
 			default:
-				errs[i] = unconfirmed(ctx)
+				errs[s.i] = unconfirmed(ctx)
 				continue
 			}
 		}
 		if connectionLost(err) {
-			return fmt.Errorf("heraldnats: connection lost awaiting PubAcks: %w", err)
+			return duplicates, fmt.Errorf("heraldnats: connection lost awaiting PubAcks: %w", err)
 		}
 		if err != nil {
-			errs[i] = p.classify(f.Msg().Subject, err)
+			errs[s.i] = p.classify(s.f.Msg().Subject, err)
+		} else {
+			errs[s.i] = nil
 		}
 	}
+	return duplicates, nil
+}
 
-	for _, err := range errs {
-		if err != nil {
-			return &herald.BatchError{Errs: errs}
-		}
+// orderKey returns the key whose order env must keep within its topic, or
+// "" when it has none (see herald.Envelope.Ordered).
+func orderKey(env *herald.Envelope) string {
+	if !env.Ordered || env.Key == "" {
+		return ""
 	}
-	p.log.Debug("published batch", "batch_size", len(batch), "duplicates", duplicates)
-	return nil
+	return env.Topic + "\x00" + env.Key
 }
 
 func (p *Publisher) publishAsync(ctx context.Context, env *herald.Envelope) (jetstream.PubAckFuture, error) {
@@ -282,27 +356,11 @@ func messageSize(m *nats.Msg) int {
 }
 
 func message(subj string, env *herald.Envelope) *nats.Msg {
-	h := make(nats.Header, len(env.Headers)+6)
-	for name, v := range env.Headers {
-		// Writers refuse Nats-* names, but a row inserted with plain SQL
-		// must still not steer JetStream (Nats-Expected-Stream, Nats-TTL).
-		if len(name) >= 5 && strings.EqualFold(name[:5], "nats-") {
-			continue
-		}
-		h[name] = []string{v}
-	}
+	h := make(nats.Header, len(env.Headers)+7)
+	// Set as given, not canonicalized: a consumer reads back the names the
+	// producer wrote (traceparent, not Traceparent).
+	herald.EventHeaders(env, func(name, v string) { h[name] = []string{v} })
 	h[jetstream.MsgIDHeader] = []string{env.ID}
-	h[herald.HeaderID] = []string{env.ID}
-	for _, f := range [...]struct{ name, v string }{
-		{herald.HeaderType, env.Type},
-		{herald.HeaderKey, env.Key},
-		{herald.HeaderAggregateType, env.AggregateType},
-		{herald.HeaderAggregateID, env.AggregateID},
-	} {
-		if f.v != "" {
-			h[f.name] = []string{f.v}
-		}
-	}
 	return &nats.Msg{Subject: subj, Header: h, Data: env.Payload}
 }
 

@@ -79,6 +79,28 @@ func envelope(topic string) herald.Envelope {
 	return herald.Envelope{Message: herald.Message{ID: herald.NewID(), Topic: topic, Payload: []byte(`{}`)}, Attempt: 1}
 }
 
+// keyed is an event of key, ordered as the relay marks the events of an
+// ordered topic.
+func keyed(topic, key string, payload []byte) herald.Envelope {
+	env := envelope(topic)
+	env.Key, env.Payload, env.Ordered = key, payload, true
+	return env
+}
+
+// storedIDs returns the event ids a stream holds, in stream order.
+func storedIDs(t *testing.T, stream jetstream.Stream) []string {
+	t.Helper()
+	info, err := stream.Info(t.Context())
+	require.NoError(t, err)
+	var ids []string
+	for seq := info.State.FirstSeq; seq <= info.State.LastSeq && info.State.Msgs > 0; seq++ {
+		msg, err := stream.GetMsg(t.Context(), seq)
+		require.NoError(t, err)
+		ids = append(ids, msg.Header.Get(herald.HeaderID))
+	}
+	return ids
+}
+
 func batchErrors(t *testing.T, err error, n int) []error {
 	t.Helper()
 	var be *herald.BatchError
@@ -117,6 +139,7 @@ func TestPublish(t *testing.T) {
 		require.Equal(t, nats.Header{
 			"Nats-Msg-Id":           {env.ID},
 			"Herald-Id":             {env.ID},
+			"Herald-Topic":          {"orders.placed"},
 			"Herald-Type":           {"order.placed"},
 			"Herald-Key":            {"k-42"},
 			"Herald-Aggregate-Type": {"order"},
@@ -138,7 +161,7 @@ func TestPublish(t *testing.T) {
 
 		msg, err := stream.GetMsg(t.Context(), 1)
 		require.NoError(t, err)
-		require.Equal(t, nats.Header{"Nats-Msg-Id": {env.ID}, "Herald-Id": {env.ID}}, msg.Header)
+		require.Equal(t, nats.Header{"Nats-Msg-Id": {env.ID}, "Herald-Id": {env.ID}, "Herald-Topic": {"orders.placed"}}, msg.Header)
 	})
 
 	t.Run("RepublishOfSameEventIsDroppedAsDuplicate", func(t *testing.T) {
@@ -261,6 +284,94 @@ func TestPublish(t *testing.T) {
 		env.Payload = make([]byte, 1024)
 		errs := batchErrors(t, p.Publish(t.Context(), []herald.Envelope{env}), 1)
 		require.True(t, herald.IsPermanent(errs[0]), "%v", errs[0])
+	})
+
+	// A stream that refuses messages over 512 bytes: the refusal comes in
+	// the PubAck, after the message was sent.
+	refusingStream := func(t *testing.T, b *bundle) jetstream.Stream {
+		s, err := b.js.CreateStream(t.Context(), jetstream.StreamConfig{Name: "EVENTS", Subjects: []string{"orders.>"}, MaxMsgSize: 512})
+		require.NoError(t, err)
+		return s
+	}
+	big := make([]byte, 1024)
+
+	t.Run("StreamRefusalHoldsBackTheRestOfItsKeyUnsent", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		stream := refusingStream(t, b)
+		p := b.publisher(t, nil)
+
+		batch := []herald.Envelope{
+			keyed("orders.placed", "k", []byte("k1")),
+			keyed("orders.placed", "k", big), // refused by the stream
+			keyed("orders.placed", "k", []byte("k3")),
+			keyed("orders.placed", "j", []byte("j1")),
+		}
+		errs := batchErrors(t, p.Publish(t.Context(), batch), len(batch))
+		require.NoError(t, errs[0])
+		require.True(t, herald.IsPermanent(errs[1]), "%v", errs[1])
+		require.ErrorIs(t, errs[2], herald.ErrHeldBack)
+		require.ErrorContains(t, errs[2], batch[1].ID, "names the event it waits for")
+		require.NoError(t, errs[3])
+		require.ElementsMatch(t, []string{batch[0].ID, batch[3].ID}, storedIDs(t, stream),
+			"no event stored behind the refused one of its key")
+	})
+
+	t.Run("PipelineKeysSendsAKeysEventsTogetherAcceptingTheRisk", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		stream := refusingStream(t, b)
+		p := b.publisher(t, &heraldnats.Config{PipelineKeys: true})
+
+		// The documented risk: the later event was already on its way
+		// when the stream refused the earlier one.
+		batch := []herald.Envelope{
+			keyed("orders.placed", "k", big),
+			keyed("orders.placed", "k", []byte("k2")),
+		}
+		errs := batchErrors(t, p.Publish(t.Context(), batch), len(batch))
+		require.True(t, herald.IsPermanent(errs[0]), "%v", errs[0])
+		require.NoError(t, errs[1])
+		require.Equal(t, []string{batch[1].ID}, storedIDs(t, stream))
+	})
+
+	t.Run("PipelineKeysStillHoldsBackBehindARefusalBeforeSending", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		stream := refusingStream(t, b)
+		p := b.publisher(t, &heraldnats.Config{PipelineKeys: true, MaxMessageBytes: 512})
+
+		batch := []herald.Envelope{
+			keyed("orders.placed", "k", []byte("k1")),
+			keyed("orders.placed", "k", big), // refused by MaxMessageBytes
+			keyed("orders.placed", "j", []byte("j1")),
+			keyed("orders.placed", "k", []byte("k3")),
+		}
+		errs := batchErrors(t, p.Publish(t.Context(), batch), len(batch))
+		require.NoError(t, errs[0])
+		require.True(t, herald.IsPermanent(errs[1]), "%v", errs[1])
+		require.ErrorContains(t, errs[1], "MaxMessageBytes")
+		require.NoError(t, errs[2])
+		require.ErrorIs(t, errs[3], herald.ErrHeldBack)
+		require.Equal(t, []string{batch[0].ID, batch[2].ID}, storedIDs(t, stream))
+	})
+
+	t.Run("UnorderedEventIsSentAfterAFailedOneOfItsKey", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		stream := refusingStream(t, b)
+		p := b.publisher(t, nil)
+
+		// An unordered topic: the relay leaves Ordered false.
+		batch := []herald.Envelope{
+			keyed("orders.placed", "k", big),
+			keyed("orders.placed", "k", []byte("k2")),
+		}
+		batch[0].Ordered, batch[1].Ordered = false, false
+		errs := batchErrors(t, p.Publish(t.Context(), batch), len(batch))
+		require.True(t, herald.IsPermanent(errs[0]), "%v", errs[0])
+		require.NoError(t, errs[1], "an unordered event is never held back")
+		require.Equal(t, []string{batch[1].ID}, storedIDs(t, stream))
 	})
 
 	t.Run("ReturnsPromptlyWhenContextEnds", func(t *testing.T) {

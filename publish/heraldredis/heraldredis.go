@@ -3,8 +3,11 @@
 // Each event becomes one stream entry, added with XADD to the stream named
 // by its topic (after an optional prefix). The entry's fields carry the
 // event (see the Field constants): its id, topic, key, type, aggregate,
-// producer headers as one JSON object, and the payload byte for byte. A
-// consumer turns an entry back into the event with Parse.
+// producer headers as one JSON object, and the payload byte for byte. The
+// producer headers are those herald.EventHeaders lets through (a reserved
+// name in a row written with plain SQL is dropped); Herald's own are the
+// entry's other fields. A consumer turns an entry back into the event with
+// Parse.
 //
 // Redis has no broker-side deduplication: an event the relay republishes
 // (after a lost reply or a crash) is added again, so consumers deduplicate
@@ -13,13 +16,17 @@
 // # Order per key
 //
 // A batch goes to Redis in one pipeline: one round trip, however large the
-// batch. The events of one key are sent together as one call of a small
-// Lua script that adds them in order and stops at the first XADD that
-// fails, so an event is never added after an earlier event of its key
-// failed: Redis reports errors per command and would otherwise go on with
-// the next XADD of the pipeline. The events the script did not reach are
-// reported with herald.ErrHeldBack. A script runs atomically, so one key's
-// events also sit next to each other in their stream.
+// batch. The ordered events of one key (herald.Envelope.Ordered) are sent
+// together as one call of a small Lua script that adds them in order and
+// stops at the first XADD that fails, so an event is never added after an
+// earlier event of its key failed: Redis reports errors per command and
+// would otherwise go on with the next XADD of the pipeline. The events the
+// script did not reach are reported with herald.ErrHeldBack. A script runs
+// atomically, so one key's events also sit next to each other in their
+// stream. The script groups a key's events across topics, so a failure on
+// one topic also holds back the key's later events on the others. Events
+// that are not ordered each go in a call of their own and are never held
+// back.
 //
 // On Redis Cluster, a script may only touch streams of one hash slot: when
 // the events of one key go to several topics, give those streams a common
@@ -163,13 +170,33 @@ func (p *Publisher) Publish(ctx context.Context, batch []herald.Envelope) error 
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("heraldredis: not published: %w", err)
 	}
-
-	errs := make([]error, len(batch))
-	groups, order := p.groups(batch, errs)
-	if len(order) == 0 {
-		return &herald.BatchError{Errs: errs}
+	// A key's script stops at its first failure, so several events of a
+	// key may share a round (see herald.SendInRounds): with perKey as
+	// large as the batch, the whole batch is one round and one pipeline.
+	var down error // Redis as a whole did not take the round
+	errs := herald.SendInRounds(ctx, batch, len(batch), func(ctx context.Context, round []int, errs []error) error {
+		down = p.sendRound(ctx, batch, round, errs)
+		return down
+	})
+	if down != nil {
+		return down
 	}
+	if err := herald.BatchResult(errs); err != nil {
+		return err
+	}
+	p.log.Debug("published batch", "batch_size", len(batch))
+	return nil
+}
 
+// sendRound adds the events batch[i] for i in round in one pipeline, one
+// script per ordered key, and sets errs[i] for each from the replies. It
+// returns an error only when Redis confirmed none of them because it is
+// unreachable or not accepting writes.
+func (p *Publisher) sendRound(ctx context.Context, batch []herald.Envelope, round []int, errs []error) error {
+	groups, order := p.groups(batch, round, errs)
+	if len(order) == 0 {
+		return nil
+	}
 	if abandoned, err := p.exec(ctx, groups, order, false); err != nil {
 		return p.failed(batch, errs, groups, order, abandoned, err)
 	}
@@ -200,27 +227,24 @@ func (p *Publisher) Publish(ctx context.Context, batch []herald.Envelope) error 
 	if outage != nil && confirmed == 0 {
 		return fmt.Errorf("heraldredis: redis not accepting writes: %w", outage)
 	}
-	for _, err := range errs {
-		if err != nil {
-			return &herald.BatchError{Errs: errs}
-		}
-	}
-	p.log.Debug("published batch", "batch_size", len(batch), "keys", len(order))
 	return nil
 }
 
-// groups splits the batch into its keys' groups, in the order each key
-// first appears. An event that cannot be sent gets its error in errs, and
-// the later events of its key are held back. Events without a key are not
-// ordered: each is a group of its own.
-func (p *Publisher) groups(batch []herald.Envelope, errs []error) (map[string]*group, []string) {
+// groups splits the round's events into the groups of their scripts, in the
+// order each group first appears: the ordered events of one key form one
+// group, whatever their topics (stricter than the relay, which orders a key
+// within its topic; see the package documentation), and every other event
+// is a group of its own. An event that cannot be sent
+// gets its error in errs, and the later events of its group are held back,
+// as the script would hold them back.
+func (p *Publisher) groups(batch []herald.Envelope, round []int, errs []error) (map[string]*group, []string) {
 	groups := make(map[string]*group)
 	var order []string
-	failed := make(map[string]string) // key -> id of the event that failed
-	for i := range batch {
+	failed := make(map[string]string) // group -> id of the event that failed
+	for _, i := range round {
 		env := &batch[i]
 		gk := "k:" + env.Key
-		if env.Key == "" {
+		if !env.Ordered || env.Key == "" {
 			gk = "i:" + strconv.Itoa(i)
 		}
 		if id, ok := failed[gk]; ok {
@@ -269,17 +293,37 @@ func (p *Publisher) entry(env *herald.Envelope) (string, []any, error) {
 			args = append(args, f.name, f.v)
 		}
 	}
-	if len(env.Headers) > 0 {
-		h, err := json.Marshal(env.Headers)
+	if h := producerHeaders(env); len(h) > 0 {
+		encoded, err := json.Marshal(h)
 		if err != nil {
 			return "", nil, herald.Permanent(fmt.Errorf("heraldredis: encoding headers: %w", err))
 		}
-		args = append(args, FieldHeaders, h)
+		args = append(args, FieldHeaders, encoded)
 	}
 	// Always present, so that an empty payload reads back as one.
 	args = append(args, FieldPayload, env.Payload)
 	args[0] = len(args) - 1
 	return stream, args, nil
+}
+
+// producerHeaders returns the producer headers of env that reach the
+// broker, nil for none.
+func producerHeaders(env *herald.Envelope) map[string]string {
+	var h map[string]string
+	herald.EventHeaders(env, func(name, v string) {
+		switch name {
+		case herald.HeaderID, herald.HeaderTopic, herald.HeaderKey, herald.HeaderType,
+			herald.HeaderAggregateType, herald.HeaderAggregateID:
+			// The entry holds these as fields of their own, under the
+			// names consumers read (FieldID, FieldTopic, ...).
+			return
+		}
+		if h == nil {
+			h = make(map[string]string, len(env.Headers))
+		}
+		h[name] = v
+	})
+	return h
 }
 
 // exec sends the scripts of the named groups in one pipeline. It returns an
@@ -327,7 +371,8 @@ func (p *Publisher) exec(ctx context.Context, groups map[string]*group, names []
 
 // failed reports a pipeline that did not complete. The replies that arrived
 // before it broke still count: each confirmed event spares the relay a
-// republish, which Redis would store as a duplicate.
+// republish, which Redis would store as a duplicate. It returns cause when
+// Redis confirmed nothing, and nil when the events' errors tell the story.
 //
 // A ctx that ended is reported per event, as the relay expects of a
 // cancelled Publish: it wraps ctx's error.
@@ -354,7 +399,7 @@ func (p *Publisher) failed(batch []herald.Envelope, errs []error, groups map[str
 	if confirmed == 0 && abandoned == nil {
 		return cause
 	}
-	return &herald.BatchError{Errs: errs}
+	return nil
 }
 
 // results sets the errors of one group's events from its script's reply and

@@ -91,8 +91,11 @@ func (b *bundle) publisher(t *testing.T, cfg *heraldredis.Config) *heraldredis.P
 	return p
 }
 
+// envelope is an event ordered when it has a key, as an ordered relay marks
+// it.
 func envelope(topic, key string) herald.Envelope {
-	return herald.Envelope{Message: herald.Message{ID: herald.NewID(), Topic: topic, Key: key, Payload: []byte(`{}`)}, Attempt: 1}
+	return herald.Envelope{Message: herald.Message{ID: herald.NewID(), Topic: topic, Key: key, Payload: []byte(`{}`)}, Attempt: 1,
+		Ordered: key != ""}
 }
 
 func batchErrors(t *testing.T, err error, n int) []error {
@@ -227,6 +230,21 @@ func TestPublish(t *testing.T) {
 		require.Equal(t, env.Message, got)
 	})
 
+	t.Run("ReservedHeaderOfARawRowIsDropped", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		p := b.publisher(t, nil)
+		// A row inserted with plain SQL, past the Writer's validation.
+		env := envelope("orders", "k")
+		env.Headers = map[string]string{"Herald-Id": herald.NewID(), "Nats-Msg-Id": "x", "X-Tenant": "acme"}
+		require.NoError(t, p.Publish(t.Context(), []herald.Envelope{env}))
+
+		got := b.entries(t, b.prefix+"orders")
+		require.Len(t, got, 1)
+		require.Equal(t, env.ID, got[0].ID)
+		require.Equal(t, map[string]string{"X-Tenant": "acme"}, got[0].Headers)
+	})
+
 	t.Run("OmitsEmptyOptionalFields", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
@@ -272,6 +290,30 @@ func TestPublish(t *testing.T) {
 		n, err := b.rdb.Exists(t.Context(), b.prefix+"other").Result()
 		require.NoError(t, err)
 		require.Zero(t, n, "the held-back event was not sent")
+	})
+
+	t.Run("UnorderedEventIsSentAfterAFailedOneOfItsKey", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		p := b.publisher(t, &heraldredis.Config{MaxPayloadBytes: 8})
+		require.NoError(t, b.rdb.Set(t.Context(), b.prefix+"blocked", "not a stream", 0).Err())
+
+		// An unordered topic: the relay leaves Ordered false, though the
+		// events have a key.
+		batch := []herald.Envelope{
+			envelope("blocked", "k"), // WRONGTYPE
+			envelope("orders", "k"),  // refused before sending
+			envelope("orders", "k"),
+		}
+		batch[1].Payload = []byte("123456789")
+		for i := range batch {
+			batch[i].Ordered = false
+		}
+		errs := batchErrors(t, p.Publish(t.Context(), batch), len(batch))
+		require.ErrorContains(t, errs[0], "WRONGTYPE")
+		require.True(t, herald.IsPermanent(errs[1]), "%v", errs[1])
+		require.NoError(t, errs[2], "an unordered event is never held back")
+		require.Equal(t, []string{batch[2].ID}, messageIDs(b.entries(t, b.prefix+"orders")))
 	})
 
 	t.Run("PayloadOverTheLimitIsPermanentAndNotSent", func(t *testing.T) {
