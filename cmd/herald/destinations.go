@@ -83,6 +83,13 @@ func parseEndpoint(inv *invocation, label, name, raw string) (endpoint, error) {
 		}
 		ep.kind = kind
 		ep.hosts = append(ep.hosts, u.Host)
+		if kind == "webhook" {
+			// A webhook URL's path or query is often its credential
+			// (hooks.example.com/services/T0/B0/XXXX): show the origin
+			// only, as the webhook publisher does.
+			shown = append(shown, u.Scheme+"://"+u.Host)
+			continue
+		}
 		shown = append(shown, redactURL(u, true))
 	}
 	if ep.kind != "nats" && ep.kind != "kafka" && len(ep.hosts) > 1 {
