@@ -61,9 +61,21 @@ func parseEndpoint(inv *invocation, label, name, raw string) (endpoint, error) {
 		inv.stderr.add(userinfoSecrets(one, true)...)
 		u, err := url.Parse(one)
 		if err != nil {
-			return ep, usagef("%s: not a URL: %s", label, inv.stderr.scrub(err.Error()))
+			// The error quotes the URL, or a piece of it that may be part
+			// of a password the redactor cannot find (the "port" of
+			// nats://u:pa/ss@host, the rest after a '#'): give the reason
+			// only, and only when it quotes nothing.
+			reason := "not a URL"
+			var ue *url.Error
+			if errors.As(err, &ue) && !strings.Contains(ue.Err.Error(), `"`) {
+				reason += ": " + ue.Err.Error()
+			}
+			return ep, usagef("%s: %s", label, reason)
 		}
 		inv.stderr.add(urlSecrets(u)...)
+		if ambiguousUserinfo(one, u) {
+			return ep, usagef("%s: the user information holds an '@', '/', '?' or '#' that is not percent-encoded (write '@' as %%40, '/' as %%2F)", label)
+		}
 		scheme := strings.ToLower(u.Scheme)
 		kind, ok := schemes[scheme]
 		switch {
@@ -84,6 +96,13 @@ func parseEndpoint(inv *invocation, label, name, raw string) (endpoint, error) {
 		}
 		ep.kind = kind
 		ep.hosts = append(ep.hosts, u.Host)
+		if kind == "webhook" {
+			// A webhook URL's path or query is often its credential
+			// (hooks.example.com/services/T0/B0/XXXX): show the origin
+			// only, as the webhook publisher does.
+			shown = append(shown, u.Scheme+"://"+u.Host)
+			continue
+		}
 		shown = append(shown, redactURL(u, true))
 	}
 	if ep.kind != "nats" && ep.kind != "kafka" && len(ep.hosts) > 1 {
@@ -91,6 +110,24 @@ func parseEndpoint(inv *invocation, label, name, raw string) (endpoint, error) {
 	}
 	ep.display = strings.Join(shown, ",")
 	return ep, nil
+}
+
+// ambiguousUserinfo reports whether u, parsed from raw, took another
+// password (or token) than the redactor found in raw, which ends the user
+// information at its last '@': an '@', '/', '?' or '#' that is not
+// percent-encoded moved the end of it (user:p@ss/x@host parses with the
+// host "ss"), and the rest of the password would show as the host or the
+// path, which are printed.
+func ambiguousUserinfo(raw string, u *url.URL) bool {
+	if u.User == nil {
+		return false
+	}
+	found := userinfoSecrets(raw, true)
+	if len(found) != 1 {
+		return true
+	}
+	secret, err := url.PathUnescape(found[0])
+	return err != nil || secret != urlSecrets(u)[0]
 }
 
 // destinationFlags are the flags that name destinations and route topics.

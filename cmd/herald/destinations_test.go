@@ -172,3 +172,13 @@ func TestRelayPublishesToRabbitMQAndWebhooks(t *testing.T) {
 	defer mu.Unlock()
 	require.Equal(t, []string{"to the webhook"}, received, "one signed POST")
 }
+
+// A webhook URL's path or query is often its credential: the relay shows
+// the origin only.
+func TestWebhookDestinationIsShownByItsOrigin(t *testing.T) {
+	t.Parallel()
+	inv := &invocation{stderr: &redactor{w: io.Discard}, flags: newFlagSet("relay")}
+	ep, err := parseEndpoint(inv, "--destination hook", "hook", "https://u:pw@hooks.example.com:8443/services/T0/B0/XXXX?token=t")
+	require.NoError(t, err)
+	require.Equal(t, "https://hooks.example.com:8443", ep.display)
+}

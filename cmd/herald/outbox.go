@@ -103,6 +103,13 @@ func (d *dbFlags) parseDB(inv *invocation) (*database, error) {
 	case !strings.EqualFold(scheme, "postgres") && !strings.EqualFold(scheme, "postgresql"):
 		return nil, usagef("%s: scheme %q is not supported: use postgres://, postgresql:// or sqlite:path", label, scheme)
 	}
+	// pgx, like libpq, ends the user information at its first '@', and
+	// sees none when a '/' comes first: the rest of a password holding a
+	// bare '@' or '/' (user:p@ss@host, user:pa/ss@host) would be read as the
+	// host or the database, and shown wherever pgx or Herald show those.
+	if pw := userinfoSecrets(raw, false); len(pw) == 1 && strings.ContainsAny(pw[0], "@/") {
+		return nil, usagef("%s: the password holds an '@' or '/' that is not percent-encoded: write them %%40 and %%2F", label)
+	}
 	// pgx takes the scheme in lower case only.
 	raw = strings.ToLower(scheme) + raw[len(scheme):]
 	cfg, err := pgxpool.ParseConfig(raw)

@@ -66,13 +66,7 @@ func Open(path string) (*sql.DB, error) {
 		return nil, fmt.Errorf("heraldsqlite: cannot open database %s: %w", path, err)
 	}
 
-	slashed := filepath.ToSlash(abs)
-	if !strings.HasPrefix(slashed, "/") {
-		slashed = "/" + slashed // C:/x.db
-	}
-	// A file: URI, so that a path with '?' or '#' in it means that file.
-	dsn := (&url.URL{Scheme: "file", Path: slashed, OmitHost: true}).String() + "?" + dsnParams
-	db, err := sql.Open("sqlite", dsn)
+	db, err := sql.Open("sqlite", fileDSN(abs))
 	if err != nil {
 		return nil, fmt.Errorf("heraldsqlite: cannot open database %s: %w", path, err)
 	}
@@ -91,6 +85,18 @@ func Open(path string) (*sql.DB, error) {
 		return nil, fmt.Errorf("heraldsqlite: cannot open database %s: %w", path, err)
 	}
 	return db, nil
+}
+
+// fileDSN returns the data source name of the database file at abs, an
+// absolute path, with dsnParams. It is a file: URI, so that a path with
+// '?' or '#' in it means that file: the driver takes the query from the
+// first '?', and SQLite decodes the path's %XX escapes.
+func fileDSN(abs string) string {
+	slashed := filepath.ToSlash(abs)
+	if !strings.HasPrefix(slashed, "/") {
+		slashed = "/" + slashed // C:/x.db
+	}
+	return (&url.URL{Scheme: "file", Path: slashed, OmitHost: true}).String() + "?" + dsnParams
 }
 
 // checkFile creates the database file when missing and refuses one that is

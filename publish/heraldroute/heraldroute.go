@@ -162,12 +162,22 @@ func checkPattern(p string) error {
 		return errors.New("is empty")
 	case strings.Contains(p, ">") && !strings.HasSuffix(p, ">"):
 		return fmt.Errorf("%q: > may only end a pattern", p)
+	case strings.HasSuffix(p, ">") && p != ">" && !strings.HasSuffix(p, ".>"):
+		// "orders>" would never match: > stands for whole tokens.
+		return fmt.Errorf("%q: > must be a token of its own, as in orders.>", p)
 	}
-	if _, err := path.Match(strings.ReplaceAll(p, ".", "/"), ""); err != nil {
+	if _, err := path.Match(tokens(p), ""); err != nil {
 		return fmt.Errorf("%q: %w", p, err)
 	}
 	return nil
 }
+
+// tokens turns a topic or a pattern into a path for path.Match, whose
+// separator is '/': dots become slashes, and slashes, which are ordinary
+// characters of a topic, become dots, so that * never matches across a
+// dot and always matches a slash (orders.* does not match orders/eu, ord*
+// matches ord/ers).
+var tokens = strings.NewReplacer(".", "/", "/", ".").Replace
 
 // route returns the route for topic, and false when none matches and there
 // is no default.
@@ -202,10 +212,10 @@ func matches(pattern, topic string) bool {
 		if n > 0 {
 			head += "."
 		}
-		ok, _ := path.Match(strings.ReplaceAll(prefix, ".", "/"), strings.ReplaceAll(head, ".", "/"))
+		ok, _ := path.Match(tokens(prefix), tokens(head))
 		return ok && parts[n] != ""
 	}
-	ok, _ := path.Match(strings.ReplaceAll(pattern, ".", "/"), strings.ReplaceAll(topic, ".", "/"))
+	ok, _ := path.Match(tokens(pattern), tokens(topic))
 	return ok
 }
 

@@ -108,6 +108,7 @@ func TestBadConfigNamesTheField(t *testing.T) {
 		{&Config{Destinations: []Destination{{Name: "a", Publisher: p}}, Routes: []Route{{Topic: "x", Destination: "b"}}}, `Routes[0].Destination "b"`},
 		{&Config{Destinations: []Destination{{Name: "a", Publisher: p}}, Routes: []Route{{Topic: "a.>.b", Destination: "a"}}}, "Routes[0].Topic"},
 		{&Config{Destinations: []Destination{{Name: "a", Publisher: p}}, Routes: []Route{{Topic: "[", Destination: "a"}}}, "Routes[0].Topic"},
+		{&Config{Destinations: []Destination{{Name: "a", Publisher: p}}, Routes: []Route{{Topic: "orders>", Destination: "a"}}}, "> must be a token of its own"},
 		{&Config{Destinations: []Destination{{Name: "a", Publisher: p}}, Default: "z"}, `Config.Default "z"`},
 		{&Config{Destinations: []Destination{{Name: "a", Publisher: p, Timeout: -1}}}, "Destinations[0]"},
 	} {
@@ -265,6 +266,11 @@ func TestPatterns(t *testing.T) {
 		{">", "anything.at.all", true},
 		{"*.placed", "orders.placed", true},
 		{"ord*", "orders", true},
+		// A slash is an ordinary character of a token.
+		{"orders.*", "orders/eu", false},
+		{"*.placed", "eu/orders.placed", true},
+		{"ord*", "ord/ers", true},
+		{"orders.>", "orders.eu/placed", true},
 	} {
 		require.Equal(t, tc.want, matches(tc.pattern, tc.topic), "%s ~ %s", tc.pattern, tc.topic)
 	}
