@@ -111,4 +111,3 @@ func (e *ValidationError) Error() string {
 
 // Is makes errors.Is(err, ErrInvalidMessage) true.
 func (e *ValidationError) Is(target error) bool { return target == ErrInvalidMessage }
-
