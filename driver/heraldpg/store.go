@@ -20,7 +20,12 @@ var (
 
 // Claim implements herald.Store.
 func (d *Driver) Claim(ctx context.Context, p herald.ClaimParams) ([]herald.Envelope, error) {
-	if p.Limit <= 0 {
+	if p.Limit < 0 {
+		// The other statements' negative LIMIT is PostgreSQL's error; the
+		// claim's says the same in its own words.
+		return nil, fmt.Errorf("heraldpg: claiming: negative limit %d", p.Limit)
+	}
+	if p.Limit == 0 {
 		return nil, nil
 	}
 	var (
