@@ -61,9 +61,16 @@ func pgSQLHarness(db *sql.DB) heralddrivertest.Harness {
 }
 
 func sqliteHarness() heralddrivertest.Harness {
-	return heralddrivertest.Harness{Name: "sqlite", New: func(t testing.TB) *heralddrivertest.Driver {
-		return sqlitetest.New(t, heraldsqlite.Config{MaxPayloadBytes: sqliteMaxPayload}).Driver
-	}}
+	return heralddrivertest.Harness{
+		Name: "sqlite",
+		New: func(t testing.TB) *heralddrivertest.Driver {
+			return sqlitetest.New(t, heraldsqlite.Config{MaxPayloadBytes: sqliteMaxPayload}).Driver
+		},
+		Skip: map[string]string{
+			"LateCommitIsDeliveredAfterWhatItsKeyPublished": "SQLite has one writer at a time: a transaction " +
+				"left open holds the write lock, so no later transaction commits before it and seq order is commit order",
+		},
+	}
 }
 
 // sqlDB is a database/sql pool over PostgreSQL, closed when tb ends.

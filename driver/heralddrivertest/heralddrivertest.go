@@ -7,13 +7,14 @@
 // reason; the case then skips with that reason instead of failing.
 //
 // The package also exports the kit that drivers' own tests share: Kit
-// (write, claim and read rows through a Driver).
+// (write, claim and read rows through a Driver), Recorder (a publisher that
+// remembers what it delivered) and StartRelay.
 //
 // The cases are grouped by concern: write.go (the writer and the
 // transaction it joins), claim.go, complete.go (acknowledgements),
 // rescue.go, retention.go, admin.go (operators' reads and actions),
 // ordering.go (per-key order at the store), backlog.go, and relay.go (the
-// relay end to end, on the driver's store).
+// relay's guarantees end to end, on the driver's store).
 package heralddrivertest
 
 import (
