@@ -40,6 +40,18 @@ func TestDrivers(t *testing.T) {
 	})
 }
 
+// The benchmarks run only with -bench, for instance
+// go test -run XXX -bench . ./driver/...
+func BenchmarkClaim(b *testing.B)      { benchDrivers(b, heralddrivertest.BenchClaim) }
+func BenchmarkComplete(b *testing.B)   { benchDrivers(b, heralddrivertest.BenchComplete) }
+func BenchmarkRelayDrain(b *testing.B) { benchDrivers(b, heralddrivertest.BenchRelayDrain) }
+
+func benchDrivers(b *testing.B, bench func(*testing.B, heralddrivertest.Harness)) {
+	b.Run("PostgreSQLOverPgx", func(b *testing.B) { bench(b, pgxHarness(heraldtest.PostgresPool(b))) })
+	b.Run("PostgreSQLOverDatabaseSQL", func(b *testing.B) { bench(b, pgSQLHarness(sqlDB(b))) })
+	b.Run("SQLite", func(b *testing.B) { bench(b, sqliteHarness()) })
+}
+
 // Payload caps above the default, a different one per harness: proves each
 // writer honours its Config.
 const (

@@ -1,7 +1,8 @@
 // Package heralddrivertest is the conformance suite every Herald store
 // driver must pass: what "correct" means for a store, and for a relay
 // running on it, checked the same way against each database. A driver's
-// test calls Exercise with a Harness.
+// test calls Exercise with a Harness; BenchClaim, BenchComplete and
+// BenchRelayDrain measure the same driver.
 //
 // A driver that cannot support a case declares it in Harness.Skip with the
 // reason; the case then skips with that reason instead of failing.
