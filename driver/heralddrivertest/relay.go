@@ -300,6 +300,7 @@ var relayCases = []testCase{
 		for i := range relays {
 			relays[i] = StartRelay(t, o.d.Open(t), rec, func(c *herald.RelayConfig) {
 				c.Owner = fmt.Sprintf("relay-%d", i)
+				c.Lease = time.Minute // as in SeveralRelaysPublishEveryEventExactlyOnce
 				c.BatchSize, c.MaxPerKey, c.MaxInFlight = 50, 10, 4
 				c.Retry = herald.RetryPolicy{Base: 5 * time.Millisecond, Cap: 20 * time.Millisecond, MaxAttempts: 1000, MaxAge: time.Hour}
 			})
