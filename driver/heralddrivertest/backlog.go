@@ -12,20 +12,20 @@ import (
 
 // backlogCases check Admin.Backlog, the cheap summary metrics read.
 var backlogCases = []testCase{
-	{"BacklogCountsWaitingAndDeadRowsPerTopic", func(t *testing.T, o *outbox) {
+	{"BacklogCountsWaitingAndDeadRowsPerTopic", func(t *testing.T, o *Kit) {
 		require.Empty(t, o.backlog(), "an empty table has no backlog")
 		o.put(heraldadmin.StatePublished, msg("a"), msg("a"))
 		o.put(heraldadmin.StateClaimed, msg("a"))
 		parking := keyed("b", "k")
-		ids := o.write(parking, keyed("b", "k"), keyed("b", "other"))
+		ids := o.Write(parking, keyed("b", "k"), keyed("b", "other"))
 		token, _ := o.claimP(herald.ClaimParams{Limit: 10})
-		o.complete(herald.CompleteParams{Token: token, Published: ids[2:], Failed: []herald.Failure{
+		o.Complete(herald.CompleteParams{Token: token, Published: ids[2:], Failed: []herald.Failure{
 			{ID: ids[0], Outcome: herald.OutcomeParked, Error: "poison"},
 			{ID: ids[1], Outcome: herald.OutcomeHeldBack, Error: "held"},
 		}})
 		o.put(heraldadmin.StateDead, msg("c"))
 		o.backdate(time.Hour, ids[1])
-		o.write(msg("a"))
+		o.Write(msg("a"))
 
 		got := o.backlog()
 		require.Len(t, got, 3, "published rows are not part of the backlog: %+v", got)
@@ -40,7 +40,7 @@ var backlogCases = []testCase{
 	}},
 }
 
-func (o *outbox) backlog() []heraldadmin.TopicBacklog {
+func (o *Kit) backlog() []heraldadmin.TopicBacklog {
 	o.t.Helper()
 	b, err := o.d.Admin.Backlog(o.ctx())
 	require.NoError(o.t, err)

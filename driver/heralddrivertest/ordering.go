@@ -15,79 +15,35 @@ import (
 	"github.com/herald-outbox/herald/heraldadmin"
 )
 
-// keyed returns a message of key on topic with a fresh id.
-func keyed(topic, key string) herald.Message {
-	m := msg(topic)
-	m.Key = key
-	return m
-}
-
-// claimP claims with params p, filling in a fresh token, the owner and a
-// lease of a minute when unset, and checks what every claim promises.
-func (o *outbox) claimP(p herald.ClaimParams) (string, []herald.Envelope) {
-	o.t.Helper()
-	if p.Token == "" {
-		p.Token = uuid.NewString()
-	}
-	if p.Lease == 0 {
-		p.Lease = time.Minute
-	}
-	p.Owner = o.owner
-	envs, err := o.d.Store.Claim(o.ctx(), p)
-	require.NoError(o.t, err)
-	require.LessOrEqual(o.t, len(envs), p.Limit)
-	require.True(o.t, slices.IsSortedFunc(envs, func(a, b herald.Envelope) int { return int(a.Seq - b.Seq) }),
-		"claimed envelopes are sorted by seq")
-	return p.Token, envs
-}
-
-func (o *outbox) blockedKeys() []heraldadmin.BlockedKey {
-	o.t.Helper()
-	keys, err := o.d.Admin.BlockedKeys(o.ctx(), 100)
-	require.NoError(o.t, err)
-	return keys
-}
-
-// idsOfKey returns, in order, the ids of envs with key.
-func idsOfKey(envs []herald.Envelope, key string) []string {
-	var ids []string
-	for _, e := range envs {
-		if e.Key == key {
-			ids = append(ids, e.ID)
-		}
-	}
-	return ids
-}
-
 // orderingCases check per-key ordering at the Store seam: which rows an
 // ordered claim may take, and what failures, dead events and operators do
 // to a key.
 var orderingCases = []testCase{
-	{"OrderedClaimTakesKeysInSeqOrderAndSkipsKeysInFlight", func(t *testing.T, o *outbox) {
-		a := o.write(keyed("t", "a"), keyed("t", "b"), keyed("t", "a"), keyed("t", "b"), keyed("t", "a"))
+	{"OrderedClaimTakesKeysInSeqOrderAndSkipsKeysInFlight", func(t *testing.T, o *Kit) {
+		a := o.Write(keyed("t", "a"), keyed("t", "b"), keyed("t", "a"), keyed("t", "b"), keyed("t", "a"))
 		token, envs := o.claimP(herald.ClaimParams{Limit: 10, PerKey: 2})
 		require.Equal(t, []string{a[0], a[2]}, idsOfKey(envs, "a"), "key a: its two lowest, in order")
 		require.Equal(t, []string{a[1], a[3]}, idsOfKey(envs, "b"))
 
 		// Key a has events in flight: its third event waits, and so does a
 		// new one, while a new key goes.
-		more := o.write(keyed("t", "a"), keyed("t", "c"))
+		more := o.Write(keyed("t", "a"), keyed("t", "c"))
 		_, envs2 := o.claimP(herald.ClaimParams{Limit: 10})
 		require.Equal(t, []string{more[1]}, envIDs(envs2), "only the new key c; a and b are in flight")
 
-		o.complete(herald.CompleteParams{Token: token, Published: envIDs(envs)})
+		o.Complete(herald.CompleteParams{Token: token, Published: envIDs(envs)})
 		_, envs3 := o.claimP(herald.ClaimParams{Limit: 10})
 		require.Equal(t, []string{a[4], more[0]}, envIDs(envs3), "key a goes on in order once acknowledged")
 	}},
 
-	{"ConcurrentOrderedClaimersNeverShareAKey", func(t *testing.T, o *outbox) {
+	{"ConcurrentOrderedClaimersNeverShareAKey", func(t *testing.T, o *Kit) {
 		const keys, perKey, claimers = 12, 15, 6
 		var msgs []herald.Message
 		for i := range keys * perKey {
 			msgs = append(msgs, keyed("t", fmt.Sprintf("k%02d", i%keys)))
 		}
 		want := map[string][]string{}
-		for i, id := range o.write(msgs...) {
+		for i, id := range o.Write(msgs...) {
 			want[msgs[i].Key] = append(want[msgs[i].Key], id)
 		}
 		var (
@@ -163,37 +119,37 @@ var orderingCases = []testCase{
 		}
 	}},
 
-	{"FailedEventHoldsBackItsKeyOnly", func(t *testing.T, o *outbox) {
-		ids := o.write(keyed("t", "a"), keyed("t", "b"), keyed("t", "a"), keyed("t", "b"), keyed("t", "a"))
+	{"FailedEventHoldsBackItsKeyOnly", func(t *testing.T, o *Kit) {
+		ids := o.Write(keyed("t", "a"), keyed("t", "b"), keyed("t", "a"), keyed("t", "b"), keyed("t", "a"))
 		a, b := []string{ids[0], ids[2], ids[4]}, []string{ids[1], ids[3]}
 		token, envs := o.claimP(herald.ClaimParams{Limit: 10})
 		require.Len(t, envs, 5)
-		res := o.complete(herald.CompleteParams{Token: token, Published: b, Failed: []herald.Failure{
+		res := o.Complete(herald.CompleteParams{Token: token, Published: b, Failed: []herald.Failure{
 			{ID: a[0], Outcome: herald.OutcomeRetry, Error: "broker said no", Delay: time.Hour},
 			{ID: a[1], Outcome: herald.OutcomeHeldBack, Error: herald.ErrHeldBack.Error()},
 			{ID: a[2], Outcome: herald.OutcomeHeldBack, Error: herald.ErrHeldBack.Error()},
 		}})
 		require.Equal(t, 2, res.Published)
 		require.ElementsMatch(t, a, res.Failed)
-		require.Equal(t, 1, o.get(a[0]).Attempt, "the failed event spent its attempt")
-		require.Equal(t, "broker said no", o.get(a[0]).LastError)
+		require.Equal(t, 1, o.Get(a[0]).Attempt, "the failed event spent its attempt")
+		require.Equal(t, "broker said no", o.Get(a[0]).LastError)
 		for _, id := range a[1:] {
-			ev := o.get(id)
+			ev := o.Get(id)
 			require.Equal(t, heraldadmin.StateReady, ev.State)
 			require.Equal(t, 0, ev.Attempt, "a held-back event's attempt is refunded")
 		}
 
 		// Key a waits for its failed event; key b, and a new key, go on.
-		more := o.write(keyed("t", "b"), keyed("t", "c"))
+		more := o.Write(keyed("t", "b"), keyed("t", "c"))
 		_, envs = o.claimP(herald.ClaimParams{Limit: 10})
 		require.ElementsMatch(t, more, envIDs(envs), "nothing of key a while its first event waits for its retry")
 		require.Empty(t, o.blockedKeys(), "a retrying key is not parked")
 	}},
 
-	{"RetriedEventGoesFirstWhenItIsDue", func(t *testing.T, o *outbox) {
-		a := o.write(keyed("t", "a"), keyed("t", "a"), keyed("t", "a"))
+	{"RetriedEventGoesFirstWhenItIsDue", func(t *testing.T, o *Kit) {
+		a := o.Write(keyed("t", "a"), keyed("t", "a"), keyed("t", "a"))
 		token, _ := o.claimP(herald.ClaimParams{Limit: 10})
-		o.complete(herald.CompleteParams{Token: token, Failed: []herald.Failure{
+		o.Complete(herald.CompleteParams{Token: token, Failed: []herald.Failure{
 			{ID: a[0], Outcome: herald.OutcomeRetry, Error: "flaky", Delay: 0},
 			{ID: a[1], Outcome: herald.OutcomeHeldBack, Error: "held"},
 			{ID: a[2], Outcome: herald.OutcomeHeldBack, Error: "held"},
@@ -203,17 +159,17 @@ var orderingCases = []testCase{
 		require.Equal(t, []int{2, 1, 1}, []int{envs[0].Attempt, envs[1].Attempt, envs[2].Attempt})
 	}},
 
-	{"DeadEventParksItsKeyUntilRequeued", func(t *testing.T, o *outbox) {
-		a := o.write(keyed("t", "a"), keyed("t", "a"), keyed("t", "b"))
+	{"DeadEventParksItsKeyUntilRequeued", func(t *testing.T, o *Kit) {
+		a := o.Write(keyed("t", "a"), keyed("t", "a"), keyed("t", "b"))
 		token, _ := o.claimP(herald.ClaimParams{Limit: 10})
-		res := o.complete(herald.CompleteParams{Token: token, Published: a[2:], Failed: []herald.Failure{
+		res := o.Complete(herald.CompleteParams{Token: token, Published: a[2:], Failed: []herald.Failure{
 			{ID: a[0], Outcome: herald.OutcomeParked, Error: "poison"},
 			{ID: a[1], Outcome: herald.OutcomeHeldBack, Error: "held"},
 		}})
 		require.ElementsMatch(t, a[:2], res.Failed)
-		require.True(t, o.get(a[0]).Parked)
+		require.True(t, o.Get(a[0]).Parked)
 
-		late := o.write(keyed("t", "a"), keyed("t", "b"))
+		late := o.Write(keyed("t", "a"), keyed("t", "b"))
 		_, envs := o.claimP(herald.ClaimParams{Limit: 10})
 		require.Equal(t, late[1:], envIDs(envs), "a parked key gives nothing, even events written after it parked")
 
@@ -233,10 +189,10 @@ var orderingCases = []testCase{
 		require.Equal(t, []string{a[0], a[1], late[0]}, idsOfKey(envs, "a"), "requeued: the key resumes in order")
 	}},
 
-	{"DiscardOfAParkingEventNeedsResume", func(t *testing.T, o *outbox) {
-		a := o.write(keyed("t", "a"), keyed("t", "a"))
+	{"DiscardOfAParkingEventNeedsResume", func(t *testing.T, o *Kit) {
+		a := o.Write(keyed("t", "a"), keyed("t", "a"))
 		token, _ := o.claimP(herald.ClaimParams{Limit: 10})
-		o.complete(herald.CompleteParams{Token: token, Failed: []herald.Failure{
+		o.Complete(herald.CompleteParams{Token: token, Failed: []herald.Failure{
 			{ID: a[0], Outcome: herald.OutcomeParked, Error: "poison"},
 			{ID: a[1], Outcome: herald.OutcomeHeldBack, Error: "held"},
 		}})
@@ -246,7 +202,7 @@ var orderingCases = []testCase{
 		require.ErrorAs(t, err, &pe, "discarding a parking event without resume is refused")
 		require.Equal(t, a[0], pe.Keys[0].EventID)
 		require.EqualValues(t, 1, pe.Keys[0].Waiting)
-		require.Equal(t, heraldadmin.StateDead, o.get(a[0]).State, "nothing was discarded")
+		require.Equal(t, heraldadmin.StateDead, o.Get(a[0]).State, "nothing was discarded")
 		_, err = o.d.Admin.DiscardDead(o.ctx(), heraldadmin.EventFilter{All: true})
 		require.ErrorAs(t, err, &pe, "not with All either")
 
@@ -258,15 +214,15 @@ var orderingCases = []testCase{
 		require.Equal(t, a[1:], envIDs(envs), "the key goes on without the discarded event")
 	}},
 
-	{"DeadEventWithoutParkLetsItsKeyGoOn", func(t *testing.T, o *outbox) {
-		a := o.write(keyed("t", "a"), keyed("t", "a"))
+	{"DeadEventWithoutParkLetsItsKeyGoOn", func(t *testing.T, o *Kit) {
+		a := o.Write(keyed("t", "a"), keyed("t", "a"))
 		token, _ := o.claimP(herald.ClaimParams{Limit: 10})
-		res := o.complete(herald.CompleteParams{Token: token, Failed: []herald.Failure{
+		res := o.Complete(herald.CompleteParams{Token: token, Failed: []herald.Failure{
 			{ID: a[0], Outcome: herald.OutcomeDead, Error: "poison"},
 			{ID: a[1], Outcome: herald.OutcomeHeldBack, Error: "held"},
 		}})
 		require.ElementsMatch(t, a, res.Failed)
-		require.False(t, o.get(a[0]).Parked)
+		require.False(t, o.Get(a[0]).Parked)
 		require.Empty(t, o.blockedKeys())
 		_, envs := o.claimP(herald.ClaimParams{Limit: 10})
 		require.Equal(t, a[1:], envIDs(envs), "skipped: the key goes on")
@@ -275,33 +231,33 @@ var orderingCases = []testCase{
 		require.Equal(t, 1, n)
 	}},
 
-	{"DelayedEventHoldsBackItsKey", func(t *testing.T, o *outbox) {
+	{"DelayedEventHoldsBackItsKey", func(t *testing.T, o *Kit) {
 		first := keyed("t", "a")
 		first.AvailableAt = time.Now().Add(time.Hour)
-		ids := o.write(first, keyed("t", "a"), keyed("t", "b"))
+		ids := o.Write(first, keyed("t", "a"), keyed("t", "b"))
 		_, envs := o.claimP(herald.ClaimParams{Limit: 10})
 		require.Equal(t, ids[2:], envIDs(envs), "key a waits for its delayed first event")
 	}},
 
-	{"UnorderedEventsAreNotHeldBack", func(t *testing.T, o *outbox) {
+	{"UnorderedEventsAreNotHeldBack", func(t *testing.T, o *Kit) {
 		// The empty key and UnorderedTopics are claimed by age: two claimers
 		// share them, and a claimed event holds nothing back.
-		ids := o.write(keyed("t", ""), keyed("t", ""), keyed("free", "a"), keyed("free", "a"))
+		ids := o.Write(keyed("t", ""), keyed("t", ""), keyed("free", "a"), keyed("free", "a"))
 		p := herald.ClaimParams{Limit: 2, PerKey: 1, UnorderedTopics: []string{"free"}}
 		_, first := o.claimP(p)
 		_, second := o.claimP(p)
 		got := append(envIDs(first), envIDs(second)...)
 		require.ElementsMatch(t, ids, got, "all four claimed by two claimers, though keys were in flight")
 
-		more := o.write(keyed("u", "x"), keyed("u", "x"))
+		more := o.Write(keyed("u", "x"), keyed("u", "x"))
 		token, _ := o.claimP(herald.ClaimParams{Limit: 1, Unordered: true})
 		_, envs := o.claimP(herald.ClaimParams{Limit: 1, Unordered: true})
 		require.Equal(t, more[1:], envIDs(envs), "a relay-wide unordered claim takes a key's next event while one is in flight")
-		o.complete(herald.CompleteParams{Token: token, Published: more[:1]})
+		o.Complete(herald.CompleteParams{Token: token, Published: more[:1]})
 	}},
 
-	{"RescuedKeyIsClaimedAgainInOrder", func(t *testing.T, o *outbox) {
-		a := o.write(keyed("t", "a"), keyed("t", "a"), keyed("t", "a"))
+	{"RescuedKeyIsClaimedAgainInOrder", func(t *testing.T, o *Kit) {
+		a := o.Write(keyed("t", "a"), keyed("t", "a"), keyed("t", "a"))
 		o.claimP(herald.ClaimParams{Limit: 10, Lease: time.Millisecond})
 		require.Eventually(t, func() bool {
 			n, err := o.d.Store.RescueExpired(o.ctx(), 10)
@@ -311,7 +267,7 @@ var orderingCases = []testCase{
 		require.Equal(t, a, envIDs(envs))
 	}},
 
-	{"EveryKeyGetsItsTurnBehindManyBlockedKeys", func(t *testing.T, o *outbox) {
+	{"EveryKeyGetsItsTurnBehindManyBlockedKeys", func(t *testing.T, o *Kit) {
 		// 150 parked keys, each with an event waiting behind it, sort before
 		// the free keys; each claim walks a bounded number of keys and the
 		// next goes on from there, so the free keys are reached.
@@ -322,16 +278,16 @@ var orderingCases = []testCase{
 			}
 			return msgs
 		}
-		ids := o.write(parked()...)
+		ids := o.Write(parked()...)
 		token, envs := o.claimP(herald.ClaimParams{Limit: 200})
 		require.Len(t, envs, 150)
 		failed := make([]herald.Failure, len(ids))
 		for i, id := range ids {
 			failed[i] = herald.Failure{ID: id, Outcome: herald.OutcomeParked, Error: "poison"}
 		}
-		require.Len(t, o.complete(herald.CompleteParams{Token: token, Failed: failed}).Failed, 150)
-		o.write(parked()...)
-		free := o.write(keyed("t", "z1"), keyed("t", "z2"), keyed("t", "z3"))
+		require.Len(t, o.Complete(herald.CompleteParams{Token: token, Failed: failed}).Failed, 150)
+		o.Write(parked()...)
+		free := o.Write(keyed("t", "z1"), keyed("t", "z2"), keyed("t", "z3"))
 
 		var got []string
 		for claims := 0; len(got) < len(free); claims++ {
@@ -349,8 +305,15 @@ type hold struct {
 	acking bool // its acknowledgement is under way
 }
 
+func (o *Kit) blockedKeys() []heraldadmin.BlockedKey {
+	o.t.Helper()
+	keys, err := o.d.Admin.BlockedKeys(o.ctx(), 100)
+	require.NoError(o.t, err)
+	return keys
+}
+
 // tryClaimP is claimP for goroutines other than the test's.
-func (o *outbox) tryClaimP(p herald.ClaimParams) ([]herald.Envelope, error) {
+func (o *Kit) tryClaimP(p herald.ClaimParams) ([]herald.Envelope, error) {
 	p.Owner = o.owner
 	envs, err := o.d.Store.Claim(o.ctx(), p)
 	if err != nil {

@@ -19,11 +19,11 @@ func TestMigrate(t *testing.T) {
 	t.Run("IsIdempotent", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
-		require.NoError(t, b.driver.Migrate(ctx))
-		require.NoError(t, b.driver.Migrate(ctx))
-		require.NoError(t, b.driver.Ping(ctx))
+		require.NoError(t, b.Store.Migrate(ctx))
+		require.NoError(t, b.Store.Migrate(ctx))
+		require.NoError(t, b.Store.Ping(ctx))
 		var versions int
-		require.NoError(t, b.pool.QueryRow(ctx, `SELECT count(*) FROM `+b.cfg.Schema+`.herald_outbox_migrations`).Scan(&versions))
+		require.NoError(t, b.Pool.QueryRow(ctx, `SELECT count(*) FROM `+b.Config.Schema+`.herald_outbox_migrations`).Scan(&versions))
 		files, err := filepath.Glob("migrations/*.sql")
 		require.NoError(t, err)
 		require.Equal(t, len(files), versions, "one row per migration")
@@ -63,10 +63,10 @@ func TestMigrate(t *testing.T) {
 	t.Run("RefusesASchemaNewerThanItKnows", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
-		_, err := b.pool.Exec(ctx, `INSERT INTO `+b.cfg.Schema+`.herald_outbox_migrations (version, name) VALUES (999, 'future')`)
+		_, err := b.Pool.Exec(ctx, `INSERT INTO `+b.Config.Schema+`.herald_outbox_migrations (version, name) VALUES (999, 'future')`)
 		require.NoError(t, err)
-		require.ErrorContains(t, b.driver.Migrate(ctx), "newer than this Herald knows")
-		require.ErrorContains(t, b.driver.Ping(ctx), "newer than this Herald knows")
+		require.ErrorContains(t, b.Store.Migrate(ctx), "newer than this Herald knows")
+		require.ErrorContains(t, b.Store.Ping(ctx), "newer than this Herald knows")
 	})
 
 	t.Run("RefusesBadNamesBeforeAnySQL", func(t *testing.T) {

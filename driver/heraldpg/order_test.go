@@ -9,11 +9,9 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -24,7 +22,6 @@ import (
 
 	"github.com/herald-outbox/herald"
 	"github.com/herald-outbox/herald/driver/heraldpg"
-	"github.com/herald-outbox/herald/heraldadmin"
 	"github.com/herald-outbox/herald/internal/heraldtest"
 )
 
@@ -32,7 +29,10 @@ import (
 // re-executed) so that they can be killed and paused for real. The broker
 // they publish to is a table, broker_log, in the test's schema: its serial
 // column is the order in which deliveries reached the "broker", across all
-// processes, and a duplicate delivery is a second row.
+// processes, and a duplicate delivery is a second row. The same guarantees
+// with relays in one process run on every driver in heralddrivertest
+// (SeveralOrderedRelaysKeepEveryKeysOrderUnderFailures and the cases beside
+// it).
 
 const (
 	childEnv       = "HERALD_ORDER_CHILD" // the child relay's name
@@ -162,8 +162,8 @@ func (p *logPublisher) Publish(ctx context.Context, batch []herald.Envelope) err
 
 func createBrokerLog(t *testing.T, b *bundle) string {
 	t.Helper()
-	table := `"` + b.cfg.Schema + `".broker_log`
-	_, err := b.pool.Exec(context.Background(), `CREATE TABLE `+table+` (
+	table := `"` + b.Config.Schema + `".broker_log`
+	_, err := b.Pool.Exec(context.Background(), `CREATE TABLE `+table+` (
 		n bigserial PRIMARY KEY, event_id uuid NOT NULL, key text NOT NULL, relay text NOT NULL)`)
 	require.NoError(t, err)
 	return table
@@ -183,7 +183,7 @@ func startChild(t *testing.T, b *bundle, name string, failRate float64) *child {
 	c.cmd.Env = append(os.Environ(),
 		childEnv+"="+name,
 		childDSNEnv+"="+heraldtest.PostgresDSN(t),
-		childSchemaEnv+"="+b.cfg.Schema,
+		childSchemaEnv+"="+b.Config.Schema,
 		childFailEnv+"="+strconv.FormatFloat(failRate, 'f', -1, 64))
 	c.cmd.Stderr = c.log
 	require.NoError(t, c.cmd.Start())
@@ -228,7 +228,7 @@ func writeKeyed(t *testing.T, b *bundle, nKeys, total, writers, perTx int) {
 					k := w + writers*rand.IntN(nKeys/writers)
 					msgs[i] = herald.Message{Topic: "orders", Key: fmt.Sprintf("k%03d", k), Payload: []byte(`{}`)}
 				}
-				err := pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error { return b.writer.WriteTx(ctx, tx, msgs...) })
+				err := pgx.BeginFunc(ctx, b.Pool, func(tx pgx.Tx) error { return b.Writer.WriteTx(ctx, tx, msgs...) })
 				if err != nil {
 					errs <- err
 					return
@@ -253,8 +253,8 @@ type delivery struct {
 // deliveries reads broker_log in delivery order, with each event's seq.
 func deliveries(t *testing.T, b *bundle, log string) []delivery {
 	t.Helper()
-	rows, err := b.pool.Query(context.Background(), `SELECT l.event_id::text, l.key, l.relay, o.seq
-		FROM `+log+` l JOIN `+b.table+` o ON o.id = l.event_id ORDER BY l.n`)
+	rows, err := b.Pool.Query(context.Background(), `SELECT l.event_id::text, l.key, l.relay, o.seq
+		FROM `+log+` l JOIN `+b.Store.Table()+` o ON o.id = l.event_id ORDER BY l.n`)
 	require.NoError(t, err)
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (delivery, error) {
 		var d delivery
@@ -289,10 +289,10 @@ func waitDrained(t *testing.T, b *bundle, log string, total int, children ...*ch
 	ctx := context.Background()
 	require.Eventuallyf(t, func() bool {
 		var distinct, pending int
-		if b.pool.QueryRow(ctx, `SELECT count(DISTINCT event_id) FROM `+log).Scan(&distinct) != nil {
+		if b.Pool.QueryRow(ctx, `SELECT count(DISTINCT event_id) FROM `+log).Scan(&distinct) != nil {
 			return false
 		}
-		if b.pool.QueryRow(ctx, `SELECT count(*) FROM `+b.table+` WHERE state IN ('ready', 'claimed')`).Scan(&pending) != nil {
+		if b.Pool.QueryRow(ctx, `SELECT count(*) FROM `+b.Store.Table()+` WHERE state IN ('ready', 'claimed')`).Scan(&pending) != nil {
 			return false
 		}
 		return distinct == total && pending == 0
@@ -331,8 +331,8 @@ func TestOrderedRelayProcessesKeepEveryKeysOrderUnderFailures(t *testing.T) {
 	}
 	require.Len(t, perRelay, 3, "every relay published a share: %v", perRelay)
 	var retried int
-	require.NoError(t, b.pool.QueryRow(context.Background(),
-		`SELECT count(*) FROM `+b.table+` WHERE attempts > 1`).Scan(&retried))
+	require.NoError(t, b.Pool.QueryRow(context.Background(),
+		`SELECT count(*) FROM `+b.Store.Table()+` WHERE attempts > 1`).Scan(&retried))
 	require.Greater(t, retried, events/20, "about a tenth of the events failed at least once")
 	require.Zero(t, b.count(t, `state <> 'published'`), "nothing dead, nothing left")
 	t.Logf("deliveries per relay: %v; events retried: %d", perRelay, retried)
@@ -355,7 +355,7 @@ func TestOrderedRelayProcessesSurviveKillAndPause(t *testing.T) {
 	ctx := context.Background()
 	delivered := func(relay string) int {
 		var n int
-		_ = b.pool.QueryRow(ctx, `SELECT count(*) FROM `+log+` WHERE relay = $1`, relay).Scan(&n)
+		_ = b.Pool.QueryRow(ctx, `SELECT count(*) FROM `+log+` WHERE relay = $1`, relay).Scan(&n)
 		return n
 	}
 	claimedBy := func(relay string) int {
@@ -376,7 +376,7 @@ func TestOrderedRelayProcessesSurviveKillAndPause(t *testing.T) {
 	// again.
 	busy := func(relay string) int {
 		var n int
-		_ = b.pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+		_ = b.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
 			WHERE application_name = $1 AND state = 'active'`, relay).Scan(&n)
 		return n
 	}
@@ -425,106 +425,15 @@ func TestOrderedRelayProcessesSurviveKillAndPause(t *testing.T) {
 	t.Logf("%d deliveries of %d events; %d duplicates", len(ds), events, len(dups))
 }
 
+// count counts the outbox rows matching where, a condition in SQL.
+func (b *bundle) count(t *testing.T, where string, args ...any) int {
+	t.Helper()
+	var n int
+	require.NoError(t, b.Pool.QueryRow(context.Background(),
+		`SELECT count(*) FROM `+b.Store.Table()+` WHERE `+where, args...).Scan(&n))
+	return n
+}
+
 func slogToStderr() *slog.Logger {
 	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
-}
-
-func TestLateCommitIsDeliveredAfterWhatItsKeyPublished(t *testing.T) {
-	t.Parallel()
-	b := setup(t)
-	ctx := context.Background()
-
-	// Transaction A writes first, so its event has the lower seq, and stays
-	// open while B's events of the same key commit.
-	txA, err := b.pool.Begin(ctx)
-	require.NoError(t, err)
-	defer func() { _ = txA.Rollback(ctx) }()
-	late := herald.Message{ID: herald.NewID(), Topic: "orders", Key: "k", Payload: []byte(`{}`)}
-	require.NoError(t, b.writer.WriteTx(ctx, txA, late))
-	early := b.write(t, herald.Message{Topic: "orders", Key: "k", Payload: []byte(`{}`)},
-		herald.Message{Topic: "orders", Key: "k", Payload: []byte(`{}`)})
-
-	// The relay's first publish of key k waits at a gate.
-	rec := newRecorder()
-	entered, gate := make(chan struct{}), make(chan struct{})
-	var once sync.Once
-	pub := herald.PublisherFunc(func(ctx context.Context, batch []herald.Envelope) error {
-		once.Do(func() {
-			close(entered)
-			<-gate
-		})
-		return rec.Publish(ctx, batch)
-	})
-	b.startRelay(t, pub, nil)
-	<-entered
-
-	// A commits while its key is in flight: its event is now the key's
-	// lowest ready one, yet no claim may take it until the flight lands.
-	require.NoError(t, txA.Commit(ctx))
-	envs, err := b.driver.Claim(ctx, herald.ClaimParams{Token: herald.NewID(), Owner: "test", Limit: 10, Lease: time.Minute})
-	require.NoError(t, err)
-	require.Empty(t, envs, "key k is in flight: the late event must wait")
-
-	close(gate)
-	all := append(slices.Clone(early), late.ID)
-	requireAllDeliveredOnce(t, rec, all)
-	require.Equal(t, all, rec.orderOf(all...), "delivered in commit order, the late commit last, not skipped")
-}
-
-func TestPoisonEventParksOnlyItsKeyUntilRequeued(t *testing.T) {
-	t.Parallel()
-	b := setup(t)
-	ctx := context.Background()
-	var msgs []herald.Message
-	for i := range 400 {
-		msgs = append(msgs, herald.Message{Topic: "orders", Key: fmt.Sprintf("k%02d", i%40), Payload: []byte(`{}`)})
-	}
-	ids := b.write(t, msgs...)
-	var poisoned []string // key k07, from its third event on
-	for i, m := range msgs {
-		if m.Key == "k07" {
-			poisoned = append(poisoned, ids[i])
-		}
-	}
-	poisoned = poisoned[2:]
-	poison := poisoned[0]
-
-	var cured atomic.Bool
-	rec := newRecorder()
-	rec.Fail = func(env herald.Envelope, _ int) error {
-		if env.ID == poison && !cured.Load() {
-			return herald.Permanent(errors.New("schema registry refuses this payload"))
-		}
-		return nil
-	}
-	b.startRelay(t, rec, func(c *herald.RelayConfig) { c.MaxInFlight = 4; c.BatchSize = 30 })
-
-	var others []string
-	for _, id := range ids {
-		if !contains(poisoned, id) {
-			others = append(others, id)
-		}
-	}
-	requireAllDeliveredOnce(t, rec, others)
-	require.Eventually(t, func() bool { return b.row(t, poison).State == heraldadmin.StateDead }, 10*time.Second, 5*time.Millisecond)
-
-	blocked, err := b.driver.BlockedKeys(ctx, 10)
-	require.NoError(t, err)
-	require.Len(t, blocked, 1)
-	require.Equal(t, heraldadmin.BlockedKey{Topic: "orders", Key: "k07", EventID: poison, Waiting: int64(len(poisoned) - 1),
-		Since: blocked[0].Since}, blocked[0])
-	for _, id := range poisoned[1:] {
-		require.Equal(t, heraldadmin.StateReady, b.row(t, id).State, "waiting behind the parked event")
-		require.Zero(t, rec.count(id))
-	}
-
-	cured.Store(true)
-	n, err := b.driver.RequeueDead(ctx, heraldadmin.EventFilter{IDs: []string{poison}})
-	require.NoError(t, err)
-	require.Equal(t, 1, n)
-	requireAllDeliveredOnce(t, rec, poisoned)
-	require.Equal(t, poisoned, rec.orderOf(poisoned...), "the parked key resumed in order")
-	blocked, err = b.driver.BlockedKeys(ctx, 10)
-	require.NoError(t, err)
-	require.Empty(t, blocked)
 }

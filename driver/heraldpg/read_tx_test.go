@@ -20,13 +20,13 @@ func TestReadEvents(t *testing.T) {
 	t.Run("TheTransactionSeesItsOwnRowsAndTheStoreOnlyCommittedOnes", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
-		b.write(t, herald.Message{Topic: "a", Payload: []byte("1")})
-		r, err := heraldpg.NewReader(b.cfg)
+		b.Write(herald.Message{Topic: "a", Payload: []byte("1")})
+		r, err := heraldpg.NewReader(b.Config)
 		require.NoError(t, err)
-		tx, err := b.pool.Begin(ctx)
+		tx, err := b.Pool.Begin(ctx)
 		require.NoError(t, err)
 		defer func() { _ = tx.Rollback(ctx) }()
-		require.NoError(t, b.writer.WriteTx(ctx, tx,
+		require.NoError(t, b.Writer.WriteTx(ctx, tx,
 			herald.Message{Topic: "b", Payload: []byte("2")}, herald.Message{Topic: "a", Payload: []byte("3")}))
 
 		rows, err := r.EventsTx(ctx, tx)
@@ -35,7 +35,7 @@ func TestReadEvents(t *testing.T) {
 		rows, err = r.EventsTx(ctx, tx, "a", "none")
 		require.NoError(t, err)
 		require.Equal(t, []string{"1", "3"}, payloads(rows))
-		rows, err = b.driver.Events(ctx)
+		rows, err = b.Store.Events(ctx)
 		require.NoError(t, err)
 		require.Equal(t, []string{"1"}, payloads(rows))
 		require.Equal(t, heraldadmin.StateReady, rows[0].State)

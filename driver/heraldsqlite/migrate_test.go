@@ -18,11 +18,11 @@ func TestMigrate(t *testing.T) {
 	t.Run("IsIdempotent", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
-		require.NoError(t, b.driver.Migrate(ctx))
-		require.NoError(t, b.driver.Migrate(ctx))
-		require.NoError(t, b.driver.Ping(ctx))
+		require.NoError(t, b.Store.Migrate(ctx))
+		require.NoError(t, b.Store.Migrate(ctx))
+		require.NoError(t, b.Store.Ping(ctx))
 		var versions int
-		require.NoError(t, b.db.QueryRow(`SELECT count(*) FROM herald_outbox_migrations`).Scan(&versions))
+		require.NoError(t, b.DB.QueryRow(`SELECT count(*) FROM herald_outbox_migrations`).Scan(&versions))
 		files, err := filepath.Glob("migrations/*.sql")
 		require.NoError(t, err)
 		require.Equal(t, len(files), versions, "one row per migration")
@@ -63,11 +63,11 @@ func TestMigrate(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 		b.exec(t, `INSERT INTO herald_outbox_migrations (version, name) VALUES (999, 'future')`)
-		require.ErrorContains(t, b.driver.Migrate(ctx), "newer than this Herald knows")
-		require.ErrorContains(t, b.driver.Ping(ctx), "newer than this Herald knows")
+		require.ErrorContains(t, b.Store.Migrate(ctx), "newer than this Herald knows")
+		require.ErrorContains(t, b.Store.Ping(ctx), "newer than this Herald knows")
 		// The refused migration left no transaction open on the pool.
 		b.exec(t, `DELETE FROM herald_outbox_migrations WHERE version = 999`)
-		require.NoError(t, b.driver.Migrate(ctx))
+		require.NoError(t, b.Store.Migrate(ctx))
 	})
 
 	t.Run("TablesWithOtherNamesLiveSideBySide", func(t *testing.T) {

@@ -18,13 +18,13 @@ func TestReadEvents(t *testing.T) {
 	t.Run("TheTransactionSeesItsOwnRowsAndTheStoreOnlyCommittedOnes", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
-		b.write(t, herald.Message{Topic: "a", Payload: []byte("1")})
+		b.Write(herald.Message{Topic: "a", Payload: []byte("1")})
 		r, err := heraldsqlite.NewReader(nil)
 		require.NoError(t, err)
-		tx, err := b.db.BeginTx(ctx, nil)
+		tx, err := b.DB.BeginTx(ctx, nil)
 		require.NoError(t, err)
 		defer tx.Rollback()
-		require.NoError(t, b.writer.WriteTx(ctx, tx,
+		require.NoError(t, b.Writer.WriteTx(ctx, tx,
 			herald.Message{Topic: "b", Payload: []byte("2")}, herald.Message{Topic: "a", Payload: []byte("3")}))
 
 		rows, err := r.EventsTx(ctx, tx)
@@ -33,7 +33,7 @@ func TestReadEvents(t *testing.T) {
 		rows, err = r.EventsTx(ctx, tx, "a", "none")
 		require.NoError(t, err)
 		require.Equal(t, []string{"1", "3"}, payloads(rows))
-		rows, err = b.driver.Events(ctx)
+		rows, err = b.Store.Events(ctx)
 		require.NoError(t, err)
 		require.Equal(t, []string{"1"}, payloads(rows))
 		require.Equal(t, heraldadmin.StateReady, rows[0].State)

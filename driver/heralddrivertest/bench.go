@@ -1,0 +1,167 @@
+package heralddrivertest
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/herald-outbox/herald"
+)
+
+// benchRows is how many ready rows the claim benchmarks find in the table,
+// ten events to a key.
+const benchRows = 10_000
+
+// BenchClaim measures Store.Claim: batches of 100 and 1000 rows, unordered
+// and ordered, from a table of benchRows ready rows. Each claim's rows are
+// released outside the timer, so every claim finds the table as full.
+func BenchClaim(b *testing.B, h Harness) {
+	for _, mode := range []struct {
+		name      string
+		unordered bool
+	}{{"Unordered", true}, {"Ordered", false}} {
+		for _, batch := range []int{100, 1000} {
+			b.Run(fmt.Sprintf("%s/Batch%d", mode.name, batch), func(b *testing.B) {
+				o := newKit(b, h.New(b), "bench")
+				o.writeKeys("t", benchRows, benchRows/10)
+				ctx := b.Context()
+				events := 0
+				for b.Loop() {
+					token := uuid.NewString()
+					envs, err := o.d.Store.Claim(ctx, herald.ClaimParams{Token: token, Owner: o.owner,
+						Limit: batch, Lease: time.Minute, Unordered: mode.unordered})
+					if err != nil {
+						b.Fatal(err)
+					}
+					b.StopTimer()
+					if len(envs) < batch/2 {
+						b.Fatalf("a claim of %d took %d rows of %d ready", batch, len(envs), benchRows)
+					}
+					events += len(envs)
+					benchRelease(b, o, token, envs)
+					b.StartTimer()
+				}
+				reportEvents(b, events)
+			})
+		}
+	}
+}
+
+func benchRelease(b *testing.B, o *Kit, token string, envs []herald.Envelope) {
+	res, err := o.d.Store.Complete(b.Context(), herald.CompleteParams{Token: token, Failed: released(envIDs(envs)...)})
+	if err != nil || len(res.Failed) != len(envs) {
+		b.Fatalf("releasing %d rows: %d released, %v", len(envs), len(res.Failed), err)
+	}
+}
+
+// BenchComplete measures Store.Complete of a claimed batch of 100 and 1000
+// rows: all published, and with one event in ten failed (retried, paused
+// by an outage or dead, in turn). Each batch is written and claimed outside
+// the timer.
+func BenchComplete(b *testing.B, h Harness) {
+	outcomes := []herald.Outcome{herald.OutcomeRetry, herald.OutcomeOutage, herald.OutcomeDead}
+	for _, mode := range []struct {
+		name      string
+		failEvery int
+	}{{"AllPublished", 0}, {"WithFailures", 10}} {
+		for _, batch := range []int{100, 1000} {
+			b.Run(fmt.Sprintf("%s/Batch%d", mode.name, batch), func(b *testing.B) {
+				o := newKit(b, h.New(b), "bench")
+				ctx := b.Context()
+				events := 0
+				for b.Loop() {
+					b.StopTimer()
+					o.WriteN("t", batch)
+					token := uuid.NewString()
+					envs, err := o.d.Store.Claim(ctx, herald.ClaimParams{Token: token, Owner: o.owner,
+						Limit: batch, Lease: time.Minute, Unordered: true})
+					if err != nil || len(envs) != batch {
+						b.Fatalf("claiming %d rows: got %d, %v", batch, len(envs), err)
+					}
+					p := herald.CompleteParams{Token: token, Published: make([]string, 0, batch)}
+					for i, e := range envs {
+						if mode.failEvery == 0 || i%mode.failEvery != 0 {
+							p.Published = append(p.Published, e.ID)
+							continue
+						}
+						// Delays of an hour keep the failed rows out of
+						// the next claims.
+						out := outcomes[(i/mode.failEvery)%len(outcomes)]
+						p.Failed = append(p.Failed, herald.Failure{ID: e.ID, Outcome: out,
+							Error: "broker said no", Delay: time.Hour})
+					}
+					b.StartTimer()
+					res, err := o.d.Store.Complete(ctx, p)
+					if err != nil {
+						b.Fatal(err)
+					}
+					if res.Published != len(p.Published) || len(res.Failed) != len(p.Failed) {
+						b.Fatalf("completed %d published and %d failed of %d and %d",
+							res.Published, len(res.Failed), len(p.Published), len(p.Failed))
+					}
+					events += batch
+				}
+				reportEvents(b, events)
+			})
+		}
+	}
+}
+
+// BenchRelayDrain measures one relay draining a backlog of 20,000 events to
+// a publisher that discards them (BatchSize 1000, MaxInFlight 4), until the
+// last batch is acknowledged.
+func BenchRelayDrain(b *testing.B, h Harness) {
+	const n = 20_000
+	var elapsed time.Duration
+	for range b.N {
+		b.StopTimer()
+		o := newKit(b, h.New(b), "bench")
+		o.WriteN("t", n)
+		var (
+			mu   sync.Mutex
+			seen int
+			done = make(chan struct{})
+		)
+		pub := herald.PublisherFunc(func(ctx context.Context, batch []herald.Envelope) error {
+			mu.Lock()
+			defer mu.Unlock()
+			if seen += len(batch); seen == n {
+				close(done)
+			}
+			return nil
+		})
+		r, err := herald.NewRelay(&herald.RelayConfig{
+			Store: o.d.Store, Publisher: pub, BatchSize: 1000, Logger: slog.New(slog.DiscardHandler),
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+		start := time.Now()
+		if err := r.Start(context.Background()); err != nil {
+			b.Fatal(err)
+		}
+		<-done
+		// Drained means acknowledged: the last batch's Complete is part of it.
+		if err := r.Stop(context.Background()); err != nil {
+			b.Fatal(err)
+		}
+		elapsed += time.Since(start)
+		b.StopTimer()
+		if got := o.Counts()["t/published"]; got != n {
+			b.Fatalf("%d of %d events published", got, n)
+		}
+	}
+	b.ReportMetric(float64(n*b.N)/elapsed.Seconds(), "events/s")
+}
+
+func reportEvents(b *testing.B, events int) {
+	if s := b.Elapsed().Seconds(); s > 0 {
+		b.ReportMetric(float64(events)/s, "events/s")
+	}
+}

@@ -1,0 +1,187 @@
+package heralddrivertest
+
+import (
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/herald-outbox/herald"
+	"github.com/herald-outbox/herald/heraldadmin"
+)
+
+// claimCases check which rows a claim takes, and that no two claimers share
+// one. Ordered claims have cases of their own in ordering.go.
+var claimCases = []testCase{
+	{"ClaimReturnsOnlyReadyRows", func(t *testing.T, o *Kit) {
+		o.put(heraldadmin.StatePublished, msg("t"))
+		o.put(heraldadmin.StateDead, msg("t"))
+		o.put(heraldadmin.StateClaimed, msg("t"))
+		later := msg("t")
+		later.AvailableAt = time.Now().Add(time.Hour)
+		o.Write(later)
+		ready := o.Write(msg("t"), msg("t"), msg("t"), msg("t"), msg("t"))
+
+		_, first := o.Claim(2, time.Minute)
+		require.Equal(t, ready[:2], envIDs(first), "the oldest ready rows, no more than the limit")
+		for _, e := range first {
+			require.Equal(t, 1, e.Attempt, "the first claim is attempt 1")
+		}
+		ev := o.Get(first[0].ID)
+		require.Equal(t, heraldadmin.StateClaimed, ev.State)
+		require.Equal(t, o.owner, ev.ClaimedBy)
+		require.NotNil(t, ev.LeaseUntil)
+		require.WithinDuration(t, time.Now().Add(time.Minute), *ev.LeaseUntil, clockSkew)
+
+		_, rest := o.Claim(10, time.Minute)
+		require.Equal(t, ready[2:], envIDs(rest), "neither published, dead, claimed nor delayed rows")
+		_, none := o.Claim(10, time.Minute)
+		require.Empty(t, none)
+		require.Equal(t, map[string]int64{"t/published": 1, "t/dead": 1, "t/claimed": 6, "t/ready": 1}, o.Counts())
+	}},
+
+	{"DelayedMessagesWaitForAvailableAt", func(t *testing.T, o *Kit) {
+		const delay = 300 * time.Millisecond
+		start := time.Now()
+		soon, later := msg("soon"), msg("later")
+		soon.AvailableAt = start.Add(delay)
+		later.AvailableAt = start.Add(time.Hour)
+		ids := o.Write(soon, later)
+
+		_, early := o.Claim(10, time.Minute)
+		// Only a claim that returned before the delay proves anything.
+		if time.Since(start) < delay {
+			require.Empty(t, early, "a message was claimed before its AvailableAt")
+		}
+		claimed := envIDs(early)
+		require.EventuallyWithT(t, func(c *assert.CollectT) {
+			envs, err := o.tryClaim(uuid.NewString(), 10, time.Minute)
+			require.NoError(c, err)
+			claimed = append(claimed, envIDs(envs)...)
+			require.NotEmpty(c, claimed)
+		}, waitFor, 10*time.Millisecond)
+		require.Equal(t, ids[:1], claimed, "only the message whose time has come")
+		require.False(t, time.Now().Before(soon.AvailableAt), "claimed before its AvailableAt")
+		require.Equal(t, heraldadmin.StateReady, o.Get(ids[1]).State)
+	}},
+
+	{"ConcurrentClaimersNeverGetTheSameRow", func(t *testing.T, o *Kit) {
+		all := o.WriteN("c", 2000)
+		var (
+			mu  sync.Mutex
+			got = make(map[string]int, len(all))
+			wg  sync.WaitGroup
+		)
+		for range 8 {
+			wg.Go(func() {
+				for {
+					envs, err := o.tryClaim(uuid.NewString(), 50, time.Minute)
+					if err != nil {
+						t.Errorf("claiming: %v", err)
+						return
+					}
+					if len(envs) > 50 {
+						t.Errorf("a claim of limit 50 returned %d rows", len(envs))
+					}
+					if len(envs) == 0 {
+						return
+					}
+					mu.Lock()
+					for _, e := range envs {
+						got[e.ID]++
+					}
+					mu.Unlock()
+				}
+			})
+		}
+		wg.Wait()
+		require.False(t, t.Failed())
+		var twice, missing []string
+		for id, n := range got {
+			if n > 1 {
+				twice = append(twice, id)
+			}
+		}
+		for _, id := range all {
+			if got[id] == 0 {
+				missing = append(missing, id)
+			}
+		}
+		require.Empty(t, twice, "rows handed to two claimers")
+		require.Empty(t, missing, "rows never claimed")
+		require.Len(t, got, len(all))
+		require.Equal(t, map[string]int64{"c/claimed": 2000}, o.Counts())
+	}},
+
+	{"UnorderedClaimTakesTheLongestWaitingFirst", func(t *testing.T, o *Kit) {
+		waiting := msg("c")
+		waiting.AvailableAt = time.Now().Add(-time.Hour)
+		first := msg("a")
+		first.Headers = map[string]string{"X-A": "1"}
+		ids := o.Write(first, msg("b"), waiting)
+		later := msg("later")
+		later.AvailableAt = time.Now().Add(time.Hour)
+		o.Write(later)
+
+		token, envs := o.claimP(herald.ClaimParams{Limit: 2, Unordered: true})
+		require.Equal(t, []string{ids[0], ids[2]}, envIDs(envs),
+			"the row available longest first, whatever its seq; returned in seq order")
+		require.Less(t, envs[0].Seq, envs[1].Seq)
+		require.Equal(t, 1, envs[0].Attempt)
+		require.Equal(t, map[string]string{"X-A": "1"}, envs[0].Headers)
+		ev := o.Get(ids[0])
+		require.Equal(t, heraldadmin.StateClaimed, ev.State)
+		require.Equal(t, o.owner, ev.ClaimedBy)
+		require.NotNil(t, ev.LeaseUntil)
+		require.WithinDuration(t, time.Now().Add(time.Minute), *ev.LeaseUntil, clockSkew)
+
+		_, envs = o.claimP(herald.ClaimParams{Limit: 10, Unordered: true})
+		require.Equal(t, ids[1:2], envIDs(envs), "claimed and future rows are not taken")
+		_, envs = o.claimP(herald.ClaimParams{Limit: 10, Unordered: true})
+		require.Empty(t, envs)
+		require.Equal(t, 2, o.Complete(herald.CompleteParams{Token: token, Published: ids}).Published,
+			"the claim's token holds the rows it took, and those only")
+	}},
+
+	{"NegativeLimitsAreRefusedNotUnlimited", func(t *testing.T, o *Kit) {
+		// To some databases a negative LIMIT means no limit at all: a
+		// driver refuses one rather than act on every row.
+		ctx := o.ctx()
+		o.Write(msg("t"), msg("t"))
+		require.Len(t, o.claimWith(uuid.NewString(), 2, time.Millisecond), 2)
+		published := o.put(heraldadmin.StatePublished, msg("t"))
+		o.backdate(48*time.Hour, published...)
+		o.Write(msg("t"), msg("t"))
+		// Both leases end together: once one was rescued, the other has
+		// expired too.
+		require.EventuallyWithT(t, func(c *assert.CollectT) {
+			n, err := o.d.Store.RescueExpired(ctx, 1)
+			require.NoError(c, err)
+			require.Equal(c, 1, n)
+		}, waitFor, 5*time.Millisecond)
+		counts := o.Counts()
+		require.Equal(t, map[string]int64{"t/ready": 3, "t/claimed": 1, "t/published": 1}, counts)
+
+		for _, unordered := range []bool{false, true} {
+			_, err := o.d.Store.Claim(ctx, herald.ClaimParams{Token: uuid.NewString(), Owner: o.owner,
+				Limit: -1, Lease: time.Minute, Unordered: unordered})
+			require.ErrorContains(t, err, "negative", "Claim, unordered %v", unordered)
+		}
+		_, err := o.d.Store.RescueExpired(ctx, -1)
+		require.ErrorContains(t, err, "negative")
+		_, err = o.d.Store.DeletePublished(ctx, time.Hour, -1)
+		require.ErrorContains(t, err, "negative")
+		require.Equal(t, counts, o.Counts(), "nothing changed")
+
+		// Every row was there to take.
+		require.Equal(t, 1, o.rescue(10))
+		n, err := o.d.Store.DeletePublished(ctx, time.Hour, 10)
+		require.NoError(t, err)
+		require.Equal(t, 1, n)
+		_, envs := o.Claim(10, time.Minute)
+		require.Len(t, envs, 4)
+	}},
+}
