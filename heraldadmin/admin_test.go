@@ -26,7 +26,7 @@ func TestParkedErrorNamesTheKeyAndHowToGoOn(t *testing.T) {
 		{"NoKeysStillSaysWhatToDo", nil, []string{"resume"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var err error = fmt.Errorf("discarding: %w", &heraldadmin.ParkedError{Keys: tc.keys})
+			err := fmt.Errorf("discarding: %w", &heraldadmin.ParkedError{Keys: tc.keys})
 			var pe *heraldadmin.ParkedError
 			require.True(t, errors.As(err, &pe))
 			for _, w := range tc.want {

@@ -30,7 +30,7 @@ func Example() {
 
 	spans := tracetest.NewSpanRecorder() // an exporter, in a real service
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans))
-	defer tp.Shutdown(ctx)
+	defer func() { _ = tp.Shutdown(ctx) }()
 
 	db, err := heraldsqlite.Open(filepath.Join(dir, "shop.db"))
 	if err != nil {

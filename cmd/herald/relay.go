@@ -331,7 +331,7 @@ func runRelay(ctx context.Context, inv *invocation, log *slog.Logger, db *databa
 		log.Warn("second signal: aborting; unconfirmed rows are released, or rescued when their lease expires")
 		cancel()
 		select {
-		case <-stopped:
+		case <-stopped: //nolint:errcheck // the drain's error no longer matters: the operator asked to abort
 		case <-time.After(stopGrace):
 			abandoned = true
 		}

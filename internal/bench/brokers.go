@@ -124,7 +124,7 @@ func openRedis(ctx context.Context, e *env) (herald.Publisher, func(context.Cont
 	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
 	if err := rdb.Ping(ctx).Err(); err != nil {
 		_ = rdb.Close()
-		return nil, nil, nil, fmt.Errorf("Redis on 127.0.0.1:6379: %w", err)
+		return nil, nil, nil, fmt.Errorf("redis on 127.0.0.1:6379: %w", err)
 	}
 	stream := "herald-bench:" + e.schema + ":"
 	pub, err := heraldredis.New(rdb, &heraldredis.Config{StreamPrefix: stream, Logger: e.log})

@@ -499,7 +499,7 @@ func (p *Publisher) round(ctx context.Context, c *channel, batch []herald.Envelo
 	}
 	if broken == nil {
 		for _, i := range idx {
-			if errs[i] == herald.ErrNoAnswer {
+			if errors.Is(errs[i], herald.ErrNoAnswer) {
 				// The sender stopped early without the channel failing:
 				// ctx ended while it was handing over a message.
 				broken = context.Cause(ctx)

@@ -350,8 +350,7 @@ func (p *Publisher) exec(ctx context.Context, groups map[string]*group, names []
 		done <- err
 	}()
 	select {
-	case <-done:
-		// Exec's own error is the first command's; each command has its own.
+	case <-done: //nolint:errcheck // Exec's own error is the first command's; each command has its own, read below.
 		for _, k := range names {
 			if cmdErr := groups[k].cmd.Err(); cmdErr != nil && !isRedisError(cmdErr) {
 				// The connection failed: the commands without a reply may

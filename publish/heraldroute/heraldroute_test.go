@@ -152,7 +152,9 @@ func TestADownDestinationDoesNotStopTheOthers(t *testing.T) {
 	require.Len(t, up.ids(), 5)
 	var ra herald.RetryAfter
 	err := r.Publish(t.Context(), []herald.Envelope{ev("a", "a", "k"), ev("b", "b", "k")})
-	require.ErrorAs(t, err.(*herald.BatchError).Errs[1], &ra)
+	var be *herald.BatchError
+	require.ErrorAs(t, err, &be)
+	require.ErrorAs(t, be.Errs[1], &ra)
 	require.Greater(t, ra.RetryAfter(), 59*time.Minute, "the open breaker says when to come back")
 	require.Contains(t, log.String(), "destination down: circuit open")
 	require.Equal(t, []DestinationStatus{{Name: "up", Breaker: "closed"}, {Name: "down", Breaker: "open", Failures: 2}}, r.Status())
@@ -210,7 +212,8 @@ func TestASlowDestinationIsCutOffAndFailsFast(t *testing.T) {
 		Routes: []Route{{Topic: "f", Destination: "fast"}, {Topic: "s", Destination: "slow"}},
 	})
 	err := r.Publish(t.Context(), []herald.Envelope{ev("1", "f", "k"), ev("2", "s", "k")})
-	be := err.(*herald.BatchError)
+	var be *herald.BatchError
+	require.ErrorAs(t, err, &be)
 	require.NoError(t, be.Errs[0])
 	require.ErrorContains(t, be.Errs[1], "did not answer within 20ms")
 	require.True(t, herald.IsUnavailable(be.Errs[1]))
@@ -218,7 +221,8 @@ func TestASlowDestinationIsCutOffAndFailsFast(t *testing.T) {
 	// The breaker is open: the next batches do not wait for the slow one.
 	for range 3 {
 		err = r.Publish(t.Context(), []herald.Envelope{ev("3", "f", "k"), ev("4", "s", "k")})
-		require.NoError(t, err.(*herald.BatchError).Errs[0])
+		require.ErrorAs(t, err, &be)
+		require.NoError(t, be.Errs[0])
 	}
 	require.EqualValues(t, 1, slow.calls.Load())
 	require.Len(t, fast.ids(), 4)
@@ -242,7 +246,8 @@ func TestABusyDestinationFailsItsEventsInsteadOfWaiting(t *testing.T) {
 	<-entered // busy's only slot is taken
 
 	err := r.Publish(t.Context(), []herald.Envelope{ev("2", "o", "k"), ev("3", "b", "k2")})
-	be := err.(*herald.BatchError)
+	var be *herald.BatchError
+	require.ErrorAs(t, err, &be)
 	require.NoError(t, be.Errs[0], "the other destination is not held up")
 	require.True(t, herald.IsUnavailable(be.Errs[1]))
 	require.ErrorContains(t, be.Errs[1], "every publish slot is taken")

@@ -300,7 +300,7 @@ func startOrders(t *testing.T, dsn, schema string) string {
 			require.NoError(t, err, "orders did not shut down cleanly: %s", logs)
 		case <-time.After(15 * time.Second):
 			_ = cmd.Process.Kill()
-			<-exited
+			<-exited //nolint:errcheck // killed: its exit error says only that
 			t.Errorf("orders ignored SIGTERM: %s", logs)
 		}
 	})
