@@ -12,9 +12,9 @@ import (
 	"time"
 
 	"github.com/herald-outbox/herald"
+	"github.com/herald-outbox/herald/cmd/herald/internal/adminui"
 	"github.com/herald-outbox/herald/heraldadmin"
 	"github.com/herald-outbox/herald/heraldprom"
-	"github.com/herald-outbox/herald/internal/adminui"
 )
 
 // adminServer serves /metrics, /healthz and /readyz for a running relay.

@@ -7,7 +7,7 @@ import (
 	"io"
 	"strings"
 
-	"github.com/herald-outbox/herald/internal/bench"
+	"github.com/herald-outbox/herald/cmd/herald/internal/bench"
 )
 
 // command is one herald command: setup registers its flags and returns

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/herald-outbox/herald/internal/demo"
+	"github.com/herald-outbox/herald/cmd/herald/internal/demo"
 )
 
 func setupDemo(f *flagSet) func(context.Context, *invocation) error {

@@ -6,7 +6,7 @@ import (
 	"context"
 	"os"
 
-	"github.com/herald-outbox/herald/internal/demo"
+	"github.com/herald-outbox/herald/cmd/herald/internal/demo"
 )
 
 func main() {

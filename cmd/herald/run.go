@@ -11,7 +11,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/herald-outbox/herald/internal/bench"
+	"github.com/herald-outbox/herald/cmd/herald/internal/bench"
 )
 
 // Exit codes.

@@ -14,7 +14,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/herald-outbox/herald/internal/demo"
+	"github.com/herald-outbox/herald/cmd/herald/internal/demo"
 	"github.com/herald-outbox/herald/internal/heraldtest"
 )
 

@@ -17,8 +17,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/herald-outbox/herald"
+	"github.com/herald-outbox/herald/cmd/herald/internal/adminui"
 	"github.com/herald-outbox/herald/heraldadmin"
-	"github.com/herald-outbox/herald/internal/adminui"
 	"github.com/herald-outbox/herald/internal/heraldtest"
 )
 
@@ -235,7 +235,7 @@ func TestBrowser(t *testing.T) {
 		defer c()
 		png, err := chromedp.Run(sctx, chromedp.FullScreenshot(100))
 		require.NoError(t, err)
-		dir := filepath.Join("..", "..", "docs")
+		dir := filepath.Join("..", "..", "..", "..", "docs")
 		require.NoError(t, os.MkdirAll(dir, 0o755))
 		require.NoError(t, os.WriteFile(filepath.Join(dir, name), png, 0o644))
 	}

@@ -11,7 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/herald-outbox/herald/internal/bench"
+	"github.com/herald-outbox/herald/cmd/herald/internal/bench"
 	"github.com/herald-outbox/herald/internal/heraldtest"
 )
 
