@@ -111,7 +111,11 @@ func (r *Relay) noteDatabase(err error) {
 	case err != nil && !r.dbDown:
 		r.dbDown = true
 		r.dbErr = Scrub(err.Error())
-		r.log.Warn("database unreachable; retrying claims", "error", r.dbErr)
+		// A claim whose answer was lost (a timeout, a dropped connection,
+		// the process paused) may have committed: its rows wait for
+		// their lease and the rescuer, which the line says.
+		r.log.Warn("database unreachable; retrying claims; the rows will be rescued when their lease expires if the failed claim took any",
+			"error", r.dbErr)
 	case err != nil:
 		r.dbErr = Scrub(err.Error())
 		r.log.Debug("claim failed; retrying", "error", r.dbErr)

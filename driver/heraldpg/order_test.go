@@ -416,9 +416,9 @@ func TestOrderedRelayProcessesSurviveKillAndPause(t *testing.T) {
 	require.Positive(t, b.count(t, `last_error LIKE '%relay relay-p did not acknowledge%'`),
 		"relay-p's claims were rescued by another relay")
 	pLog := p.log.String()
-	// Depending on where the pause caught it: before publishing, before
-	// acknowledging, or inside an acknowledgement that then ran out of
-	// lease.
+	// Depending on where the pause caught it: inside a claim whose answer
+	// came too late, before publishing, before acknowledging, or inside an
+	// acknowledgement that then ran out of lease.
 	require.Truef(t, strings.Contains(pLog, "lease expired before") || strings.Contains(pLog, "lease lost before acknowledgement") ||
 		strings.Contains(pLog, "the rows will be rescued when their lease expires"),
 		"the paused relay noticed it had lost its claims; its log:\n%s", pLog)
