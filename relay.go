@@ -43,6 +43,8 @@ type Relay struct {
 
 	inFlight atomic.Int64 // claimed rows not yet acknowledged or given up
 
+	lostClaims []string // tokens of claims whose answer never came; the claim loop's own
+
 	stats relayCounters
 
 	unordered map[string]bool // RelayConfig.UnorderedTopics

@@ -33,6 +33,7 @@ func (r *Relay) claimLoop(ctx context.Context) {
 		c, err := r.claim(ctx)
 		r.noteDatabase(err)
 		if err != nil {
+			r.noteLostClaim(c.token)
 			<-slots
 			if !r.sleep(ctx, errDelay) {
 				return
@@ -41,6 +42,7 @@ func (r *Relay) claimLoop(ctx context.Context) {
 			continue
 		}
 		errDelay = r.cfg.PollInterval
+		r.releaseLostClaims(ctx)
 		if len(c.batch) == 0 {
 			<-slots
 			if !r.sleep(ctx, idle) {
@@ -88,7 +90,7 @@ func (r *Relay) claim(ctx context.Context) (claimed, error) {
 	})
 	cancel()
 	if err != nil || len(batch) == 0 {
-		return claimed{}, err
+		return claimed{token: token}, err
 	}
 	for i := range batch {
 		env := &batch[i]
@@ -114,7 +116,7 @@ func (r *Relay) noteDatabase(err error) {
 		// A claim whose answer was lost (a timeout, a dropped connection,
 		// the process paused) may have committed: its rows wait for
 		// their lease and the rescuer, which the line says.
-		r.log.Warn("database unreachable; retrying claims; the rows will be rescued when their lease expires if the failed claim took any",
+		r.log.Warn("database unreachable; retrying claims; the rows will be rescued when their lease expires if the failed claim took any, or released as soon as the database answers",
 			"error", r.dbErr)
 	case err != nil:
 		r.dbErr = Scrub(err.Error())
@@ -135,5 +137,40 @@ func (r *Relay) sleep(ctx context.Context, d time.Duration) bool {
 		return true
 	case <-ctx.Done():
 		return false
+	}
+}
+
+// maxLostClaims bounds the failed claims remembered for release; the rows
+// of any beyond it wait for their lease and the rescuer.
+const maxLostClaims = 64
+
+// noteLostClaim remembers a claim whose answer never came: it may have
+// committed, leaving rows claimed by a token this relay holds no batch for.
+// Only the claim loop touches the list.
+func (r *Relay) noteLostClaim(token string) {
+	if len(r.lostClaims) < maxLostClaims {
+		r.lostClaims = append(r.lostClaims, token)
+	}
+}
+
+// releaseLostClaims returns the rows of lost claims to ready once the
+// database answers again, instead of leaving them to wait for their lease.
+// Releasing by token is safe either way: a claim that did not commit holds
+// nothing, and one that did was never published.
+func (r *Relay) releaseLostClaims(ctx context.Context) {
+	for len(r.lostClaims) > 0 {
+		token := r.lostClaims[0]
+		releaseCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.Lease/2)
+		n, err := r.cfg.Store.ReleaseClaim(releaseCtx, token)
+		cancel()
+		if err != nil {
+			r.log.Debug("releasing a lost claim failed; will retry", "claim_token", token, "error", Scrub(err.Error()))
+			return
+		}
+		r.lostClaims = r.lostClaims[1:]
+		if n > 0 {
+			r.stats.released.Add(int64(n))
+			r.log.Info("released the rows of a claim whose answer was lost", "rows", n, "claim_token", token)
+		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -22,8 +23,9 @@ func TestMain(m *testing.M) {
 // fakeStore is a herald.Store whose methods are function fields, for tests
 // of the relay loop without a database. Nil fields do nothing.
 type fakeStore struct {
-	ClaimFunc    func(ctx context.Context, p herald.ClaimParams) ([]herald.Envelope, error)
-	CompleteFunc func(ctx context.Context, p herald.CompleteParams) (herald.CompleteResult, error)
+	ClaimFunc        func(ctx context.Context, p herald.ClaimParams) ([]herald.Envelope, error)
+	CompleteFunc     func(ctx context.Context, p herald.CompleteParams) (herald.CompleteResult, error)
+	ReleaseClaimFunc func(ctx context.Context, token string) (int, error)
 }
 
 func (f *fakeStore) Migrate(context.Context) error { return nil }
@@ -39,6 +41,12 @@ func (f *fakeStore) Complete(ctx context.Context, p herald.CompleteParams) (hera
 		return herald.CompleteResult{Published: len(p.Published), Failed: failedIDs(p)}, nil
 	}
 	return f.CompleteFunc(ctx, p)
+}
+func (f *fakeStore) ReleaseClaim(ctx context.Context, token string) (int, error) {
+	if f.ReleaseClaimFunc == nil {
+		return 0, nil
+	}
+	return f.ReleaseClaimFunc(ctx, token)
 }
 func (f *fakeStore) RescueExpired(context.Context, int) (int, error) { return 0, nil }
 func (f *fakeStore) DeletePublished(context.Context, time.Duration, int) (int, error) {
@@ -81,4 +89,45 @@ func TestStopIsBoundedWhenTheDatabaseIsGoneAtShutdown(t *testing.T) {
 	require.NoError(t, relay.Stop(ctx))
 	// The bound is the release grace (seconds), far below the hour-long lease.
 	require.Less(t, time.Since(start), 15*time.Second)
+}
+
+// A claim whose answer never came may have committed: once the database
+// answers again, the relay releases that claim's rows by its token instead
+// of leaving them to wait for their lease.
+func TestRelayReleasesAClaimWhoseAnswerWasLost(t *testing.T) {
+	t.Parallel()
+	var (
+		calls    atomic.Int32
+		lost     = make(chan string, 1)
+		released = make(chan string, 1)
+	)
+	store := &fakeStore{
+		ClaimFunc: func(_ context.Context, p herald.ClaimParams) ([]herald.Envelope, error) {
+			if calls.Add(1) == 1 {
+				lost <- p.Token
+				return nil, errors.New("read tcp 127.0.0.1:5432: connection reset by peer")
+			}
+			return nil, nil
+		},
+		ReleaseClaimFunc: func(_ context.Context, token string) (int, error) {
+			released <- token
+			return 3, nil
+		},
+	}
+	relay, err := herald.NewRelay(&herald.RelayConfig{
+		Store: store, Logger: slog.New(slog.DiscardHandler), PollInterval: time.Millisecond, IdlePollInterval: time.Millisecond,
+		Publisher: herald.PublisherFunc(func(context.Context, []herald.Envelope) error { return nil }),
+	})
+	require.NoError(t, err)
+	require.NoError(t, relay.Start(t.Context()))
+	defer func() { require.NoError(t, relay.Stop(context.Background())) }()
+
+	token := <-lost
+	select {
+	case got := <-released:
+		require.Equal(t, token, got, "the failed claim's own token is released")
+	case <-time.After(10 * time.Second):
+		t.Fatal("the lost claim was never released")
+	}
+	require.Eventually(t, func() bool { return relay.Stats().Released == 3 }, 10*time.Second, time.Millisecond)
 }

@@ -39,6 +39,12 @@ type Store interface {
 	// p.Token, in one statement, and reports them in CompleteResult. The
 	// relay decides; the store applies no policy of its own.
 	Complete(ctx context.Context, p CompleteParams) (CompleteResult, error)
+	// ReleaseClaim returns every row still claimed by token to ready at
+	// once, its attempt refunded, and says how many. The relay calls it
+	// for a claim whose answer it never got (a dropped connection, a
+	// timeout): the claim may have committed, and its rows would otherwise
+	// wait for their lease.
+	ReleaseClaim(ctx context.Context, token string) (int, error)
 	// RescueExpired returns up to limit rows whose lease expired to ready.
 	RescueExpired(ctx context.Context, limit int) (int, error)
 	// DeletePublished deletes up to limit rows published more than

@@ -16,6 +16,35 @@ import (
 // claimCases check which rows a claim takes, and that no two claimers share
 // one. Ordered claims have cases of their own in ordering.go.
 var claimCases = []testCase{
+	{"ReleaseClaimReturnsOnlyThatClaimsRows", func(t *testing.T, o *Kit) {
+		// A relay whose claim answer was lost releases by the token it
+		// chose; another claim's rows stay where they are.
+		ids := o.Write(msg("t"), msg("t"), msg("t"))
+		lost := uuid.NewString()
+		require.Len(t, o.claimWith(lost, 2, time.Hour), 2)
+		other, envs := o.Claim(10, time.Hour)
+		require.Len(t, envs, 1)
+
+		n, err := o.d.Store.ReleaseClaim(o.ctx(), lost)
+		require.NoError(t, err)
+		require.Equal(t, 2, n)
+		for _, id := range ids[:2] {
+			ev := o.Get(id)
+			require.Equal(t, heraldadmin.StateReady, ev.State)
+			require.Zero(t, ev.Attempt, "a claim never published refunds its attempt")
+			require.Nil(t, ev.LeaseUntil)
+		}
+		require.Equal(t, heraldadmin.StateClaimed, o.Get(ids[2]).State, "another claim's row is untouched")
+
+		for _, token := range []string{lost, uuid.NewString()} {
+			n, err := o.d.Store.ReleaseClaim(o.ctx(), token)
+			require.NoError(t, err)
+			require.Zero(t, n, "nothing left to release")
+		}
+		require.Equal(t, 1, o.Complete(herald.CompleteParams{Token: other, Published: ids[2:]}).Published)
+		_, again := o.Claim(10, time.Minute)
+		require.ElementsMatch(t, ids[:2], envIDs(again), "released rows are claimable at once")
+	}},
 	{"ClaimReturnsOnlyReadyRows", func(t *testing.T, o *Kit) {
 		o.put(heraldadmin.StatePublished, msg("t"))
 		o.put(heraldadmin.StateDead, msg("t"))

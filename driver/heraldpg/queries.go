@@ -167,6 +167,12 @@ const (
 	ORDER BY d.dead_at, d.seq
 	LIMIT $1`
 
+	// A claim whose answer was lost: its rows, if it committed, go back at
+	// once. The claimed rows are few and read through a partial index.
+	releaseClaimSQL = `UPDATE {{.Table}}
+	SET state = 'ready', attempts = greatest(attempts - 1, 0), claim_token = NULL, lease_until = NULL
+	WHERE state = 'claimed' AND claim_token = $1`
+
 	// Rows whose lease ran out belong to a relay that died or stalled. The
 	// rows are chosen once, in a CTE: as a correlated IN (...) subquery the
 	// planner may re-run the LIMIT per outer row and ignore the limit.
@@ -224,7 +230,7 @@ const (
 
 type queries struct {
 	insertOne, insertMany, claim, walkKeys, claimKeys, publish, complete string
-	rescue, deletePublished, status, blockedKeys, backlog                string
+	releaseClaim, rescue, deletePublished, status, blockedKeys, backlog  string
 	table                                                                string
 }
 
@@ -239,6 +245,7 @@ func newQueries(n names) queries {
 		backlog:         n.render(backlogSQL),
 		publish:         n.render(publishSQL),
 		complete:        n.render(completeSQL),
+		releaseClaim:    n.render(releaseClaimSQL),
 		rescue:          n.render(rescueSQL),
 		deletePublished: n.render(deletePublishedSQL),
 		status:          n.render(statusSQL),

@@ -133,6 +133,15 @@ func (d *Driver) Complete(ctx context.Context, p herald.CompleteParams) (herald.
 	return res, nil
 }
 
+// ReleaseClaim implements herald.Store.
+func (d *Driver) ReleaseClaim(ctx context.Context, token string) (int, error) {
+	n, err := d.db.exec(ctx, d.q.releaseClaim, token)
+	if err != nil {
+		return 0, fmt.Errorf("heraldpg: releasing a claim: %w", err)
+	}
+	return int(n), nil
+}
+
 // RescueExpired implements herald.Store.
 func (d *Driver) RescueExpired(ctx context.Context, limit int) (int, error) {
 	n, err := d.db.exec(ctx, d.q.rescue, limit)

@@ -122,6 +122,12 @@ const (
 	WHERE o.id = f.fid AND o.claim_token = ?2 AND o.state = 'claimed'
 	RETURNING id, state`
 
+	// A claim whose answer was lost: its rows, if it committed, go back at
+	// once.
+	releaseClaimSQL = `UPDATE {{.Table}}
+	SET state = 'ready', attempts = max(attempts - 1, 0), claim_token = NULL, lease_until = NULL
+	WHERE state = 'claimed' AND claim_token = ?1`
+
 	// Rows whose lease ran out belong to a relay that died or stalled.
 	rescueSQL = `UPDATE {{.Table}}
 	SET state = 'ready', claim_token = NULL, lease_until = NULL,
@@ -185,11 +191,11 @@ const (
 )
 
 type queries struct {
-	insertPrefix, insertTuple                                         string
-	claim, publish, complete, rescue, deletePublished, status         string
-	nextKey, keyBlocked, keyRun, keyAvailable, claimSeqs, blockedKeys string
-	blockedKeysOf, runsOf                                             string
-	getEvent, listEvents, requeue, discard, backlog                   string
+	insertPrefix, insertTuple                                               string
+	claim, publish, complete, releaseClaim, rescue, deletePublished, status string
+	nextKey, keyBlocked, keyRun, keyAvailable, claimSeqs, blockedKeys       string
+	blockedKeysOf, runsOf                                                   string
+	getEvent, listEvents, requeue, discard, backlog                         string
 }
 
 func newQueries(n names) queries {
@@ -208,6 +214,7 @@ func newQueries(n names) queries {
 		backlog:         n.render(backlogSQL),
 		publish:         n.render(publishSQL),
 		complete:        n.render(completeSQL),
+		releaseClaim:    n.render(releaseClaimSQL),
 		rescue:          n.render(rescueSQL),
 		deletePublished: n.render(deletePublishedSQL),
 		status:          n.render(statusSQL),

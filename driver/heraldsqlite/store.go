@@ -300,6 +300,15 @@ func (d *Driver) exec(ctx context.Context, query string, args ...any) (int, erro
 	return int(n), err
 }
 
+// ReleaseClaim implements herald.Store.
+func (d *Driver) ReleaseClaim(ctx context.Context, token string) (int, error) {
+	n, err := d.exec(ctx, d.q.releaseClaim, token)
+	if err != nil {
+		return 0, fmt.Errorf("heraldsqlite: releasing a claim: %w", err)
+	}
+	return n, nil
+}
+
 // RescueExpired implements herald.Store.
 func (d *Driver) RescueExpired(ctx context.Context, limit int) (int, error) {
 	if err := checkLimit(limit); err != nil {
