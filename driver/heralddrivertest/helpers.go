@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -320,3 +321,38 @@ func (x sqlTx) Record(ctx context.Context, id string) error {
 
 func (x sqlTx) Commit(context.Context) error   { return x.tx.Commit() }
 func (x sqlTx) Rollback(context.Context) error { return x.tx.Rollback() }
+
+// writeConcurrently runs writers goroutines that each commit txs
+// transactions of the messages next(writer) returns, one transaction after
+// the other, and returns the ids of every message written.
+func (o *Kit) writeConcurrently(t *testing.T, writers, txs int, next func(writer int) []herald.Message) []string {
+	t.Helper()
+	var (
+		mu   sync.Mutex
+		ids  []string
+		wg   sync.WaitGroup
+		errs = make(chan error, writers)
+	)
+	for w := range writers {
+		wg.Go(func() {
+			for range txs {
+				msgs := next(w)
+				if err := o.d.Write(o.ctx(), msgs, true); err != nil {
+					errs <- err
+					return
+				}
+				mu.Lock()
+				for _, m := range msgs {
+					ids = append(ids, m.ID)
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	return ids
+}

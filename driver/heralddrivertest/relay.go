@@ -243,35 +243,13 @@ var relayCases = []testCase{
 				c.Lease = time.Minute
 			})
 		}
-		var (
-			mu   sync.Mutex
-			wg   sync.WaitGroup
-			errs = make(chan error, producers)
-		)
-		for p := range producers {
-			wg.Go(func() {
-				for range txs {
-					msgs := make([]herald.Message, perTx)
-					for i := range msgs {
-						msgs[i] = keyed("t", fmt.Sprintf("p%d-%d", p, i%10))
-					}
-					if err := o.d.Write(o.ctx(), msgs, true); err != nil {
-						errs <- err
-						return
-					}
-					mu.Lock()
-					for _, m := range msgs {
-						ids = append(ids, m.ID)
-					}
-					mu.Unlock()
-				}
-			})
-		}
-		wg.Wait()
-		close(errs)
-		for err := range errs {
-			require.NoError(t, err)
-		}
+		ids = append(ids, o.writeConcurrently(t, producers, txs, func(p int) []herald.Message {
+			msgs := make([]herald.Message, perTx)
+			for i := range msgs {
+				msgs[i] = keyed("t", fmt.Sprintf("p%d-%d", p, i%10))
+			}
+			return msgs
+		})...)
 		require.Len(t, ids, total)
 		rec.RequireAllDeliveredOnce(t, ids)
 		distinct, dups := rec.Total()
@@ -309,36 +287,13 @@ var relayCases = []testCase{
 		// Each key belongs to one writer, which commits its transactions
 		// one after the other: a key's commit order is its seq order, while
 		// the keys' transactions interleave.
-		var (
-			mu   sync.Mutex
-			ids  []string
-			wg   sync.WaitGroup
-			errs = make(chan error, writers)
-		)
-		for w := range writers {
-			wg.Go(func() {
-				for n := 0; n < events/writers; n += perTx {
-					msgs := make([]herald.Message, perTx)
-					for i := range msgs {
-						msgs[i] = keyed("orders", fmt.Sprintf("k%02d", w+writers*rand.IntN(keys/writers)))
-					}
-					if err := o.d.Write(o.ctx(), msgs, true); err != nil {
-						errs <- err
-						return
-					}
-					mu.Lock()
-					for _, m := range msgs {
-						ids = append(ids, m.ID)
-					}
-					mu.Unlock()
-				}
-			})
-		}
-		wg.Wait()
-		close(errs)
-		for err := range errs {
-			require.NoError(t, err)
-		}
+		ids := o.writeConcurrently(t, writers, events/writers/perTx, func(w int) []herald.Message {
+			msgs := make([]herald.Message, perTx)
+			for i := range msgs {
+				msgs[i] = keyed("orders", fmt.Sprintf("k%02d", w+writers*rand.IntN(keys/writers)))
+			}
+			return msgs
+		})
 		require.Len(t, ids, events)
 		rec.RequireAllDeliveredOnce(t, ids)
 		o.waitCounts(3*waitFor, map[string]int64{"orders/published": events})
