@@ -41,7 +41,9 @@ type Relay struct {
 	dbDown   bool
 	dbErr    string // the last claim error while the database is unreachable
 
-	inFlight atomic.Int64 // claimed rows not yet acknowledged or given up
+	inFlight      atomic.Int64  // claimed rows not yet acknowledged or given up
+	inFlightBytes atomic.Int64  // their payload and header bytes
+	bytesFreed    chan struct{} // a batch gave its bytes back
 
 	lostClaims []string // tokens of claims whose answer never came; the claim loop's own
 
@@ -89,12 +91,13 @@ func NewRelay(cfg *RelayConfig) (*Relay, error) {
 		return nil, err
 	}
 	return &Relay{
-		cfg:       c,
-		log:       c.Logger.With("component", "herald.relay", "owner", c.Owner),
-		wake:      make(chan struct{}, 1),
-		done:      make(chan struct{}),
-		unordered: setOf(c.UnorderedTopics),
-		skipDead:  setOf(c.SkipDeadTopics),
+		cfg:        c,
+		log:        c.Logger.With("component", "herald.relay", "owner", c.Owner),
+		wake:       make(chan struct{}, 1),
+		bytesFreed: make(chan struct{}, 1),
+		done:       make(chan struct{}),
+		unordered:  setOf(c.UnorderedTopics),
+		skipDead:   setOf(c.SkipDeadTopics),
 	}, nil
 }
 
@@ -215,6 +218,10 @@ func (r *Relay) Health() Health {
 // InFlight returns how many claimed rows the relay holds and has not yet
 // acknowledged, released or given up.
 func (r *Relay) InFlight() int64 { return r.inFlight.Load() }
+
+// InFlightBytes returns the payload and header bytes of those rows, which
+// RelayConfig.MaxInFlightBytes bounds.
+func (r *Relay) InFlightBytes() int64 { return r.inFlightBytes.Load() }
 
 // Stats returns the relay's counters.
 func (r *Relay) Stats() RelayStats {

@@ -17,20 +17,11 @@ func (r *Relay) claimLoop(ctx context.Context) {
 	idle := r.cfg.PollInterval
 	errDelay := r.cfg.PollInterval
 	for {
-		select {
-		case slots <- struct{}{}:
-		case <-ctx.Done():
+		budget, ok := r.awaitClaim(ctx, slots)
+		if !ok {
 			return
 		}
-		if wait := r.outageWait(); wait > 0 && !r.sleep(ctx, wait) {
-			<-slots
-			return
-		}
-		if ctx.Err() != nil {
-			<-slots
-			return
-		}
-		c, err := r.claim(ctx)
+		c, err := r.claim(ctx, budget)
 		r.noteDatabase(err)
 		if err != nil {
 			r.noteLostClaim(c.token)
@@ -56,12 +47,64 @@ func (r *Relay) claimLoop(ctx context.Context) {
 		go func() {
 			defer r.batches.Done()
 			defer func() { <-slots }()
-			defer r.inFlight.Add(-int64(len(c.batch)))
+			defer r.release(c)
 			r.process(c)
 		}()
 		if len(c.batch) < r.cfg.BatchSize && !r.sleep(ctx, r.cfg.PollInterval) {
 			return
 		}
+	}
+}
+
+// awaitClaim waits until the next claim may run: a publish slot is free,
+// no outage pause holds claims, and some of MaxInFlightBytes is left. It
+// returns the bytes the claim may take (0: no bound), and false, with no
+// slot held, once ctx ends.
+func (r *Relay) awaitClaim(ctx context.Context, slots chan struct{}) (int64, bool) {
+	select {
+	case slots <- struct{}{}:
+	case <-ctx.Done():
+		return 0, false
+	}
+	if wait := r.outageWait(); wait > 0 && !r.sleep(ctx, wait) {
+		<-slots
+		return 0, false
+	}
+	budget, ok := r.byteBudget(ctx)
+	if !ok || ctx.Err() != nil {
+		<-slots
+		return 0, false
+	}
+	return budget, true
+}
+
+// byteBudget returns what is left of MaxInFlightBytes, waiting while
+// nothing is: some batch holds the bytes then, and returns them when it is
+// done. It returns 0 when there is no bound, and false once ctx ends.
+func (r *Relay) byteBudget(ctx context.Context) (int64, bool) {
+	if r.cfg.MaxInFlightBytes < 0 {
+		return 0, true
+	}
+	for {
+		if left := r.cfg.MaxInFlightBytes - r.inFlightBytes.Load(); left > 0 {
+			return left, true
+		}
+		select {
+		case <-r.bytesFreed:
+		case <-ctx.Done():
+			return 0, false
+		}
+	}
+}
+
+// release gives back what a batch held of the in-flight bounds, once it is
+// acknowledged or given up.
+func (r *Relay) release(c claimed) {
+	r.inFlight.Add(-int64(len(c.batch)))
+	r.inFlightBytes.Add(-c.bytes)
+	select {
+	case r.bytesFreed <- struct{}{}:
+	default:
 	}
 }
 
@@ -72,10 +115,11 @@ type claimed struct {
 	// deadline is when the lease ends at the earliest: past it another
 	// relay may own the rows.
 	deadline time.Time
+	bytes    int64 // the batch's payload and header bytes
 }
 
 // claim claims one batch and marks which of its events are ordered.
-func (r *Relay) claim(ctx context.Context) (claimed, error) {
+func (r *Relay) claim(ctx context.Context, maxBytes int64) (claimed, error) {
 	token := uuid.NewString()
 	// The claim runs to completion even when Stop is called meanwhile:
 	// cancelling it could leave rows claimed that this relay never saw.
@@ -87,20 +131,33 @@ func (r *Relay) claim(ctx context.Context) (claimed, error) {
 	batch, err := r.cfg.Store.Claim(claimCtx, ClaimParams{
 		Token: token, Owner: r.cfg.Owner, Limit: r.cfg.BatchSize, Lease: r.cfg.Lease,
 		Unordered: r.cfg.Unordered, UnorderedTopics: r.cfg.UnorderedTopics, PerKey: r.cfg.MaxPerKey,
+		MaxBytes: maxBytes,
 	})
 	cancel()
 	if err != nil || len(batch) == 0 {
 		return claimed{token: token}, err
 	}
+	var bytes int64
 	for i := range batch {
 		env := &batch[i]
 		env.Ordered = !r.cfg.Unordered && env.Key != "" && !r.unordered[env.Topic]
+		bytes += envelopeBytes(env)
 	}
 	r.stats.claimed.Add(int64(len(batch)))
 	r.inFlight.Add(int64(len(batch)))
+	r.inFlightBytes.Add(bytes)
 	r.cfg.Observer.Claimed(batch)
 	r.log.Debug("claimed batch", "batch_size", len(batch), "claim_token", token)
-	return claimed{token: token, batch: batch, deadline: claimedAt.Add(r.cfg.Lease)}, nil
+	return claimed{token: token, batch: batch, deadline: claimedAt.Add(r.cfg.Lease), bytes: bytes}, nil
+}
+
+// envelopeBytes is what an event counts against MaxInFlightBytes.
+func envelopeBytes(env *Envelope) int64 {
+	n := len(env.Payload)
+	for k, v := range env.Headers {
+		n += len(k) + len(v)
+	}
+	return int64(n)
 }
 
 // noteDatabase records the outcome of a claim for Health and the log: one

@@ -27,6 +27,15 @@ type RelayConfig struct {
 	// MaxInFlight is how many claimed batches may be publishing at once.
 	// Defaults to 4.
 	MaxInFlight int
+	// MaxInFlightBytes bounds the payload and header bytes of the events
+	// this relay holds claimed and not yet acknowledged: a claim asks the
+	// store for no more than what is left of it, and none is made while
+	// nothing is left. One event larger than the whole budget is still
+	// claimed, alone, so nothing is stuck behind it. The bound is what
+	// keeps a backlog of large events from exhausting memory: batches
+	// shrink to fit it. Defaults to 64 MiB; a negative value turns the
+	// bound off.
+	MaxInFlightBytes int64
 	// Lease is how long a claim holds its rows before any relay may rescue
 	// them. It must exceed PublishTimeout by a margin for the acknowledgement.
 	// Defaults to 1m.
@@ -108,6 +117,9 @@ func (c *RelayConfig) withDefaults() RelayConfig {
 	setDefault(&out.CleanupInterval, time.Minute)
 	setDefault(&out.CleanupBatchSize, 1000)
 	setDefault(&out.MaxPerKey, out.BatchSize)
+	if out.MaxInFlightBytes == 0 {
+		out.MaxInFlightBytes = DefaultMaxInFlightBytes
+	}
 	if out.Observer == nil {
 		out.Observer = nopObserver{}
 	}
@@ -117,6 +129,11 @@ func (c *RelayConfig) withDefaults() RelayConfig {
 	out.Retry = out.Retry.withDefaults()
 	return out
 }
+
+// DefaultMaxInFlightBytes is RelayConfig.MaxInFlightBytes's default. With
+// the copies a publisher makes while sending, it keeps a relay draining
+// 1 MB events well under 256 MiB of memory.
+const DefaultMaxInFlightBytes = 64 << 20
 
 func setDefault[T int | time.Duration](p *T, v T) {
 	if *p == 0 {

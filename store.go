@@ -64,6 +64,12 @@ type ClaimParams struct {
 	Unordered       bool     // claim by age alone, with no key held back
 	UnorderedTopics []string // topics claimed by age even in an ordered claim
 	PerKey          int      // most events of one key in an ordered claim; 0 means Limit
+
+	// MaxBytes bounds the batch's payload and header bytes, as the
+	// database counts them: rows are taken in claim order while the bytes
+	// of those before them are under it, so the first row is always
+	// taken. 0 means no bound.
+	MaxBytes int64
 }
 
 // CompleteParams are the arguments of Store.Complete.

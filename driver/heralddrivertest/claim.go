@@ -45,6 +45,43 @@ var claimCases = []testCase{
 		_, again := o.Claim(10, time.Minute)
 		require.ElementsMatch(t, ids[:2], envIDs(again), "released rows are claimable at once")
 	}},
+	{"ClaimTakesRowsWhileUnderItsByteBound", func(t *testing.T, o *Kit) {
+		// 1 KB events: a bound of 2,500 bytes takes three (the bytes
+		// before the third are about 2,000, before the fourth about
+		// 3,000), in claim order; a bound below one event takes exactly
+		// one, so no event is too large to ever be claimed.
+		sized := func(key string) herald.Message {
+			m := keyed("bytes", key)
+			m.Payload = make([]byte, 1000)
+			return m
+		}
+		for _, unordered := range []bool{true, false} {
+			var msgs []herald.Message
+			for _, k := range []string{"a", "a", "b", "a", "b", "c"} {
+				msgs = append(msgs, sized(k))
+			}
+			ids := o.Write(msgs...)
+			token, envs := o.claimP(herald.ClaimParams{Limit: 10, Unordered: unordered, MaxBytes: 2500})
+			if unordered {
+				require.Equal(t, ids[:3], envIDs(envs), "unordered: the oldest rows while under the bound")
+			} else {
+				require.Len(t, envs, 3, "ordered: three rows fit the bound")
+				require.Equal(t, idsOfKey(envs, "a"), firstOf(ids, msgs, "a", len(idsOfKey(envs, "a"))),
+					"ordered: a key's lowest events, never one skipped")
+			}
+			o.Complete(herald.CompleteParams{Token: token, Published: envIDs(envs)})
+
+			token, envs = o.claimP(herald.ClaimParams{Limit: 10, Unordered: unordered, MaxBytes: 10})
+			require.Len(t, envs, 1, "a bound below one event still takes one")
+			o.Complete(herald.CompleteParams{Token: token, Published: envIDs(envs)})
+			token, envs = o.claimP(herald.ClaimParams{Limit: 10, Unordered: unordered})
+			require.Len(t, envs, 2, "no bound: the rest")
+			o.Complete(herald.CompleteParams{Token: token, Published: envIDs(envs)})
+		}
+		_, err := o.d.Store.Claim(o.ctx(), herald.ClaimParams{Token: uuid.NewString(), Owner: o.owner, Limit: 1,
+			Lease: time.Minute, MaxBytes: -1})
+		require.Error(t, err, "a negative byte bound is refused")
+	}},
 	{"ClaimReturnsOnlyReadyRows", func(t *testing.T, o *Kit) {
 		o.put(heraldadmin.StatePublished, msg("t"))
 		o.put(heraldadmin.StateDead, msg("t"))
@@ -213,4 +250,15 @@ var claimCases = []testCase{
 		_, envs := o.Claim(10, time.Minute)
 		require.Len(t, envs, 4)
 	}},
+}
+
+// firstOf returns the ids of the first n of msgs with key, in write order.
+func firstOf(ids []string, msgs []herald.Message, key string, n int) []string {
+	var out []string
+	for i, m := range msgs {
+		if m.Key == key && len(out) < n {
+			out = append(out, ids[i])
+		}
+	}
+	return out
 }

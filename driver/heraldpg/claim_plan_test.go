@@ -47,7 +47,7 @@ func TestClaimIsOneIndexProbe(t *testing.T) {
 		require.NoError(t, rows.Err())
 		return strings.Join(plan, "\n")
 	}
-	text := explain(d.q.claim, 1000, uuid.NewString(), "test", int64(60e6))
+	text := explain(d.q.claim, 1000, uuid.NewString(), "test", int64(60e6), int64(64<<20))
 	require.Contains(t, text, "herald_outbox_ready_idx", text)
 	require.NotContains(t, text, "Seq Scan", text)
 

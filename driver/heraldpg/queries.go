@@ -22,13 +22,22 @@ const (
 
 	// The claim: one index probe for the oldest ready rows, locked with
 	// SKIP LOCKED so concurrent relays take different rows, and marked in
-	// the same statement. The lease ends by the database clock.
-	claimSQL = `WITH next AS (
-		SELECT id FROM {{.Table}}
+	// the same statement. The lease ends by the database clock. Rows are
+	// taken while the bytes of those before them are under $5 (the relay's
+	// MaxInFlightBytes left): octet_length reads a payload's size from its
+	// header, without fetching it.
+	claimSQL = `WITH cand AS (
+		SELECT id, available_at, seq, octet_length(payload) + coalesce(pg_column_size(headers), 0) AS size
+		FROM {{.Table}}
 		WHERE state = 'ready' AND available_at <= now()
 		ORDER BY available_at, seq
 		LIMIT $1
 		FOR UPDATE SKIP LOCKED
+	), next AS (
+		SELECT c.id FROM (
+			SELECT id, sum(size) OVER (ORDER BY available_at, seq ROWS UNBOUNDED PRECEDING) - size AS before
+			FROM cand) c
+		WHERE c.before < $5
 	)
 	UPDATE {{.Table}} o
 	SET state = 'claimed', claim_token = $2, claimed_by = $3,
@@ -85,7 +94,8 @@ const (
 
 	// The second statement claims, for each key the first one took, the
 	// key's lowest ready events up to the first not yet available, at most
-	// $4 per key and $5 in all. Its snapshot is newer than the key locks,
+	// $4 per key and $5 in all, while the bytes of those before them are
+	// under $9 (as in claimSQL). Its snapshot is newer than the key locks,
 	// so a claim that committed before them is seen here: a key with an
 	// event claimed or parked is left alone, whatever the first statement
 	// saw. Unordered keys ($3) take any available events, skipping locked
@@ -93,10 +103,11 @@ const (
 	claimKeysSQL = `WITH k AS (
 		SELECT * FROM unnest($1::text[], $2::text[], $3::boolean[]) WITH ORDINALITY AS k(topic, key, unordered, n)
 	), ordered AS (
-		SELECT r.id, k.n, r.seq,
+		SELECT r.id, k.n, r.seq, r.size,
 		       bool_and(r.available_at <= now()) OVER (PARTITION BY k.n ORDER BY r.seq) AS go
 		FROM k CROSS JOIN LATERAL (
-			SELECT o.id, o.seq, o.available_at FROM {{.Table}} o
+			SELECT o.id, o.seq, o.available_at, octet_length(o.payload) + coalesce(pg_column_size(o.headers), 0) AS size
+			FROM {{.Table}} o
 			WHERE o.state = 'ready' AND o.topic = k.topic AND o.key = k.key
 			ORDER BY o.seq
 			LIMIT $4
@@ -105,20 +116,26 @@ const (
 		  AND NOT EXISTS (SELECT 1 FROM {{.Table}} b
 		                  WHERE (b.state = 'claimed' OR b.parked) AND b.topic = k.topic AND b.key = k.key)
 	), unordered AS (
-		SELECT r.id, k.n, r.seq, true AS go
+		SELECT r.id, k.n, r.seq, r.size, true AS go
 		FROM k CROSS JOIN LATERAL (
-			SELECT o.id, o.seq FROM {{.Table}} o
+			SELECT o.id, o.seq, octet_length(o.payload) + coalesce(pg_column_size(o.headers), 0) AS size
+			FROM {{.Table}} o
 			WHERE o.state = 'ready' AND o.topic = k.topic AND o.key = k.key AND o.available_at <= now()
 			ORDER BY o.seq
 			LIMIT $4
 			FOR UPDATE SKIP LOCKED
 		) r
 		WHERE k.unordered
-	), pick AS (
-		SELECT p.id FROM (SELECT * FROM ordered UNION ALL SELECT * FROM unordered) p
+	), first AS (
+		SELECT p.id, p.n, p.seq, p.size FROM (SELECT * FROM ordered UNION ALL SELECT * FROM unordered) p
 		WHERE p.go
 		ORDER BY p.n, p.seq
 		LIMIT $5
+	), pick AS (
+		SELECT f.id FROM (
+			SELECT id, sum(size) OVER (ORDER BY n, seq ROWS UNBOUNDED PRECEDING) - size AS before
+			FROM first) f
+		WHERE f.before < $9
 	)
 	UPDATE {{.Table}} o
 	SET state = 'claimed', claim_token = $6, claimed_by = $7,

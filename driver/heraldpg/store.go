@@ -22,7 +22,7 @@ var (
 func (d *Driver) Claim(ctx context.Context, p herald.ClaimParams) ([]herald.Envelope, error) {
 	return sqlstore.Claim(ctx, "heraldpg", p, sqlstore.Claimers{
 		Unordered: func(ctx context.Context, p herald.ClaimParams) ([]herald.Envelope, error) {
-			return d.claimRows(ctx, d.db, d.q.claim, []any{p.Limit, p.Token, p.Owner, p.Lease.Microseconds()})
+			return d.claimRows(ctx, d.db, d.q.claim, []any{p.Limit, p.Token, p.Owner, p.Lease.Microseconds(), p.MaxBytes})
 		},
 		Ordered: d.claimOrdered,
 	})
@@ -71,7 +71,7 @@ func (d *Driver) claimOrdered(ctx context.Context, p herald.ClaimParams, perKey 
 			return err
 		}
 		envs, err = d.claimRows(ctx, tx, d.q.claimKeys, []any{topics, keys, free, perKey, p.Limit,
-			p.Token, p.Owner, p.Lease.Microseconds()})
+			p.Token, p.Owner, p.Lease.Microseconds(), p.MaxBytes})
 		return err
 	})
 	return envs, err

@@ -15,6 +15,14 @@ package heraldsqlite
 // That is why the claim needs no SKIP LOCKED: no other writer can run
 // between its SELECT and its UPDATE.
 
+// rowBytes is what a row counts against a claim's byte bound: its payload
+// and headers, in bytes (length counts a text's characters, so the headers
+// are measured as a blob). rowBytesOf is the same of the row aliased o.
+const (
+	rowBytes   = `(length(payload) + coalesce(length(CAST(headers AS BLOB)), 0))`
+	rowBytesOf = `(length(o.payload) + coalesce(length(CAST(o.headers AS BLOB)), 0))`
+)
+
 // nowMicros is the database clock in microseconds. 'now' has millisecond
 // resolution and stays the same for every use within one statement; the
 // rounding keeps the float's last bits out of the integer.
@@ -27,15 +35,21 @@ const (
 	insertTupleSQL = `(?, ?, ?, ?, ?, ?, ?, ?, coalesce(?, {{.Now}}))`
 
 	// The claim: the oldest ready rows by the ready index, marked in the
-	// same statement. The lease ends by the database clock.
+	// same statement, while the bytes of those before them are under ?5
+	// (the relay's MaxInFlightBytes left). The lease ends by the database
+	// clock.
 	claimSQL = `UPDATE {{.Table}}
 	SET state = 'claimed', claim_token = ?2, claimed_by = ?3,
 	    lease_until = {{.Now}} + ?4, attempts = attempts + 1
 	WHERE seq IN (
-		SELECT seq FROM {{.Table}}
-		WHERE state = 'ready' AND available_at <= {{.Now}}
-		ORDER BY available_at, seq
-		LIMIT ?1
+		SELECT seq FROM (
+			SELECT seq, sum(size) OVER (ORDER BY available_at, seq ROWS UNBOUNDED PRECEDING) - size AS before
+			FROM (
+				SELECT seq, available_at, ` + rowBytes + ` AS size FROM {{.Table}}
+				WHERE state = 'ready' AND available_at <= {{.Now}}
+				ORDER BY available_at, seq
+				LIMIT ?1))
+		WHERE before < ?5
 	)
 	RETURNING id, seq, topic, key, type, aggregate_type, aggregate_id,
 	          payload, headers, attempts, created_at`
@@ -66,7 +80,7 @@ const (
 	WHERE EXISTS (SELECT 1 FROM {{.Table}} b
 	              WHERE (b.state = 'claimed' OR b.parked = 1)
 	                AND b.topic = json_extract(k.value, '$[0]') AND b.key = json_extract(k.value, '$[1]'))`
-	runsOfSQL = `SELECT k.key, o.seq, o.available_at <= {{.Now}}
+	runsOfSQL = `SELECT k.key, o.seq, o.available_at <= {{.Now}}, ` + rowBytesOf + `
 	FROM json_each(?1) k
 	JOIN {{.Table}} o ON o.seq IN (
 		SELECT s.seq FROM {{.Table}} s

@@ -25,7 +25,7 @@ var (
 func (d *Driver) Claim(ctx context.Context, p herald.ClaimParams) ([]herald.Envelope, error) {
 	return sqlstore.Claim(ctx, "heraldsqlite", p, sqlstore.Claimers{
 		Unordered: func(ctx context.Context, p herald.ClaimParams) ([]herald.Envelope, error) {
-			return claimRows(ctx, d.db, d.q.claim, p.Limit, p.Token, p.Owner, p.Lease.Microseconds())
+			return claimRows(ctx, d.db, d.q.claim, p.Limit, p.Token, p.Owner, p.Lease.Microseconds(), p.MaxBytes)
 		},
 		Ordered: d.claimOrdered,
 	})
@@ -80,7 +80,7 @@ func (d *Driver) claimOrdered(ctx context.Context, p herald.ClaimParams, perKey 
 		return nil, err
 	}
 	defer func() { _ = tx.Rollback() }()
-	seqs, err := d.decide(ctx, tx, candidates, perKey, p.Limit)
+	seqs, err := d.decide(ctx, tx, candidates, perKey, p.Limit, p.MaxBytes)
 	if err != nil || len(seqs) == 0 {
 		return nil, err
 	}
@@ -101,8 +101,9 @@ type candidateKey struct {
 // candidate keys: for an ordered key nothing when one of its events is
 // claimed or parked, else its lowest ready events up to the first not yet
 // available; for an unordered key its available events among its lowest
-// ready ones. At most perKey per key and limit in all, in candidate order.
-func (d *Driver) decide(ctx context.Context, tx *sql.Tx, cands []candidateKey, perKey, limit int) ([]int64, error) {
+// ready ones. At most perKey per key and limit in all, in candidate order,
+// taken while the bytes of those before them are under maxBytes.
+func (d *Driver) decide(ctx context.Context, tx *sql.Tx, cands []candidateKey, perKey, limit int, maxBytes int64) ([]int64, error) {
 	keys := make([][3]any, len(cands))
 	for i, c := range cands {
 		keys[i] = [3]any{c.Topic, c.Key, c.Free}
@@ -135,24 +136,25 @@ func (d *Driver) decide(ctx context.Context, tx *sql.Tx, cands []candidateKey, p
 	defer rows.Close()
 	var (
 		seqs    []int64
+		bytes   int64
 		stopped = map[int]bool{} // ordered keys past their first unavailable event
 	)
 	for rows.Next() {
 		var (
 			i         int
-			seq       int64
+			seq, size int64
 			available bool
 		)
-		if err := rows.Scan(&i, &seq, &available); err != nil {
+		if err := rows.Scan(&i, &seq, &available, &size); err != nil {
 			return nil, err
 		}
 		free := cands[i].Free
 		switch {
-		case len(seqs) >= limit, blocked[i] && !free, stopped[i]:
+		case len(seqs) >= limit, bytes >= maxBytes, blocked[i] && !free, stopped[i]:
 		case !available && !free:
 			stopped[i] = true
 		case available:
-			seqs = append(seqs, seq)
+			seqs, bytes = append(seqs, seq), bytes+size
 		}
 	}
 	return seqs, rows.Err()

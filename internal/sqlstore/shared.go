@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 
@@ -106,8 +107,14 @@ func Claim(ctx context.Context, pkg string, p herald.ClaimParams, c Claimers) ([
 	if p.Limit < 0 {
 		return nil, fmt.Errorf("%s: claiming: negative limit %d", pkg, p.Limit)
 	}
+	if p.MaxBytes < 0 {
+		return nil, fmt.Errorf("%s: claiming: negative byte bound %d", pkg, p.MaxBytes)
+	}
 	if p.Limit == 0 {
 		return nil, nil
+	}
+	if p.MaxBytes == 0 {
+		p.MaxBytes = math.MaxInt64
 	}
 	var (
 		envs []herald.Envelope

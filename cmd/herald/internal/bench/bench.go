@@ -55,6 +55,8 @@ type options struct {
 	unordered    bool
 	maxPerKey    int
 	to           string
+	payloadBytes int
+	maxBytes     int64 // relay MaxInFlightBytes; 0 is its default
 }
 
 const usage = `usage: herald bench [producers|drain|latency|all] [flags]
@@ -84,6 +86,11 @@ Flags:
   --ordering MODE        ordered (one claimer per key, in commit order) or
                          unordered (claims by age) (drain) (default ordered)
   --max-per-key N        events of one key per claim, 0 = batch size (drain)
+  --payload-bytes N      each event's payload size, 100 to 1048576 (drain)
+                         (default 200)
+  --max-in-flight-bytes N
+                         relay bound on claimed payload bytes, 0 = the relay's
+                         default (64 MiB), -1 = no bound (drain)
   --to LIST              drain destinations, comma-separated, of jetstream,
                          discard, kafka (in-process kfake), redis (127.0.0.1:6379),
                          rabbitmq (127.0.0.1:5672), webhook (in-process HTTP
@@ -114,6 +121,8 @@ func parseArgs(args []string) (options, string, error) {
 	ordering := fs.String("ordering", "ordered", "")
 	fs.IntVar(&o.maxPerKey, "max-per-key", 0, "")
 	fs.StringVar(&o.to, "to", "jetstream,discard", "")
+	fs.IntVar(&o.payloadBytes, "payload-bytes", payloadSize, "")
+	fs.Int64Var(&o.maxBytes, "max-in-flight-bytes", 0, "")
 
 	parse := func(a []string) error {
 		err := fs.Parse(a)
@@ -147,6 +156,12 @@ func parseArgs(args []string) (options, string, error) {
 	}
 	if o.maxPerKey < 0 || o.maxPerKey > o.batchSize {
 		return o, "", fmt.Errorf("--max-per-key: %d is not between 0 and the batch size %d", o.maxPerKey, o.batchSize)
+	}
+	if o.payloadBytes < 100 || o.payloadBytes > 1<<20 {
+		return o, "", fmt.Errorf("--payload-bytes: %d is not between 100 and 1048576", o.payloadBytes)
+	}
+	if o.maxBytes < -1 {
+		return o, "", fmt.Errorf("--max-in-flight-bytes: %d is below -1", o.maxBytes)
 	}
 	if _, err := sinksNamed(o.to); err != nil {
 		return o, "", err

@@ -4,7 +4,11 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
+	"runtime"
+	"runtime/debug"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -29,6 +33,10 @@ type DrainTarget struct {
 	Dead           int64   `json:"dead"`
 	StreamMessages *uint64 `json:"stream_messages,omitempty"`
 	Verified       bool    `json:"verified"`
+	// PeakRSSBytes is the process's peak resident memory while the relay
+	// drained (Linux; absent elsewhere): the relay, its pool and the
+	// destination's client, and for jetstream the embedded server.
+	PeakRSSBytes *int64 `json:"peak_rss_bytes,omitempty"`
 	// Where the time went: calls and mean duration of the relay's store
 	// and publisher calls. Batches overlap (MaxInFlight), so the sums may
 	// exceed Seconds.
@@ -53,6 +61,7 @@ type DrainResult struct {
 	Events      int           `json:"events"`
 	Keys        int           `json:"keys"`
 	Ordering    string        `json:"ordering"` // ordered or unordered
+	PayloadSize int           `json:"payload_bytes"`
 	BatchSize   int           `json:"batch_size"`
 	MaxInFlight int           `json:"max_in_flight"`
 	Targets     []DrainTarget `json:"targets"`
@@ -65,8 +74,8 @@ func runDrain(ctx context.Context, e *env, out io.Writer) (*DrainResult, []strin
 		ordering = "unordered"
 	}
 	fmt.Fprintf(out, "\ndrain: backlog of %d events, %d keys, %d-byte payloads; %s; batch size %d, %d batches in flight\n",
-		o.events, o.keys, payloadSize, ordering, o.batchSize, o.maxInFlight)
-	res := &DrainResult{Events: o.events, Keys: o.keys, Ordering: ordering, BatchSize: o.batchSize, MaxInFlight: o.maxInFlight}
+		o.events, o.keys, o.payloadBytes, ordering, o.batchSize, o.maxInFlight)
+	res := &DrainResult{Events: o.events, Keys: o.keys, Ordering: ordering, PayloadSize: o.payloadBytes, BatchSize: o.batchSize, MaxInFlight: o.maxInFlight}
 	var failures []string
 
 	sinks, err := sinksNamed(o.to)
@@ -127,6 +136,9 @@ func runDrain(ctx context.Context, e *env, out io.Writer) (*DrainResult, []strin
 		b := r.Breakdown
 		fmt.Fprintf(out, "     claim %d x %.1fms (%.0f%% of wall time), publish %d x %.1fms, acknowledge %d x %.1fms\n",
 			b.Claims, b.ClaimMeanMS, b.ClaimBusyPct, b.Publishes, b.PublishMeanMS, b.Completes, b.CompleteMeanMS)
+		if r.PeakRSSBytes != nil {
+			fmt.Fprintf(out, "     peak resident memory while draining: %.0f MiB\n", float64(*r.PeakRSSBytes)/(1<<20))
+		}
 		if r.StreamMessages != nil {
 			fmt.Fprintf(out, "     %s holds %d messages (want %d)\n", t.name, *r.StreamMessages, o.events)
 		}
@@ -169,11 +181,13 @@ func drainOnce(ctx context.Context, e *env, name string, pub herald.Publisher) (
 	relay, err := herald.NewRelay(&herald.RelayConfig{
 		Store: store, Publisher: tpub, Logger: e.log, Owner: "herald-bench-" + name,
 		BatchSize: o.batchSize, MaxInFlight: o.maxInFlight, Unordered: o.unordered, MaxPerKey: o.maxPerKey,
+		MaxInFlightBytes: o.maxBytes,
 	})
 	if err != nil {
 		return nil, err
 	}
 
+	measured := resetPeakRSS()
 	start := time.Now()
 	if err := relay.Start(ctx); err != nil {
 		return nil, fmt.Errorf("starting relay: %w", err)
@@ -192,6 +206,9 @@ func drainOnce(ctx context.Context, e *env, name string, pub herald.Publisher) (
 		Published: st.Published, Retried: st.Retried, Dead: st.Dead,
 	}
 	r.Breakdown = breakdown(store, tpub, elapsed)
+	if peak, ok := peakRSS(); ok && measured {
+		r.PeakRSSBytes = &peak
+	}
 	return r, nil
 }
 
@@ -243,7 +260,7 @@ func loadBacklog(ctx context.Context, e *env, n, keys int) error {
 		customer := "customer-" + strconv.Itoa(i%keys)
 		aggID := strconv.Itoa(i)
 		return []any{id, drainSubject, customer, eventType, aggregateType, aggID,
-			payload(int64(i), customer), headersJSON}, nil
+			paddedPayload(int64(i), customer, e.o.payloadBytes), headersJSON}, nil
 	})
 	_, err = conn.Conn().CopyFrom(ctx, pgx.Identifier{e.schema, "herald_outbox"},
 		[]string{"id", "topic", "key", "type", "aggregate_type", "aggregate_id", "payload", "headers"}, rows)
@@ -307,4 +324,28 @@ func breakdown(s *timedStore, p *timedPublisher, wall time.Duration) Breakdown {
 		ClaimBusyPct: pct(s.claimNanos.Load()), PublishBusyPct: pct(p.nanos.Load()),
 		CompleteBusyPct: pct(s.completeNanos.Load()),
 	}
+}
+
+// resetPeakRSS returns what the process holds to the system and resets its
+// peak resident memory (Linux's clear_refs), so that peakRSS reads the
+// peak from here on. It reports whether the reset worked.
+func resetPeakRSS() bool {
+	runtime.GC()
+	debug.FreeOSMemory()
+	return os.WriteFile("/proc/self/clear_refs", []byte("5"), 0) == nil
+}
+
+// peakRSS returns the process's peak resident memory (VmHWM), in bytes.
+func peakRSS() (int64, bool) {
+	status, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0, false
+	}
+	for line := range strings.Lines(string(status)) {
+		if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
+			return kb << 10, err == nil
+		}
+	}
+	return 0, false
 }

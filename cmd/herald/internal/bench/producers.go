@@ -27,16 +27,21 @@ const (
 
 var eventHeaders = map[string]string{"source": "herald-bench"}
 
-// payload returns an order's JSON body, padded to payloadSize bytes. The
-// drain backlog builds the same body in SQL.
+// payload returns an order's JSON body, padded to payloadSize bytes.
 func payload(orderID int64, customer string) []byte {
-	b := make([]byte, 0, payloadSize)
+	return paddedPayload(orderID, customer, payloadSize)
+}
+
+// paddedPayload returns an order's JSON body padded to size bytes (or
+// unpadded, when size is below its fields' length).
+func paddedPayload(orderID int64, customer string, size int) []byte {
+	b := make([]byte, 0, size)
 	b = append(b, `{"order_id":`...)
 	b = strconv.AppendInt(b, orderID, 10)
 	b = append(b, `,"customer":"`...)
 	b = append(b, customer...)
 	b = append(b, `","status":"placed","pad":"`...)
-	for len(b) < payloadSize-2 {
+	for len(b) < size-2 {
 		b = append(b, 'x')
 	}
 	return append(b, `"}`...)
