@@ -13,6 +13,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/herald-outbox/herald"
+	"github.com/herald-outbox/herald/internal/heraldtest"
 )
 
 func TestMain(m *testing.M) {
@@ -130,4 +131,56 @@ func TestRelayReleasesAClaimWhoseAnswerWasLost(t *testing.T) {
 		t.Fatal("the lost claim was never released")
 	}
 	require.Eventually(t, func() bool { return relay.Stats().Released == 3 }, 10*time.Second, time.Millisecond)
+}
+
+// An acknowledgement whose COMMIT went through but whose answer was lost is
+// retried with the batch's own token; the retry changes nothing, and the
+// relay says so accurately instead of blaming a lost lease.
+func TestRelayRetriesAnAcknowledgementWhoseAnswerWasLost(t *testing.T) {
+	t.Parallel()
+	var (
+		once    sync.Once
+		mu      sync.Mutex
+		tokens  []string
+		written = map[string]bool{}
+		done    = make(chan struct{})
+	)
+	event := herald.Envelope{Message: herald.Message{ID: herald.NewID(), Topic: "t"}, Attempt: 1}
+	store := &fakeStore{
+		ClaimFunc: func(context.Context, herald.ClaimParams) (batch []herald.Envelope, err error) {
+			once.Do(func() { batch = []herald.Envelope{event} })
+			return batch, nil
+		},
+		CompleteFunc: func(_ context.Context, p herald.CompleteParams) (herald.CompleteResult, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			tokens = append(tokens, p.Token)
+			if len(tokens) == 1 {
+				for _, id := range p.Published {
+					written[id] = true // committed; the answer never arrives
+				}
+				return herald.CompleteResult{}, errors.New("read tcp 127.0.0.1:5432: connection reset by peer")
+			}
+			defer close(done)
+			return herald.CompleteResult{}, nil // already written: nothing left to change
+		},
+	}
+	logs := &heraldtest.LogBuffer{}
+	relay, err := herald.NewRelay(&herald.RelayConfig{
+		Store: store, Logger: slog.New(slog.NewTextHandler(logs, nil)),
+		Publisher: herald.PublisherFunc(func(context.Context, []herald.Envelope) error { return nil }),
+	})
+	require.NoError(t, err)
+	require.NoError(t, relay.Start(t.Context()))
+	<-done
+	require.NoError(t, relay.Stop(context.Background()))
+
+	mu.Lock()
+	defer mu.Unlock()
+	require.Len(t, tokens, 2)
+	require.Equal(t, tokens[0], tokens[1], "the retry acknowledges by the batch's own token")
+	require.True(t, written[event.ID])
+	out := logs.String()
+	require.Contains(t, out, "acknowledgement retried; rows it no longer changed were written by an earlier attempt")
+	require.NotContains(t, out, "belong to another relay")
 }
