@@ -56,6 +56,7 @@ type options struct {
 	maxPerKey    int
 	to           string
 	payloadBytes int
+	ceiling      bool
 	maxBytes     int64 // relay MaxInFlightBytes; 0 is its default
 }
 
@@ -77,8 +78,12 @@ Flags:
   --producers N          concurrent producers (producers) (default 16)
   --duration D           measuring time per shape (producers) and of the
                          latency run (default 10s)
+  --ceiling              also drain with the ceiling, an unsafe relay that
+                         claims and marks a batch published in one statement,
+                         interleaved with Herald's relay, and report Herald's
+                         rate as a share of it (drain) (default true)
   --rounds N             rounds over the producer shapes, each in a rotated
-                         order (default 1)
+                         order, and of each drain (default 1)
   --events N             backlog size (drain) (default 100000)
   --keys N               distinct keys (drain) (default 1000)
   --batch-size N         relay batch size (default 1000)
@@ -122,6 +127,7 @@ func parseArgs(args []string) (options, string, error) {
 	fs.IntVar(&o.maxPerKey, "max-per-key", 0, "")
 	fs.StringVar(&o.to, "to", "jetstream,discard", "")
 	fs.IntVar(&o.payloadBytes, "payload-bytes", payloadSize, "")
+	fs.BoolVar(&o.ceiling, "ceiling", true, "")
 	fs.Int64Var(&o.maxBytes, "max-in-flight-bytes", 0, "")
 
 	parse := func(a []string) error {

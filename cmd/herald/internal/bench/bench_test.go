@@ -63,10 +63,21 @@ func TestTinyRunReportsEveryFigure(t *testing.T) {
 	}
 	positive("producers.writetx_vs_insert_ratio")
 	positive("producers.notify_vs_insert_ratio")
-	for i := range 2 {
+	// Two destinations, each drained by Herald's relay and by the ceiling.
+	for i := range 4 {
 		positive(fmt.Sprintf("drain.targets.%d.events_per_sec", i))
 		positive(fmt.Sprintf("drain.targets.%d.published", i))
 	}
+	for i := range 2 {
+		positive(fmt.Sprintf("drain.vs_ceiling.%d.median", i))
+	}
+	targets := res["drain"].(map[string]any)["targets"].([]any)
+	var systems []string
+	for _, tg := range targets {
+		systems = append(systems, tg.(map[string]any)["system"].(string))
+	}
+	require.Equal(t, []string{"herald", "ceiling", "herald", "ceiling"}, systems)
+	require.Equal(t, 2000.0, targets[1].(map[string]any)["stream_messages"], "the ceiling's drain is verified too")
 	positive("drain.targets.0.stream_messages")
 	positive("latency.events_per_sec")
 	for _, p := range []string{"p50_ms", "p90_ms", "p99_ms", "max_ms", "count"} {

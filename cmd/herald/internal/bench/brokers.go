@@ -35,7 +35,7 @@ type drainSink struct {
 
 var drainSinks = []drainSink{
 	{name: "jetstream", target: targetDrainJetStream, note: "embedded nats-server, file storage", open: openJetStream},
-	{name: "discard", target: targetDrainDiscard, note: "a publisher that confirms at once: the database's ceiling",
+	{name: "discard", target: targetDrainDiscard, note: "a publisher that confirms at once",
 		open: func(context.Context, *env) (herald.Publisher, func(context.Context) (int64, error), func(), error) {
 			return herald.PublisherFunc(func(context.Context, []herald.Envelope) error { return nil }), nil, func() {}, nil
 		}},
@@ -72,11 +72,16 @@ func openJetStream(ctx context.Context, e *env) (herald.Publisher, func(context.
 	if err != nil {
 		return nil, nil, nil, err
 	}
+	// Every drain starts with an empty stream, as the other destinations
+	// do, so that the count is this drain's.
+	st, err := e.nats.js.Stream(ctx, drainStream)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	if err := st.Purge(ctx); err != nil {
+		return nil, nil, nil, fmt.Errorf("purging stream %s: %w", drainStream, err)
+	}
 	count := func(ctx context.Context) (int64, error) {
-		st, err := e.nats.js.Stream(ctx, drainStream)
-		if err != nil {
-			return 0, err
-		}
 		info, err := st.Info(ctx)
 		if err != nil {
 			return 0, err

@@ -7,6 +7,7 @@ import (
 	"os"
 	"runtime"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -22,6 +23,8 @@ import (
 // DrainTarget is one drain of the backlog to one publisher.
 type DrainTarget struct {
 	Name           string  `json:"name"`
+	System         string  `json:"system"` // herald, or the ceiling it is compared with
+	Round          int     `json:"round"`
 	Events         int     `json:"events"`
 	LoadSeconds    float64 `json:"load_seconds"`
 	Seconds        float64 `json:"seconds"`
@@ -64,7 +67,28 @@ type DrainResult struct {
 	PayloadSize int           `json:"payload_bytes"`
 	BatchSize   int           `json:"batch_size"`
 	MaxInFlight int           `json:"max_in_flight"`
+	Rounds      int           `json:"rounds"`
 	Targets     []DrainTarget `json:"targets"`
+	// Comparisons are Herald's rate as a share of the ceiling's, one per
+	// destination (without --ceiling=false).
+	Comparisons []DrainComparison `json:"vs_ceiling,omitempty"`
+}
+
+// The systems a drain measures: Herald's relay, and the ceiling (see
+// ceilingSQL) it is compared with.
+const (
+	systemHerald  = "herald"
+	systemCeiling = "ceiling"
+)
+
+// DrainComparison is Herald's drain rate as a share of the ceiling's to one
+// destination: one ratio per round, both measured in that round.
+type DrainComparison struct {
+	Name   string    `json:"name"`
+	Ratios []float64 `json:"ratios"`
+	Median float64   `json:"median"`
+	Min    float64   `json:"min"`
+	Max    float64   `json:"max"`
 }
 
 func runDrain(ctx context.Context, e *env, out io.Writer) (*DrainResult, []string, error) {
@@ -73,98 +97,166 @@ func runDrain(ctx context.Context, e *env, out io.Writer) (*DrainResult, []strin
 	if o.unordered {
 		ordering = "unordered"
 	}
-	fmt.Fprintf(out, "\ndrain: backlog of %d events, %d keys, %d-byte payloads; %s; batch size %d, %d batches in flight\n",
-		o.events, o.keys, o.payloadBytes, ordering, o.batchSize, o.maxInFlight)
-	res := &DrainResult{Events: o.events, Keys: o.keys, Ordering: ordering, PayloadSize: o.payloadBytes, BatchSize: o.batchSize, MaxInFlight: o.maxInFlight}
+	fmt.Fprintf(out, "\ndrain: backlog of %d events, %d keys, %d-byte payloads; %s; batch size %d, %d batches in flight; %d round(s)\n",
+		o.events, o.keys, o.payloadBytes, ordering, o.batchSize, o.maxInFlight, o.rounds)
+	res := &DrainResult{Events: o.events, Keys: o.keys, Ordering: ordering, PayloadSize: o.payloadBytes,
+		BatchSize: o.batchSize, MaxInFlight: o.maxInFlight, Rounds: o.rounds}
 	var failures []string
 
 	sinks, err := sinksNamed(o.to)
 	if err != nil {
 		return res, nil, err
 	}
+	systems := []string{systemHerald}
+	if o.ceiling {
+		systems = append(systems, systemCeiling)
+	}
 	for _, t := range sinks {
-		pub, count, closeSink, err := t.open(ctx, e)
-		if err != nil {
-			return res, failures, fmt.Errorf("%s: %w", t.name, err)
-		}
-		r, err := drainOnce(ctx, e, t.name, pub)
-		if err != nil {
-			closeSink()
-			return res, failures, fmt.Errorf("%s: %w", t.name, err)
-		}
-		r.Target, r.TargetMet = t.target, t.target == 0 || r.EventsPerSec >= t.target
-		// Verify: every row published once, by the relay's count and the
-		// table's; where the destination can tell, it holds exactly the
-		// backlog.
-		var problems []string
-		if r.Published != int64(o.events) || r.Dead != 0 {
-			problems = append(problems, fmt.Sprintf("relay acknowledged %d published and %d dead, want %d and 0", r.Published, r.Dead, o.events))
-		}
-		n, err := e.countState(ctx, string(heraldadmin.StatePublished))
-		if err != nil {
-			closeSink()
-			return res, failures, err
-		}
-		if n != o.events {
-			problems = append(problems, fmt.Sprintf("%d rows published in the table, want %d", n, o.events))
-		}
-		if count != nil {
-			held, err := count(ctx)
-			if err != nil {
-				closeSink()
-				return res, failures, fmt.Errorf("counting what %s holds: %w", t.name, err)
-			}
-			msgs := uint64(held)
-			r.StreamMessages = &msgs
-			if held != int64(o.events) {
-				problems = append(problems, fmt.Sprintf("%s holds %d messages, want %d", t.name, held, o.events))
+		rates := map[string][]float64{}
+		for round := range o.rounds {
+			// Each round starts with the other system, so that neither
+			// always runs first while the machine drifts.
+			for k := range systems {
+				system := systems[(k+round)%len(systems)]
+				r, problems, err := drainTo(ctx, e, t, system)
+				if err != nil {
+					return res, failures, fmt.Errorf("%s (%s): %w", t.name, system, err)
+				}
+				r.Round = round + 1
+				for _, p := range problems {
+					failures = append(failures, "drain "+t.name+" ("+system+"): "+p)
+				}
+				res.Targets = append(res.Targets, *r)
+				rates[system] = append(rates[system], r.EventsPerSec)
+				printDrain(out, t, r, problems)
 			}
 		}
-		closeSink()
-		r.Verified = len(problems) == 0
-		for _, p := range problems {
-			failures = append(failures, "drain "+t.name+": "+p)
-		}
-		res.Targets = append(res.Targets, *r)
-
-		if t.target > 0 {
-			fmt.Fprintf(out, "  to %-10s %7.2fs %9s events/s   (target >= %s/s): %s\n",
-				t.name, r.Seconds, fmtRate(r.EventsPerSec), fmtRate(t.target), verdict(r.TargetMet))
-		} else {
-			fmt.Fprintf(out, "  to %-10s %7.2fs %9s events/s   (%s)\n", t.name, r.Seconds, fmtRate(r.EventsPerSec), t.note)
-		}
-		b := r.Breakdown
-		fmt.Fprintf(out, "     claim %d x %.1fms (%.0f%% of wall time), publish %d x %.1fms, acknowledge %d x %.1fms\n",
-			b.Claims, b.ClaimMeanMS, b.ClaimBusyPct, b.Publishes, b.PublishMeanMS, b.Completes, b.CompleteMeanMS)
-		if r.PeakRSSBytes != nil {
-			fmt.Fprintf(out, "     peak resident memory while draining: %.0f MiB\n", float64(*r.PeakRSSBytes)/(1<<20))
-		}
-		if r.StreamMessages != nil {
-			fmt.Fprintf(out, "     %s holds %d messages (want %d)\n", t.name, *r.StreamMessages, o.events)
-		}
-		if !r.Verified {
-			fmt.Fprintf(out, "     VERIFICATION FAILED: %v\n", problems)
+		if o.ceiling {
+			c := compare(t.name, rates[systemHerald], rates[systemCeiling])
+			res.Comparisons = append(res.Comparisons, c)
+			fmt.Fprintf(out, "  %s: Herald at %.2f of the ceiling (median of %d rounds; range %.2f-%.2f)\n",
+				t.name, c.Median, len(c.Ratios), c.Min, c.Max)
 		}
 	}
 	return res, failures, nil
 }
 
-// drainOnce loads a fresh backlog and times a relay draining it to pub.
-func drainOnce(ctx context.Context, e *env, name string, pub herald.Publisher) (*DrainTarget, error) {
+// drainTo loads a fresh backlog, drains it to a freshly opened t with
+// system, and verifies that every row was published once and, where the
+// destination can tell, that it holds exactly the backlog.
+func drainTo(ctx context.Context, e *env, t drainSink, system string) (*DrainTarget, []string, error) {
 	o := e.o
+	loadSecs, err := loadFresh(ctx, e)
+	if err != nil {
+		return nil, nil, err
+	}
+	pub, count, closeSink, err := t.open(ctx, e)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer closeSink()
+	var r *DrainTarget
+	if system == systemCeiling {
+		r, err = drainCeiling(ctx, e, t.name, pub)
+	} else {
+		r, err = drainOnce(ctx, e, t.name, pub)
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	r.LoadSeconds = round(loadSecs, 3)
+	r.Target, r.TargetMet = t.target, t.target == 0 || r.EventsPerSec >= t.target
+	var problems []string
+	if r.Published != int64(o.events) || r.Dead != 0 {
+		problems = append(problems, fmt.Sprintf("acknowledged %d published and %d dead, want %d and 0", r.Published, r.Dead, o.events))
+	}
+	n, err := e.countState(ctx, string(heraldadmin.StatePublished))
+	if err != nil {
+		return nil, nil, err
+	}
+	if n != o.events {
+		problems = append(problems, fmt.Sprintf("%d rows published in the table, want %d", n, o.events))
+	}
+	if count != nil {
+		held, err := count(ctx)
+		if err != nil {
+			return nil, nil, fmt.Errorf("counting what %s holds: %w", t.name, err)
+		}
+		msgs := uint64(held)
+		r.StreamMessages = &msgs
+		if held != int64(o.events) {
+			problems = append(problems, fmt.Sprintf("%s holds %d messages, want %d", t.name, held, o.events))
+		}
+	}
+	r.Verified = len(problems) == 0
+	return r, problems, nil
+}
+
+// printDrain prints one drain's line.
+func printDrain(out io.Writer, t drainSink, r *DrainTarget, problems []string) {
+	name := t.name + " " + r.System
+	if r.System == systemHerald && t.target > 0 {
+		fmt.Fprintf(out, "  to %-18s %7.2fs %9s events/s   (target >= %s/s): %s\n",
+			name, r.Seconds, fmtRate(r.EventsPerSec), fmtRate(t.target), verdict(r.TargetMet))
+	} else {
+		fmt.Fprintf(out, "  to %-18s %7.2fs %9s events/s   (%s)\n", name, r.Seconds, fmtRate(r.EventsPerSec), t.note)
+	}
+	b := r.Breakdown
+	fmt.Fprintf(out, "     claim %d x %.1fms (%.0f%% of wall time), publish %d x %.1fms, acknowledge %d x %.1fms\n",
+		b.Claims, b.ClaimMeanMS, b.ClaimBusyPct, b.Publishes, b.PublishMeanMS, b.Completes, b.CompleteMeanMS)
+	if r.PeakRSSBytes != nil {
+		fmt.Fprintf(out, "     peak resident memory while draining: %.0f MiB\n", float64(*r.PeakRSSBytes)/(1<<20))
+	}
+	if r.StreamMessages != nil {
+		fmt.Fprintf(out, "     %s holds %d messages (want %d)\n", t.name, *r.StreamMessages, r.Events)
+	}
+	if len(problems) > 0 {
+		fmt.Fprintf(out, "     VERIFICATION FAILED: %v\n", problems)
+	}
+}
+
+// compare returns Herald's rate as a share of the ceiling's, round by round.
+func compare(name string, herald, ceiling []float64) DrainComparison {
+	c := DrainComparison{Name: name}
+	for i := range min(len(herald), len(ceiling)) {
+		if ceiling[i] > 0 {
+			c.Ratios = append(c.Ratios, round(herald[i]/ceiling[i], 3))
+		}
+	}
+	if len(c.Ratios) == 0 {
+		return c
+	}
+	sorted := slices.Sorted(slices.Values(c.Ratios))
+	c.Min, c.Max = sorted[0], sorted[len(sorted)-1]
+	if m := len(sorted) / 2; len(sorted)%2 == 1 {
+		c.Median = sorted[m]
+	} else {
+		c.Median = round((sorted[m-1]+sorted[m])/2, 3)
+	}
+	return c
+}
+
+// loadFresh empties the tables and loads the backlog, returning how long
+// the load took.
+func loadFresh(ctx context.Context, e *env) (float64, error) {
 	if err := e.truncate(ctx); err != nil {
-		return nil, err
+		return 0, err
 	}
 	loadStart := time.Now()
-	if err := loadBacklog(ctx, e, o.events, o.keys); err != nil {
-		return nil, err
+	if err := loadBacklog(ctx, e, e.o.events, e.o.keys); err != nil {
+		return 0, err
 	}
 	if _, err := e.admin.Exec(ctx, `ANALYZE `+e.outbox); err != nil {
-		return nil, fmt.Errorf("analyzing: %w", err)
+		return 0, fmt.Errorf("analyzing: %w", err)
 	}
-	loadSecs := time.Since(loadStart).Seconds()
+	secs := time.Since(loadStart).Seconds()
 	e.checkpoint(ctx)
+	return secs, nil
+}
 
+// drainOnce times a relay draining the loaded backlog to pub.
+func drainOnce(ctx context.Context, e *env, name string, pub herald.Publisher) (*DrainTarget, error) {
+	o := e.o
 	// The relay's own pool: a claim, MaxInFlight acknowledgements, the
 	// rescuer and the cleaner.
 	pool, err := e.newPool(ctx, o.maxInFlight+4)
@@ -201,7 +293,7 @@ func drainOnce(ctx context.Context, e *env, name string, pub herald.Publisher) (
 	}
 	st := relay.Stats()
 	r := &DrainTarget{
-		Name: name, Events: o.events, LoadSeconds: round(loadSecs, 3),
+		Name: name, System: systemHerald, Events: o.events,
 		Seconds: round(elapsed.Seconds(), 3), EventsPerSec: round2(float64(o.events) / elapsed.Seconds()),
 		Published: st.Published, Retried: st.Retried, Dead: st.Dead,
 	}
