@@ -2,10 +2,13 @@ package heraldpg
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/herald-outbox/herald/internal/heraldtest"
@@ -67,4 +70,95 @@ func TestClaimIsOneIndexProbe(t *testing.T) {
 	text = explain(d.q.walkKeys, "", "", 2000, 1000, 1000, []string{}, int32(1))
 	require.Contains(t, text, "herald_outbox_key_idx", text)
 	require.NotContains(t, text, "Seq Scan", text)
+}
+
+// Every claim form is index probes whatever the planner knows, with custom
+// and with generic plans: over a fresh table never analyzed (100,000 ready
+// rows of 1,000 keys behind 1,000,000 published ones), then the same
+// analyzed, and over a backlog that arrived after the table was analyzed
+// holding 50 rows (statistics that call it tiny). A join planned as a hash
+// join would read the whole table on every claim; the last case is where
+// it did.
+func TestEveryClaimFormIsIndexProbesWhateverThePlan(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := heraldtest.PostgresPool(t)
+	newTable := func() *Driver {
+		d, err := New(pool, &Config{Schema: heraldtest.Schema(t)})
+		require.NoError(t, err)
+		require.NoError(t, d.Migrate(ctx))
+		exec(t, pool, `ALTER TABLE `+d.Table()+` SET (autovacuum_enabled = false)`)
+		return d
+	}
+	ready := func(d *Driver, n int) {
+		exec(t, pool, fmt.Sprintf(`INSERT INTO %s (topic, key, payload)
+			SELECT 'new', 'k' || (g %% 1000), '\x00' FROM generate_series(1, %d) g`, d.Table(), n))
+	}
+
+	big := newTable()
+	exec(t, pool, `INSERT INTO `+big.Table()+` (topic, key, payload, state, published_at)
+		SELECT 'done', 'k' || (g % 1000), '\x00', 'published', now() FROM generate_series(1, 1000000) g`)
+	ready(big, 100000)
+	requireIndexProbes(t, pool, big, "never analyzed")
+	exec(t, pool, `ANALYZE `+big.Table())
+	requireIndexProbes(t, pool, big, "analyzed")
+
+	stale := newTable()
+	ready(stale, 50)
+	exec(t, pool, `ANALYZE `+stale.Table())
+	ready(stale, 100000)
+	requireIndexProbes(t, pool, stale, "analyzed at 50 rows")
+}
+
+// requireIndexProbes explains every claim form of d, in both plan modes,
+// and fails on a plan that scans or hashes the table.
+func requireIndexProbes(t *testing.T, pool *pgxpool.Pool, d *Driver, stats string) {
+	t.Helper()
+	forms := []struct{ name, sql, args string }{
+		{"unordered claim", d.q.claim, `1000, gen_random_uuid(), 'plan', 60000000, 67108864`},
+		{"ordered claim's walk", d.q.walkKeys, `'', '', 2000, 1000, 1000, '{}'::text[], 1`},
+		{"ordered claim's keys", d.q.claimKeys, `ARRAY['new','new','new'], ARRAY['k1','k2','k3'], ARRAY[false,false,true],
+			1000, 1000, gen_random_uuid(), 'plan', 60000000, 67108864`},
+	}
+	for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
+		for _, f := range forms {
+			plan := explainPrepared(t, pool, mode, f.sql, f.args)
+			what := fmt.Sprintf("%s, %s, %s:\n%s", f.name, mode, stats, plan)
+			require.NotContains(t, plan, "Seq Scan", what)
+			require.NotContains(t, plan, "Hash Join", what)
+			require.NotContains(t, plan, "Merge Join", what)
+		}
+	}
+}
+
+func exec(t *testing.T, pool *pgxpool.Pool, sql string) {
+	t.Helper()
+	_, err := pool.Exec(context.Background(), sql)
+	require.NoError(t, err, sql)
+}
+
+// explainPrepared prepares sql, executes it under EXPLAIN ANALYZE with
+// args (SQL literals) in plan_cache_mode mode, and rolls back.
+func explainPrepared(t *testing.T, pool *pgxpool.Pool, mode, sql, args string) string {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	for _, s := range []string{`SET LOCAL plan_cache_mode = ` + mode, `PREPARE claim_form AS ` + sql} {
+		_, err = tx.Exec(ctx, s)
+		require.NoError(t, err, s)
+	}
+	rows, err := tx.Query(ctx, `EXPLAIN (ANALYZE, BUFFERS) EXECUTE claim_form(`+args+`)`, pgx.QueryExecModeSimpleProtocol)
+	require.NoError(t, err)
+	var plan []string
+	for rows.Next() {
+		var line string
+		require.NoError(t, rows.Scan(&line))
+		plan = append(plan, line)
+	}
+	require.NoError(t, rows.Err())
+	_, err = tx.Exec(ctx, `DEALLOCATE claim_form`)
+	require.NoError(t, err)
+	return strings.Join(plan, "\n")
 }

@@ -25,7 +25,10 @@ const (
 	// the same statement. The lease ends by the database clock. Rows are
 	// taken while the bytes of those before them are under $5 (the relay's
 	// MaxInFlightBytes left): octet_length reads a payload's size from its
-	// header, without fetching it.
+	// header, without fetching it. The rows are updated by id = ANY(ARRAY(
+	// ...)), not by a join: an array of ids is probed in the primary key
+	// whatever the planner estimates, where a join may be planned as a hash
+	// join that reads the whole table (a fresh backlog, a generic plan).
 	claimSQL = `WITH cand AS (
 		SELECT id, available_at, seq, octet_length(payload) + coalesce(pg_column_size(headers), 0) AS size
 		FROM {{.Table}}
@@ -42,8 +45,7 @@ const (
 	UPDATE {{.Table}} o
 	SET state = 'claimed', claim_token = $2, claimed_by = $3,
 	    lease_until = now() + $4 * interval '1 microsecond', attempts = o.attempts + 1
-	FROM next
-	WHERE o.id = next.id
+	WHERE o.id = ANY(ARRAY(SELECT id FROM next))
 	RETURNING o.id, o.seq, o.topic, o.key, o.type, o.aggregate_type, o.aggregate_id,
 	          o.payload, o.headers, o.attempts, o.created_at`
 
@@ -140,8 +142,7 @@ const (
 	UPDATE {{.Table}} o
 	SET state = 'claimed', claim_token = $6, claimed_by = $7,
 	    lease_until = now() + $8 * interval '1 microsecond', attempts = o.attempts + 1
-	FROM pick
-	WHERE o.id = pick.id AND o.state = 'ready'
+	WHERE o.id = ANY(ARRAY(SELECT id FROM pick)) AND o.state = 'ready'
 	RETURNING o.id, o.seq, o.topic, o.key, o.type, o.aggregate_type, o.aggregate_id,
 	          o.payload, o.headers, o.attempts, o.created_at`
 
