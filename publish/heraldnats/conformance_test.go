@@ -36,6 +36,19 @@ func TestConformance(t *testing.T) {
 	require.NoError(t, err)
 	var topics atomic.Int64
 
+	// A server whose streams' intake queue holds one message: a round of
+	// many keys overflows it, and it answers 429.
+	busy := startServer(t, intakeLimits(1, 0))
+	busyConn, err := nats.Connect(busy.srv.ClientURL())
+	require.NoError(t, err)
+	t.Cleanup(busyConn.Close)
+	busyJS, err := jetstream.New(busyConn)
+	require.NoError(t, err)
+	busyStream, err := busyJS.CreateStream(t.Context(), jetstream.StreamConfig{
+		Name: "CONFORMANCE", Subjects: []string{"conformance.>"}, Duplicates: 2 * time.Minute,
+	})
+	require.NoError(t, err)
+
 	publishertest.Run(t, publishertest.Harness{
 		Features: publishertest.Features{KeyOrder: true, Headers: true, Dedup: true, PermanentTooLarge: true},
 		New: func(t *testing.T) herald.Publisher {
@@ -62,6 +75,16 @@ func TestConformance(t *testing.T) {
 			return p
 		},
 		TooLarge: conformanceMaxMsgSize + 1,
+		Busy: &publishertest.Busy{
+			New: func(t *testing.T) herald.Publisher {
+				p, err := heraldnats.New(busyConn, nil)
+				require.NoError(t, err)
+				return p
+			},
+			Read: func(t *testing.T, topic string, n int) []publishertest.Received {
+				return readSubject(t, busyStream, topic, n)
+			},
+		},
 	})
 }
 

@@ -13,24 +13,29 @@
 // JetStream answers every publish on its own: it can refuse one message
 // and store the next one sent behind it, for example when its intake queue
 // is full (429, too many requests) or when the message exceeds the
-// stream's MaxMsgSize. Had Publish sent all of a key's events without
-// waiting, a later event could then be stored after an earlier one of its
-// key failed. Publish therefore sends a batch in rounds
-// (herald.SendInRounds): a round publishes, without waiting between them,
-// the next event of every ordered key (and, in the first round, every event
-// that is not ordered), then waits for their PubAcks. An event is sent only
-// once the earlier event of its key was stored; once one failed, the later
-// events of its key are reported with herald.ErrHeldBack and not sent. A
-// batch of distinct keys is one round trip; n events of one key take n.
+// stream's MaxMsgSize, and a message it stored cannot be taken back. Had
+// Publish sent all of a key's events without waiting, a later event could
+// then be stored after an earlier one of its key failed. Publish therefore
+// sends a batch in rounds (herald.SendInRounds): a round publishes, without
+// waiting between them, the next event of every ordered key (and, in the
+// first round, every event that is not ordered), then waits for their
+// PubAcks. An event is sent only once the earlier event of its key was
+// stored; once one failed, the later events of its key are reported with
+// herald.ErrHeldBack and not sent. A batch of distinct keys is one round
+// trip; n events of one key take n.
 //
-// Config.PipelineKeys sends a whole batch in one round instead, all of a
-// key's events in flight together, for throughput on hot keys. It accepts
-// the risk above: an event can be stored behind an earlier one of its key
-// that JetStream refused (the relay logs such a broken order as an error).
-// Refusals found before sending still hold back the rest of their key in
-// the batch: a message over Config.MaxMessageBytes or the server's
-// max_payload, an invalid subject. Setting MaxMessageBytes to the
-// streams' MaxMsgSize moves the most common refusal there.
+// # Backpressure
+//
+// The messages awaiting a PubAck are bounded in number (Config.MaxPending)
+// and in bytes (Config.MaxPendingBytes), over all batches in flight, so
+// that a round of large events does not overflow the stream's intake queue
+// (nats-server's max_buffered_size and max_buffered_msgs, shared by every
+// publisher of the stream). A refusal that says the server is busy rather
+// than that the message is wrong (429 too many requests from a full intake
+// queue; 503 JetStream temporarily unavailable or out of resources) is
+// reported with herald.Unavailable: the relay retries the event after a
+// pause without spending an attempt, and the later events of its key wait
+// behind it.
 package heraldnats
 
 import (
@@ -58,9 +63,16 @@ type Config struct {
 	// flight, and with them the memory and broker load of a burst. Publish
 	// waits for a free slot. Defaults to 4096.
 	MaxPending int
+	// MaxPendingBytes bounds the bytes (headers and payload) of the
+	// messages awaiting a PubAck, over all batches in flight, as
+	// MaxPending bounds their number: a stream's intake queue refuses
+	// what exceeds its max_buffered_size (128 MiB by default, for all its
+	// publishers together). A message larger than the bound is sent alone.
+	// Defaults to 8 MiB.
+	MaxPendingBytes int
 	// AckTimeout is how long a message waits for its PubAck before it
-	// counts as failed. It frees the slots of messages whose Publish gave
-	// up when its context ended. Defaults to 30s.
+	// counts as failed. It frees the slots and bytes of messages whose
+	// Publish gave up when its context ended. Defaults to 30s.
 	AckTimeout time.Duration
 	// CreateStream is a stream New creates, or updates to this config, so
 	// that it captures the published subjects before the first publish.
@@ -70,16 +82,9 @@ type Config struct {
 	// payload exceed it: the refusal is permanent and holds back the later
 	// events of its key in the batch. Set it to the MaxMsgSize of the
 	// streams the publisher feeds: it spares the round trip of a message
-	// the stream would refuse, and with PipelineKeys it is the only way
-	// such a message holds back the rest of its key. Defaults to 0: only
-	// the server's max_payload, which the client checks.
+	// the stream would refuse. Defaults to 0: only the server's
+	// max_payload, which the client checks.
 	MaxMessageBytes int
-	// PipelineKeys sends all of a batch at once, several events of a key
-	// in flight together, instead of one event per key per round trip. A
-	// hot key drains faster, but an event can then be stored behind an
-	// earlier event of its key that JetStream refused (see the package
-	// documentation). Defaults to false.
-	PipelineKeys bool
 	// Logger receives the publisher's logs. Defaults to slog.Default().
 	Logger *slog.Logger
 }
@@ -106,7 +111,7 @@ type Publisher struct {
 	prefix     string // SubjectPrefix with its dot
 	ackTimeout time.Duration
 	maxBytes   int // Config.MaxMessageBytes
-	pipelined  bool
+	pending    *pendingBytes
 	pubOpts    []jetstream.PublishOpt
 	log        *slog.Logger
 
@@ -130,6 +135,9 @@ func New(nc *nats.Conn, cfg *Config) (*Publisher, error) {
 	if c.MaxPending == 0 {
 		c.MaxPending = 4096
 	}
+	if c.MaxPendingBytes == 0 {
+		c.MaxPendingBytes = 8 << 20
+	}
 	if c.AckTimeout == 0 {
 		c.AckTimeout = 30 * time.Second
 	}
@@ -139,6 +147,8 @@ func New(nc *nats.Conn, cfg *Config) (*Publisher, error) {
 	switch {
 	case c.MaxPending < 0:
 		return nil, errors.New("heraldnats: Config.MaxPending must not be negative")
+	case c.MaxPendingBytes < 0:
+		return nil, errors.New("heraldnats: Config.MaxPendingBytes must not be negative")
 	case c.AckTimeout < 0:
 		return nil, errors.New("heraldnats: Config.AckTimeout must not be negative")
 	case c.MaxMessageBytes < 0:
@@ -152,9 +162,14 @@ func New(nc *nats.Conn, cfg *Config) (*Publisher, error) {
 		prefix = c.SubjectPrefix + "."
 	}
 
+	pending := newPendingBytes(c.MaxPendingBytes)
 	js, err := jetstream.New(nc,
 		jetstream.WithPublishAsyncMaxPending(c.MaxPending),
-		jetstream.WithPublishAsyncTimeout(c.AckTimeout))
+		jetstream.WithPublishAsyncTimeout(c.AckTimeout),
+		// The client calls one of these for every message it resolves,
+		// including those whose Publish stopped waiting.
+		jetstream.WithPublishAsyncAckHandler(func(_ jetstream.JetStream, m *nats.Msg, _ *jetstream.PubAck) { pending.release(m) }),
+		jetstream.WithPublishAsyncErrHandler(func(_ jetstream.JetStream, m *nats.Msg, _ error) { pending.release(m) }))
 	if err != nil {
 		return nil, fmt.Errorf("heraldnats: %w", err)
 	}
@@ -171,7 +186,7 @@ func New(nc *nats.Conn, cfg *Config) (*Publisher, error) {
 		prefix:         prefix,
 		ackTimeout:     c.AckTimeout,
 		maxBytes:       c.MaxMessageBytes,
-		pipelined:      c.PipelineKeys,
+		pending:        pending,
 		pubOpts:        []jetstream.PublishOpt{jetstream.WithStallWait(stallPoll)},
 		log:            c.Logger.With("component", "herald.nats"),
 		noStreamLogged: map[string]time.Time{},
@@ -197,16 +212,12 @@ func (p *Publisher) Publish(ctx context.Context, batch []herald.Envelope) error 
 		return err
 	}
 
-	perKey := 1
-	if p.pipelined {
-		perKey = len(batch)
-	}
 	var (
 		lost       error // the connection, not an event, failed
 		rounds     int
 		duplicates int
 	)
-	errs := herald.SendInRounds(ctx, batch, perKey, func(ctx context.Context, round []int, errs []error) error {
+	errs := herald.SendInRounds(ctx, batch, 1, func(ctx context.Context, round []int, errs []error) error {
 		rounds++
 		if rounds > 1 {
 			// A connection that went down since the last round would only
@@ -240,34 +251,20 @@ func (p *Publisher) sendRound(ctx context.Context, batch []herald.Envelope, roun
 		i int
 		f jetstream.PubAckFuture
 	}
+	// A round holds at most one event of each ordered key, so no event
+	// of the round waits on another's answer.
 	inFlight := make([]sent, 0, len(round))
-	// With PipelineKeys a round holds several events of a key: one refused
-	// before sending must still keep the key's later events unsent, as
-	// SendInRounds does between rounds. Ordered key -> refused event's id.
-	var refused map[string]string
 	for _, i := range round {
-		env := &batch[i]
-		k := orderKey(env)
-		if id := refused[k]; k != "" && id != "" {
-			errs[i] = fmt.Errorf("heraldnats: event %s not sent after event %s of its key was refused: %w", env.ID, id, herald.ErrHeldBack)
-			continue
-		}
 		if ctx.Err() != nil {
 			errs[i] = unconfirmed(ctx)
 			continue
 		}
-		f, err := p.publishAsync(ctx, env)
+		f, err := p.publishAsync(ctx, &batch[i])
 		if connectionLost(err) {
 			return duplicates, fmt.Errorf("heraldnats: connection lost during publish: %w", err)
 		}
 		if err != nil {
 			errs[i] = err
-			if k != "" {
-				if refused == nil {
-					refused = map[string]string{}
-				}
-				refused[k] = env.ID
-			}
 			continue
 		}
 		inFlight = append(inFlight, sent{i, f})
@@ -306,35 +303,31 @@ func (p *Publisher) sendRound(ctx context.Context, batch []herald.Envelope, roun
 	return duplicates, nil
 }
 
-// orderKey returns the key whose order env must keep within its topic, or
-// "" when it has none (see herald.Envelope.Ordered).
-func orderKey(env *herald.Envelope) string {
-	if !env.Ordered || env.Key == "" {
-		return ""
-	}
-	return env.Topic + "\x00" + env.Key
-}
-
 func (p *Publisher) publishAsync(ctx context.Context, env *herald.Envelope) (jetstream.PubAckFuture, error) {
 	subj := p.prefix + env.Topic
 	if reason := checkSubject(subj); reason != "" {
 		return nil, herald.Permanent(fmt.Errorf("heraldnats: subject %q %s", subj, reason))
 	}
 	msg := message(subj, env)
-	if p.maxBytes > 0 {
-		if n := messageSize(msg); n > p.maxBytes {
-			return nil, herald.Permanent(fmt.Errorf("heraldnats: message to %q of %d bytes exceeds MaxMessageBytes (%d)", subj, n, p.maxBytes))
-		}
+	size := messageSize(msg)
+	if p.maxBytes > 0 && size > p.maxBytes {
+		return nil, herald.Permanent(fmt.Errorf("heraldnats: message to %q of %d bytes exceeds MaxMessageBytes (%d)", subj, size, p.maxBytes))
+	}
+	if err := p.pending.acquire(ctx, msg, size); err != nil {
+		return nil, unconfirmed(ctx)
 	}
 	for {
 		f, err := p.js.PublishMsgAsync(msg, p.pubOpts...)
 		if !errors.Is(err, jetstream.ErrTooManyStalledMsgs) {
 			if err != nil {
+				// Never sent: the client resolves no future for it.
+				p.pending.release(msg)
 				return nil, p.classify(subj, err)
 			}
 			return f, nil
 		}
 		if ctx.Err() != nil {
+			p.pending.release(msg)
 			return nil, unconfirmed(ctx)
 		}
 	}
@@ -376,10 +369,31 @@ func (p *Publisher) classify(subj string, err error) error {
 	case errors.Is(err, nats.ErrMaxPayload),
 		errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamMessageExceedsMaximum:
 		return herald.Permanent(fmt.Errorf("heraldnats: publishing to %q: %w", subj, err))
+	case errors.As(err, &apiErr) && busy(apiErr):
+		return herald.Unavailable(fmt.Errorf("heraldnats: JetStream is busy, publishing to %q: %w", subj, err))
 	case errors.Is(err, jetstream.ErrAsyncPublishTimeout):
 		return fmt.Errorf("heraldnats: no PubAck for %q within %s: %w (%w)", subj, p.ackTimeout, context.DeadlineExceeded, err)
 	}
 	return fmt.Errorf("heraldnats: publishing to %q: %w", subj, err)
+}
+
+// JetStream error codes (nats-server's errors.json) that say the server is
+// busy, not that the message is wrong.
+const (
+	// errCodeClusterNotAvailable: "JetStream system temporarily
+	// unavailable" (503).
+	errCodeClusterNotAvailable jetstream.ErrorCode = 10008
+	// errCodeInsufficientResources: the server is over its JetStream
+	// memory or storage limit (503).
+	errCodeInsufficientResources jetstream.ErrorCode = 10023
+)
+
+// busy reports whether a PubAck error is the server's backpressure: every
+// 429 (a stream's intake queue is full: "too many requests", 10167), and
+// the 503s above. The same message is accepted once the server has caught
+// up.
+func busy(e *jetstream.APIError) bool {
+	return e.Code == 429 || e.ErrorCode == errCodeClusterNotAvailable || e.ErrorCode == errCodeInsufficientResources
 }
 
 func (p *Publisher) warnNoStream(subj string) {

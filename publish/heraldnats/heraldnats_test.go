@@ -317,29 +317,11 @@ func TestPublish(t *testing.T) {
 			"no event stored behind the refused one of its key")
 	})
 
-	t.Run("PipelineKeysSendsAKeysEventsTogetherAcceptingTheRisk", func(t *testing.T) {
+	t.Run("MaxMessageBytesRefusalHoldsBackTheRestOfItsKey", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 		stream := refusingStream(t, b)
-		p := b.publisher(t, &heraldnats.Config{PipelineKeys: true})
-
-		// The documented risk: the later event was already on its way
-		// when the stream refused the earlier one.
-		batch := []herald.Envelope{
-			keyed("orders.placed", "k", big),
-			keyed("orders.placed", "k", []byte("k2")),
-		}
-		errs := batchErrors(t, p.Publish(t.Context(), batch), len(batch))
-		require.True(t, herald.IsPermanent(errs[0]), "%v", errs[0])
-		require.NoError(t, errs[1])
-		require.Equal(t, []string{batch[1].ID}, storedIDs(t, stream))
-	})
-
-	t.Run("PipelineKeysStillHoldsBackBehindARefusalBeforeSending", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t)
-		stream := refusingStream(t, b)
-		p := b.publisher(t, &heraldnats.Config{PipelineKeys: true, MaxMessageBytes: 512})
+		p := b.publisher(t, &heraldnats.Config{MaxMessageBytes: 512})
 
 		batch := []herald.Envelope{
 			keyed("orders.placed", "k", []byte("k1")),
@@ -444,10 +426,11 @@ func TestNew(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 		for field, cfg := range map[string]*heraldnats.Config{
-			"MaxPending":    {MaxPending: -1},
-			"AckTimeout":    {AckTimeout: -time.Second},
-			"SubjectPrefix": {SubjectPrefix: "prod.*"},
-			"CreateStream":  {CreateStream: &jetstream.StreamConfig{Subjects: []string{"x"}}}, // no name
+			"MaxPending":      {MaxPending: -1},
+			"MaxPendingBytes": {MaxPendingBytes: -1},
+			"AckTimeout":      {AckTimeout: -time.Second},
+			"SubjectPrefix":   {SubjectPrefix: "prod.*"},
+			"CreateStream":    {CreateStream: &jetstream.StreamConfig{Subjects: []string{"x"}}}, // no name
 		} {
 			_, err := heraldnats.New(b.nc, cfg)
 			require.ErrorContains(t, err, "Config."+field)

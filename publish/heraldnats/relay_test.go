@@ -25,14 +25,28 @@ type restartableServer struct {
 	srv  *server.Server
 }
 
-func startServer(t *testing.T) *restartableServer {
+// startServer starts the server with the given changes to its options.
+func startServer(t *testing.T, with ...func(*server.Options)) *restartableServer {
 	s := &restartableServer{opts: &server.Options{
 		Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true,
 	}}
+	for _, f := range with {
+		f(s.opts)
+	}
 	s.start(t)
 	s.opts.Port = s.srv.Addr().(*net.TCPAddr).Port
 	t.Cleanup(s.stop)
 	return s
+}
+
+// intakeLimits gives every stream of the server an intake queue of at most
+// msgs messages and size bytes (nats-server's max_buffered_msgs and
+// max_buffered_size): past them it refuses a publish with a 429.
+func intakeLimits(msgs int, size int64) func(*server.Options) {
+	return func(o *server.Options) {
+		o.StreamMaxBufferedMsgs = msgs
+		o.StreamMaxBufferedSize = size
+	}
 }
 
 func (s *restartableServer) start(t *testing.T) {

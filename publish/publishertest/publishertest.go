@@ -88,6 +88,11 @@ type Harness struct {
 	// TooLarge, when Features.PermanentTooLarge, is a payload size the
 	// broker refuses. It must be larger than MaxRegularPayload.
 	TooLarge int
+	// Busy, when set, is a broker that refuses publishes for load: the
+	// suite checks that such refusals spend no attempt and never let a
+	// later event of a key be stored before an earlier one. Defaults to
+	// nil: the case is skipped.
+	Busy *Busy
 }
 
 // MaxRegularPayload is the largest payload the suite publishes outside the
@@ -131,6 +136,7 @@ func Run(t *testing.T, h Harness) {
 		{"UnreachableBrokerNeverYieldsNil", true, "", s.unreachable},
 		{"RepublishedEventIDIsDropped", h.Features.Dedup, "Features.Dedup is not declared", s.dedup},
 		{"EmptyBatchReturnsNil", true, "", s.emptyBatch},
+		{"BusyBrokerRefusalIsUnavailableAndNeverReordersAKey", h.Busy != nil, "Harness.Busy is not set", s.busyRefusal},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
