@@ -151,6 +151,8 @@ type handler struct {
 	static fs.FS
 	key    []byte // signs sessions and derives their CSRF tokens
 	now    func() time.Time
+	// sessions are the live logins: a logout ends one for good.
+	sessions sessionStore
 }
 
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {

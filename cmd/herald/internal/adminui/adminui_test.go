@@ -460,11 +460,23 @@ func TestAuth(t *testing.T) {
 		require.NotContains(t, res.Body, `id="login-link"`)
 		require.Equal(t, http.StatusOK, b.get(t, "/confirm?action=requeue&id="+ids[0], s.send).Code)
 
+		other := b.login(t)
 		res = b.post(t, "/logout", url.Values{"csrf": {s.csrf}}, s.send)
 		require.Equal(t, http.StatusSeeOther, res.Code)
 		require.Contains(t, res.Header.Get("Set-Cookie"), "Max-Age=0")
-		// A stateless session ends when the browser drops its cookie; the
-		// next login gets a new one, with a new CSRF token.
+		// The session ended on the server: a copy of its cookie, replayed,
+		// is no login, for pages, confirmations or actions.
+		res = b.get(t, "/events/"+ids[0], s.send)
+		require.Contains(t, res.Body, `id="login-link"`)
+		require.NotContains(t, res.Body, `id="requeue"`)
+		require.Equal(t, http.StatusUnauthorized, b.get(t, "/confirm?action=requeue&id="+ids[0], s.send).Code)
+		res = b.post(t, "/actions/requeue", url.Values{"confirm": {"yes"}, "id": {ids[0]}, "csrf": {s.csrf}}, s.send)
+		require.Equal(t, http.StatusUnauthorized, res.Code, res.Body)
+		require.Equal(t, http.StatusUnauthorized, b.post(t, "/logout", url.Values{"csrf": {s.csrf}}, s.send).Code)
+		require.Equal(t, heraldadmin.StateDead, b.state(t, ids[0]))
+		// Another login goes on; the next one gets a new session, with a
+		// new CSRF token.
+		require.Equal(t, http.StatusOK, b.get(t, "/confirm?action=requeue&id="+ids[0], other.send).Code)
 		s2 := b.login(t)
 		require.NotEqual(t, s.cookie.Value, s2.cookie.Value)
 		require.NotEqual(t, s.csrf, s2.csrf)

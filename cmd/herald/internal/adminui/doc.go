@@ -15,7 +15,9 @@
 //
 //   - in a browser, on the login page (/login): the token is checked and the
 //     browser gets a session cookie (HttpOnly, SameSite=Strict, Secure over
-//     TLS) that lasts 12 hours or until the relay restarts. Every form post
+//     TLS) that lasts 12 hours, until the relay restarts, or until logout,
+//     which ends the session on the server: a copy of the cookie is refused
+//     afterwards. Every form post
 //     carries the session's CSRF token, and cross-origin posts are refused
 //     (net/http.CrossOriginProtection);
 //   - from a script, as an "Authorization: Bearer TOKEN" header on the
