@@ -9,6 +9,7 @@ import (
 	"encoding/binary"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -235,7 +236,12 @@ func (h *handler) login(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, http.StatusBadRequest, "The form could not be read.")
 		return
 	}
+	if wait := h.limiter.wait(r.RemoteAddr, h.now()); wait > 0 {
+		h.throttled(w, r, wait)
+		return
+	}
 	if !h.tokenMatches(r.PostFormValue("token")) {
+		h.wrongToken(r)
 		h.audit(r, "login_failed", slog.String("method", "form"))
 		h.render(w, r, http.StatusUnauthorized, "login", "Log in", loginView{Wrong: true})
 		return
@@ -263,4 +269,22 @@ func (h *handler) logout(w http.ResponseWriter, r *http.Request) {
 	h.setSessionCookie(w, r, "", -1)
 	h.audit(r, "logout")
 	http.Redirect(w, r, h.cfg.Prefix+"/", http.StatusSeeOther)
+}
+
+// wrongToken spends a try of the requester's, and says so in the audit log
+// when that was its (or everyone's) last one for now.
+func (h *handler) wrongToken(r *http.Request) {
+	if h.limiter.failed(r.RemoteAddr, h.now()) {
+		h.audit(r, "login_throttled")
+	}
+}
+
+// throttled refuses a try at the token with 429 and when to try again.
+func (h *handler) throttled(w http.ResponseWriter, r *http.Request, wait time.Duration) {
+	secs := int((wait + time.Second - 1) / time.Second)
+	w.Header().Set("Retry-After", strconv.Itoa(secs))
+	// The page must not tell whether the refused bearer token was right.
+	r = r.Clone(r.Context())
+	r.Header.Del("Authorization")
+	h.fail(w, r, http.StatusTooManyRequests, "Too many wrong tokens: try again in %d seconds.", secs)
 }

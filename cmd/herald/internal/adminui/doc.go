@@ -27,6 +27,13 @@
 // Tokens are compared in constant time. With no token configured the page
 // is read-only: it shows no action, and every POST is refused with 403.
 //
+// Wrong tokens, by form or bearer header, are limited: a client address
+// (an IPv6 /64) has 5 tries, and one more every 12 seconds; all clients
+// together have 30, and one more every 2 seconds. Past that a try is
+// answered 429 with Retry-After, without looking at the token; a right
+// token spends nothing. Behind a reverse proxy every client has the
+// proxy's address, so only the global limit tells them apart.
+//
 // Each action takes two steps: a confirmation page (/confirm) says what
 // will change, and only its form, which carries confirm=yes, changes
 // anything. Discarding a dead event that parks its key needs an explicit
