@@ -489,7 +489,7 @@ func openEndpoint(ctx context.Context, inv *invocation, log *slog.Logger, owner 
 func refusedCredentials(err error) bool {
 	var amqpErr *amqp.Error
 	return errors.Is(err, nats.ErrAuthorization) || redis.HasErrorPrefix(err, "WRONGPASS") ||
-		redis.HasErrorPrefix(err, "NOAUTH") || errors.As(err, &amqpErr) && amqpErr.Code == amqp.AccessRefused
+		redis.HasErrorPrefix(err, "NOAUTH") || (errors.As(err, &amqpErr) && amqpErr.Code == amqp.AccessRefused)
 }
 
 // connectNATS connects to a NATS server list and logs the connection's

@@ -61,6 +61,14 @@ func (g *guard) control(network, address string, _ syscall.RawConn) error {
 }
 
 func (g *guard) check(addr netip.Addr) error {
+	if r := g.refusal(addr); r != nil {
+		return r
+	}
+	return nil
+}
+
+// refusal returns why the guard refuses addr, or nil when it allows it.
+func (g *guard) refusal(addr netip.Addr) *RefusedDestinationError {
 	addr = addr.WithZone("").Unmap()
 	reason := refusedReason(addr)
 	if reason == "" || g.allowAll {

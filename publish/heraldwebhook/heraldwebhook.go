@@ -292,8 +292,8 @@ func New(cfg *Config) (*Publisher, error) {
 		// A literal address is known now: refusing it at every request
 		// would only hide a configuration error in the dead letters.
 		if addr, err := netip.ParseAddr(ep.host); err == nil {
-			if err := g.check(addr); err != nil {
-				return nil, &endpointRefusedError{where: ep.field + ".URL", err: err.(*RefusedDestinationError)}
+			if r := g.refusal(addr); r != nil {
+				return nil, &endpointRefusedError{where: ep.field + ".URL", err: r}
 			}
 		}
 	}
