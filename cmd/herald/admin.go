@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -17,7 +18,9 @@ import (
 	"github.com/herald-outbox/herald/heraldprom"
 )
 
-// adminServer serves /metrics, /healthz and /readyz for a running relay.
+// adminServer serves /metrics, /healthz and /readyz for a relay, from
+// before it starts: while it waits for its database or a destination,
+// /readyz says which and why.
 type adminServer struct {
 	srv   *http.Server
 	addr  string // where it listens
@@ -54,15 +57,16 @@ func checkAdminAddr(inv *invocation, addr string) (string, error) {
 
 // startAdmin listens on addr and serves the admin endpoints and page until
 // stop.
-func startAdmin(inv *invocation, log *slog.Logger, addr string, metrics *heraldprom.Metrics, relay *herald.Relay,
-	admin heraldadmin.Admin, destinations func() []destinationJSON) (*adminServer, error) {
+func startAdmin(inv *invocation, log *slog.Logger, addr string, metrics *heraldprom.Metrics, status *relayStatus,
+	admin heraldadmin.Admin) (*adminServer, error) {
 	token, _ := inv.getenv(adminTokenEnv)
-	rates := newRateRecorder(relay)
+	rates := newRateRecorder(status.published)
 	page, err := adminui.New(adminui.Config{
 		Admin: admin, Token: token, Rate: rates.points, Logger: log,
 		Audit: log.With("component", "herald.audit"),
 	})
 	if err != nil {
+		rates.stop()
 		return nil, err
 	}
 	ln, err := net.Listen("tcp", addr)
@@ -79,19 +83,17 @@ func startAdmin(inv *invocation, log *slog.Logger, addr string, metrics *heraldp
 	})
 	mux.HandleFunc("GET /destinations", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(destinationsJSON{Destinations: destinations()})
+		_ = json.NewEncoder(w).Encode(destinationsJSON{Destinations: status.destinations()})
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
-		h := relay.Health()
-		ready := h.Running && h.Database == "" && h.Destination == ""
+		rj := status.ready()
+		rj.Database, rj.Destination, rj.Config = inv.stderr.scrub(rj.Database), inv.stderr.scrub(rj.Destination),
+			inv.stderr.scrub(rj.Config)
 		w.Header().Set("Content-Type", "application/json")
-		if !ready {
+		if !rj.Ready {
 			w.WriteHeader(http.StatusServiceUnavailable)
 		}
-		_ = json.NewEncoder(w).Encode(readyJSON{
-			Ready: ready, Running: h.Running,
-			Database: inv.stderr.scrub(h.Database), Destination: inv.stderr.scrub(h.Destination),
-		})
+		_ = json.NewEncoder(w).Encode(rj)
 	})
 	a := &adminServer{
 		srv:   &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)},
@@ -131,10 +133,112 @@ type destinationJSON struct {
 
 // readyJSON is the documented shape of /readyz.
 type readyJSON struct {
-	Ready       bool   `json:"ready"`
+	Ready bool `json:"ready"`
+	// Starting: the relay waits for its database or a destination, named
+	// in the error fields.
+	Starting    bool   `json:"starting,omitempty"`
 	Running     bool   `json:"running"`
 	Database    string `json:"database_error,omitempty"`
 	Destination string `json:"destination_error,omitempty"`
+	// Config is a configuration error found while relaying: a webhook
+	// destination whose address the address guard refuses.
+	Config string `json:"config_error,omitempty"`
+}
+
+// relayStatus is what the admin server reports of the relay: what it waits
+// for while it starts, then the running relay's health.
+type relayStatus struct {
+	mu         sync.Mutex
+	waitingFor string // "database" or "destination NAME" while starting
+	waitErr    string
+	relay      *herald.Relay
+	dests      *destinations
+}
+
+// waiting records what the start waits for and why; "" when nothing.
+func (s *relayStatus) waiting(what, why string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.waitingFor, s.waitErr = what, why
+}
+
+// started records the running relay and its destinations.
+func (s *relayStatus) started(relay *herald.Relay, dests *destinations) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.relay, s.dests, s.waitingFor, s.waitErr = relay, dests, "", ""
+}
+
+func (s *relayStatus) get() (*herald.Relay, *destinations) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.relay, s.dests
+}
+
+// ready is /readyz: ready once the relay runs, its database and
+// destination answer, and no destination is refused by configuration.
+func (s *relayStatus) ready() readyJSON {
+	s.mu.Lock()
+	relay, dests, what, why := s.relay, s.dests, s.waitingFor, s.waitErr
+	s.mu.Unlock()
+	if relay == nil {
+		rj := readyJSON{Starting: true}
+		if why == "" {
+			why = "starting: connecting"
+		}
+		if strings.HasPrefix(what, "destination") {
+			rj.Destination = why
+		} else {
+			rj.Database = why
+		}
+		return rj
+	}
+	h := relay.Health()
+	rj := readyJSON{Running: h.Running, Database: h.Database, Destination: h.Destination, Config: dests.refused()}
+	rj.Ready = h.Running && h.Database == "" && h.Destination == "" && rj.Config == ""
+	return rj
+}
+
+// destinations is /destinations: each destination's breaker, none before
+// the relay started.
+func (s *relayStatus) destinations() []destinationJSON {
+	relay, dests := s.get()
+	out := []destinationJSON{}
+	switch {
+	case relay == nil:
+	case dests.router != nil:
+		for _, d := range dests.router.Status() {
+			out = append(out, destinationJSON{Name: d.Name, Breaker: d.Breaker, InFlight: d.InFlight, Failures: d.Failures})
+		}
+	default:
+		// One destination, no breaker of its own: the relay's outage
+		// state stands for it.
+		state := "closed"
+		if relay.Health().Destination != "" {
+			state = "open"
+		}
+		out = append(out, destinationJSON{Name: dests.names[0], Breaker: state})
+	}
+	return out
+}
+
+// breakers is the destinations' breakers for the metrics.
+func (s *relayStatus) breakers() []heraldprom.Destination {
+	var out []heraldprom.Destination
+	if _, dests := s.get(); dests != nil && dests.router != nil {
+		for _, d := range dests.router.Status() {
+			out = append(out, heraldprom.Destination{Name: d.Name, Breaker: d.Breaker})
+		}
+	}
+	return out
+}
+
+// published is the relay's published count, 0 before it started.
+func (s *relayStatus) published() int64 {
+	if relay, _ := s.get(); relay != nil {
+		return relay.Stats().Published
+	}
+	return 0
 }
 
 func (a *adminServer) stop() {
@@ -148,9 +252,9 @@ func (a *adminServer) stop() {
 // rateRecorder samples the relay's published count every few seconds and
 // turns the samples into events published per minute, for the page.
 type rateRecorder struct {
-	relay *herald.Relay
-	quit  chan struct{}
-	done  chan struct{}
+	published func() int64
+	quit      chan struct{}
+	done      chan struct{}
 
 	mu      sync.Mutex
 	samples []rateSample // oldest first, the last rateWindow
@@ -166,8 +270,8 @@ const (
 	rateWindow = 15 * time.Minute
 )
 
-func newRateRecorder(relay *herald.Relay) *rateRecorder {
-	r := &rateRecorder{relay: relay, quit: make(chan struct{}), done: make(chan struct{})}
+func newRateRecorder(published func() int64) *rateRecorder {
+	r := &rateRecorder{published: published, quit: make(chan struct{}), done: make(chan struct{})}
 	r.sample(time.Now())
 	go func() {
 		defer close(r.done)
@@ -188,7 +292,7 @@ func newRateRecorder(relay *herald.Relay) *rateRecorder {
 func (r *rateRecorder) sample(now time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.samples = append(r.samples, rateSample{at: now, published: r.relay.Stats().Published})
+	r.samples = append(r.samples, rateSample{at: now, published: r.published()})
 	for len(r.samples) > 0 && now.Sub(r.samples[0].at) > rateWindow {
 		r.samples = r.samples[1:]
 	}

@@ -79,9 +79,10 @@ Flags of every database command (migrate, relay, status, dead ...):
 		}
 	}
 	b.WriteString(`
-Exit codes: 0 done; 1 failed (database or broker unreachable, ...); 2 bad
-input (command, flag, environment variable, DSN or URL); 130 a second
-signal aborted the relay's graceful shutdown.
+Exit codes: 0 done; 1 failed (database or broker unreachable, which the
+relay waits for instead; refused credentials, ...); 2 bad input (command,
+flag, environment variable, DSN or URL); 130 a second signal aborted the
+relay's graceful shutdown.
 `)
 	return b.String()
 }

@@ -254,38 +254,76 @@ func (p *plan) display() string {
 	return strings.Join(parts, " ")
 }
 
-// connect opens every destination and returns the publisher the relay
-// uses, and what closes the connections.
-func (p *plan) connect(ctx context.Context, inv *invocation, log *slog.Logger, owner string,
-	natsCfg *heraldnats.Config, publishTimeout time.Duration) (herald.Publisher, func(), error) {
-	var closers []func()
-	closeAll := func() {
-		for i := len(closers) - 1; i >= 0; i-- {
-			closers[i]()
+// destinations are a relay's opened destinations.
+type destinations struct {
+	pub      herald.Publisher    // what the relay publishes through
+	router   *heraldroute.Router // nil for one destination taking every topic
+	names    []string
+	webhooks map[string]*heraldwebhook.Publisher // by destination name
+	closers  []func()
+}
+
+// close closes the destinations' connections.
+func (d *destinations) close() {
+	for i := len(d.closers) - 1; i >= 0; i-- {
+		d.closers[i]()
+	}
+}
+
+// refused says which webhook destinations the address guard refused on
+// their last request, "" when none.
+func (d *destinations) refused() string {
+	var out []string
+	for _, name := range d.names {
+		if pub := d.webhooks[name]; pub != nil {
+			if err := pub.Refused(); err != nil {
+				out = append(out, "destination "+name+": "+webhookHints.Replace(err.Error()))
+			}
 		}
 	}
+	return strings.Join(out, "; ")
+}
+
+// connect opens every destination, waiting for each that cannot be
+// reached yet, and returns them.
+func (p *plan) connect(ctx context.Context, start starter, log *slog.Logger, owner string,
+	natsCfg *heraldnats.Config, publishTimeout time.Duration) (*destinations, error) {
+	d := &destinations{webhooks: map[string]*heraldwebhook.Publisher{}}
 	pubs := map[string]herald.Publisher{}
 	for _, ep := range p.endpoints {
-		pub, closer, err := openEndpoint(ctx, inv, log, owner, ep, natsCfg)
+		var (
+			pub    herald.Publisher
+			closer func()
+		)
+		err := start.wait(ctx, "destination "+ep.name, func(ctx context.Context) (err error) {
+			pub, closer, err = openEndpoint(ctx, start.inv, log, owner, ep, natsCfg)
+			return err
+		})
 		if err != nil {
-			closeAll()
-			return nil, nil, err
+			d.close()
+			return nil, err
 		}
-		closers = append(closers, closer)
+		d.closers = append(d.closers, closer)
+		d.names = append(d.names, ep.name)
 		pubs[ep.name] = pub
+		if wh, ok := pub.(*heraldwebhook.Publisher); ok {
+			d.webhooks[ep.name] = wh
+		}
 	}
 	if p.direct() {
-		return pubs[p.endpoints[0].name], closeAll, nil
+		d.pub = pubs[p.endpoints[0].name]
+		return d, nil
 	}
 	// A destination's call ends before the relay's publish timeout, so that
 	// a slow one is cut off and its breaker learns of it.
 	timeout := publishTimeout * 3 / 4
 	r, err := p.router(log, func(name string) herald.Publisher { return pubs[name] }, &timeout)
 	if err != nil {
-		closeAll()
-		return nil, nil, err
+		d.close()
+		return nil, err
 	}
-	return r, closeAll, nil
+	d.pub, d.router = r, r
+	return d, nil
 }
 
 // takeOption removes Herald's own option name from a URL's query (the
@@ -318,10 +356,18 @@ func newWebhook(inv *invocation, log *slog.Logger, ep endpoint) (*heraldwebhook.
 		AllowedNetworks: strings.Fields(strings.ReplaceAll(allowed, ",", " ")), Logger: log,
 	})
 	if err != nil {
-		return nil, usagef("destination %s: %s", ep.name, inv.stderr.scrub(err.Error()))
+		return nil, usagef("destination %s: %s", ep.name, webhookHints.Replace(inv.stderr.scrub(err.Error())))
 	}
 	return pub, nil
 }
+
+// webhookHints rewords the webhook publisher's errors for the command line:
+// its Config is the destination's URL and the environment.
+var webhookHints = strings.NewReplacer(
+	"heraldwebhook: Config.Default.URL: ", "",
+	" (Config.Default)", "",
+	"Config.AllowedNetworks or Config.AllowPrivate", webhookAllowEnv,
+)
 
 // The webhook destinations' settings from the environment: the Standard
 // Webhooks signing secret (whsec_...), and the networks (CIDRs) a webhook
@@ -337,7 +383,11 @@ const brokerConnectTimeout = 5 * time.Second
 func openEndpoint(ctx context.Context, inv *invocation, log *slog.Logger, owner string, ep endpoint,
 	natsCfg *heraldnats.Config) (herald.Publisher, func(), error) {
 	unreachable := func(err error) error {
-		return fmt.Errorf("cannot reach destination %s at %s: %s", ep.name, ep.display, inv.stderr.scrub(herald.Scrub(err.Error())))
+		msg := inv.stderr.scrub(herald.Scrub(err.Error()))
+		if refusedCredentials(err) {
+			return fmt.Errorf("destination %s at %s refused the credentials: %s", ep.name, ep.display, msg)
+		}
+		return &unreachableError{fmt.Sprintf("cannot reach destination %s at %s: %s", ep.name, ep.display, msg)}
 	}
 	switch ep.kind {
 	case "nats":
@@ -432,6 +482,14 @@ func openEndpoint(ctx context.Context, inv *invocation, log *slog.Logger, owner 
 		return pub, func() { _ = pub.Close() }, nil
 	}
 	return nil, nil, errors.New("unknown destination kind " + ep.kind)
+}
+
+// refusedCredentials reports whether a broker answered that the
+// credentials are wrong: configuration, not a broker to wait for.
+func refusedCredentials(err error) bool {
+	var amqpErr *amqp.Error
+	return errors.Is(err, nats.ErrAuthorization) || redis.HasErrorPrefix(err, "WRONGPASS") ||
+		redis.HasErrorPrefix(err, "NOAUTH") || (errors.As(err, &amqpErr) && amqpErr.Code == amqp.AccessRefused)
 }
 
 // connectNATS connects to a NATS server list and logs the connection's

@@ -156,6 +156,20 @@ func (d *dbFlags) parseSQLite(inv *invocation, path string) (*database, error) {
 
 // connect opens the database and checks it answers. The caller closes it.
 func (db *database) connect(ctx context.Context) (closer, outbox, error) {
+	pool, driver, err := db.open()
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := db.reach(ctx, pool); err != nil {
+		pool.Close()
+		return nil, nil, err
+	}
+	return pool, driver, nil
+}
+
+// open opens the database without waiting for it: a PostgreSQL pool
+// connects on first use. The caller closes it.
+func (db *database) open() (closer, outbox, error) {
 	if db.sqlite != nil {
 		sdb, err := heraldsqlite.Open(db.sqlitePath)
 		if err != nil {
@@ -168,15 +182,9 @@ func (db *database) connect(ctx context.Context) (closer, outbox, error) {
 		}
 		return closerFunc(func() { sdb.Close() }), driver, nil
 	}
-	pool, err := pgxpool.NewWithConfig(ctx, db.pool)
+	pool, err := pgxpool.NewWithConfig(context.Background(), db.pool)
 	if err != nil {
 		return nil, nil, fmt.Errorf("opening the database %s: %w", db.where, err)
-	}
-	pingCtx, cancel := context.WithTimeout(ctx, connectTimeout)
-	defer cancel()
-	if err := pool.Ping(pingCtx); err != nil {
-		pool.Close()
-		return nil, nil, fmt.Errorf("cannot reach the database %s: %w", db.where, err)
 	}
 	driver, err := heraldpg.New(pool, db.names)
 	if err != nil {
@@ -184,6 +192,20 @@ func (db *database) connect(ctx context.Context) (closer, outbox, error) {
 		return nil, nil, err
 	}
 	return pool, driver, nil
+}
+
+// reach checks that the database answers, within connectTimeout.
+func (db *database) reach(ctx context.Context, pool closer) error {
+	p, ok := pool.(*pgxpool.Pool)
+	if !ok {
+		return nil // SQLite: a file
+	}
+	pingCtx, cancel := context.WithTimeout(ctx, connectTimeout)
+	defer cancel()
+	if err := p.Ping(pingCtx); err != nil {
+		return fmt.Errorf("cannot reach the database %s: %w", db.where, err)
+	}
+	return nil
 }
 
 // open parses the flags, connects, and checks the outbox table is migrated

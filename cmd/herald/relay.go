@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/url"
@@ -16,7 +17,6 @@ import (
 	"github.com/herald-outbox/herald"
 	"github.com/herald-outbox/herald/heraldprom"
 	"github.com/herald-outbox/herald/publish/heraldnats"
-	"github.com/herald-outbox/herald/publish/heraldroute"
 )
 
 // relayFlags are the flags of `herald relay` beyond the database's.
@@ -238,7 +238,7 @@ const stopGrace = 2 * time.Second
 
 func runRelay(ctx context.Context, inv *invocation, log *slog.Logger, db *database, plan *plan,
 	relayCfg *herald.RelayConfig, natsCfg *heraldnats.Config, shutdownTimeout time.Duration, adminAddr string) (err error) {
-	pool, store, err := db.connect(ctx)
+	pool, store, err := db.open()
 	if err != nil {
 		return err
 	}
@@ -251,71 +251,35 @@ func runRelay(ctx context.Context, inv *invocation, log *slog.Logger, db *databa
 		}
 	}()
 
-	host, _ := os.Hostname()
-	owner := fmt.Sprintf("%s/%d", host, os.Getpid())
-	pub, closeDestinations, err := plan.connect(ctx, inv, log, owner, natsCfg, relayCfg.PublishTimeout)
-	if err != nil {
-		return err
-	}
-	defer closeDestinations()
-
-	relayCfg.Store, relayCfg.Publisher, relayCfg.Logger, relayCfg.Owner = store, pub, log, owner
-	var (
-		metrics      *heraldprom.Metrics
-		relay        *herald.Relay
-		destinations func() []destinationJSON
-	)
+	// The admin server answers from the start, so that /readyz can say what
+	// the relay waits for.
+	status := &relayStatus{}
+	var metrics *heraldprom.Metrics
 	if adminAddr != "" {
-		mcfg := &heraldprom.Config{Admin: store, Logger: log}
-		if router, ok := pub.(*heraldroute.Router); ok {
-			mcfg.Destinations = func() []heraldprom.Destination {
-				var out []heraldprom.Destination
-				for _, d := range router.Status() {
-					out = append(out, heraldprom.Destination{Name: d.Name, Breaker: d.Breaker})
-				}
-				return out
-			}
-			destinations = func() []destinationJSON {
-				out := []destinationJSON{}
-				for _, d := range router.Status() {
-					out = append(out, destinationJSON{Name: d.Name, Breaker: d.Breaker, InFlight: d.InFlight, Failures: d.Failures})
-				}
-				return out
-			}
-		} else {
-			// One destination, no breaker of its own: the relay's outage
-			// state stands for it.
-			name := plan.endpoints[0].name
-			destinations = func() []destinationJSON {
-				state := "closed"
-				if relay.Health().Destination != "" {
-					state = "open"
-				}
-				return []destinationJSON{{Name: name, Breaker: state}}
-			}
-		}
-		if metrics, err = heraldprom.New(mcfg); err != nil {
+		if metrics, err = heraldprom.New(&heraldprom.Config{Admin: store, Logger: log, Destinations: status.breakers}); err != nil {
 			return err
 		}
 		relayCfg.Observer = metrics
-	}
-	relay, err = herald.NewRelay(relayCfg)
-	if err != nil {
-		return usagef("%s", err)
-	}
-	if err := relay.Start(ctx); err != nil {
-		return err
-	}
-	if metrics != nil {
-		metrics.Watch(relay)
-		admin, err := startAdmin(inv, log, adminAddr, metrics, relay, store, destinations)
+		admin, err := startAdmin(inv, log, adminAddr, metrics, status, store)
 		if err != nil {
-			stopCtx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
-			defer cancel()
-			_ = relay.Stop(stopCtx)
 			return err
 		}
 		defer admin.stop()
+	}
+
+	relay, dests, err := startRelay(ctx, starter{inv: inv, log: log, status: status}, log, db, pool, store, plan, relayCfg, natsCfg)
+	if errors.Is(err, errStoppedStarting) {
+		log.Info("stopped before the relay started")
+		fmt.Fprintln(inv.stdout, "relay stopped before it started")
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	defer dests.close()
+	status.started(relay, dests)
+	if metrics != nil {
+		metrics.Watch(relay)
 	}
 	log.Info("relaying", "table", store.Table(), "database", db.where, "destinations", plan.display())
 
@@ -344,4 +308,38 @@ func runRelay(ctx context.Context, inv *invocation, log *slog.Logger, db *databa
 	fmt.Fprintf(inv.stdout, "relay stopped: %d published, %d retried, %d dead, %d released\n",
 		st.Published, st.Retried, st.Dead, st.Released)
 	return nil
+}
+
+// startRelay waits for the database and the destinations, each as long as
+// it cannot be reached, then starts the relay. It returns
+// errStoppedStarting when ctx ends first.
+func startRelay(ctx context.Context, start starter, log *slog.Logger, db *database, pool closer, store outbox, plan *plan,
+	relayCfg *herald.RelayConfig, natsCfg *heraldnats.Config) (*herald.Relay, *destinations, error) {
+	err := start.wait(ctx, "database", func(ctx context.Context) error {
+		if err := db.reach(ctx, pool); err != nil {
+			return err
+		}
+		return store.Ping(ctx)
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	host, _ := os.Hostname()
+	owner := fmt.Sprintf("%s/%d", host, os.Getpid())
+	dests, err := plan.connect(ctx, start, log, owner, natsCfg, relayCfg.PublishTimeout)
+	if err != nil {
+		return nil, nil, err
+	}
+	relayCfg.Store, relayCfg.Publisher, relayCfg.Logger, relayCfg.Owner = store, dests.pub, log, owner
+	relay, err := herald.NewRelay(relayCfg)
+	if err != nil {
+		dests.close()
+		return nil, nil, usagef("%s", err)
+	}
+	// Start checks the database again: it may have gone in between.
+	if err := start.wait(ctx, "database", relay.Start); err != nil {
+		dests.close()
+		return nil, nil, err
+	}
+	return relay, dests, nil
 }

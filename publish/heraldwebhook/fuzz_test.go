@@ -146,8 +146,9 @@ func FuzzSecret(f *testing.F) {
 
 // endpointErrors are the only things New says of a bad endpoint URL: it
 // never repeats the URL, whose user information, path or query may hold a
-// credential.
-var endpointErrors = regexp.MustCompile(`^heraldwebhook: Config\.Default\.URL: (required|not a valid URL|the scheme must be http or https|a host is required)$`)
+// credential. A literal address the guard refuses is named, with the reason.
+var endpointErrors = regexp.MustCompile(`^heraldwebhook: Config\.Default\.URL: (required|not a valid URL|the scheme must be http or https|a host is required|` +
+	`refusing to connect to [0-9a-f.:]+ \(.+ address\): allow it with Config\.AllowedNetworks or Config\.AllowPrivate)$`)
 
 // endpointString is how an Endpoint shows its URL: the origin only.
 var endpointString = regexp.MustCompile(`^\{URL:(""|\(invalid URL\)|([a-z][a-z0-9+.-]*)?://[^/?#@]*) Secret:set\}$`)

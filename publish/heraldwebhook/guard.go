@@ -12,17 +12,37 @@ import (
 // address actually dialled, so a name that resolves, or later rebinds, to
 // an internal address is refused too.
 //
-// It is not permanent: the destination belongs to the endpoint, not to the
-// event, so the relay treats it as an unreachable endpoint and keeps the
-// events until the configuration (or DNS) is fixed.
+// A refused destination is a configuration error. An endpoint whose URL
+// holds a literal address the guard refuses fails New. An endpoint whose
+// host name resolves to one fails each event it should take with a
+// retryable error: not an outage (the relay spends the event's attempt
+// and backs off, and the event goes to the dead letters after
+// RetryPolicy.MaxAttempts or MaxAge), and not permanent (fixing the
+// configuration or DNS in time lets it through). Publisher.Refused reports
+// such endpoints meanwhile.
 type RefusedDestinationError struct {
 	Addr   netip.Addr
 	Reason string // "loopback", "private", "link-local", ...
 }
 
-func (e *RefusedDestinationError) Error() string {
-	return fmt.Sprintf("heraldwebhook: refusing to connect to %s (%s address): allow it with Config.AllowedNetworks or Config.AllowPrivate", e.Addr, e.Reason)
+func (e *RefusedDestinationError) Error() string { return "heraldwebhook: " + e.detail() }
+
+func (e *RefusedDestinationError) detail() string {
+	return fmt.Sprintf("refusing to connect to %s (%s address): allow it with Config.AllowedNetworks or Config.AllowPrivate", e.Addr, e.Reason)
 }
+
+// endpointRefusedError is a RefusedDestinationError with the endpoint it
+// concerns, for New's errors and Publisher.Refused.
+type endpointRefusedError struct {
+	where string // the Config field, or the origin and the field
+	err   *RefusedDestinationError
+}
+
+func (e *endpointRefusedError) Error() string {
+	return "heraldwebhook: " + e.where + ": " + e.err.detail()
+}
+
+func (e *endpointRefusedError) Unwrap() error { return e.err }
 
 // guard decides which addresses the publisher may connect to.
 type guard struct {
@@ -41,6 +61,14 @@ func (g *guard) control(network, address string, _ syscall.RawConn) error {
 }
 
 func (g *guard) check(addr netip.Addr) error {
+	if r := g.refusal(addr); r != nil {
+		return r
+	}
+	return nil
+}
+
+// refusal returns why the guard refuses addr, or nil when it allows it.
+func (g *guard) refusal(addr netip.Addr) *RefusedDestinationError {
 	addr = addr.WithZone("").Unmap()
 	reason := refusedReason(addr)
 	if reason == "" || g.allowAll {

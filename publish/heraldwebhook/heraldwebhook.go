@@ -28,9 +28,10 @@
 // *StatusError (see RetryAfter). Redirects are never followed, to the same
 // host or another: a 3xx is a retryable error that asks for the endpoint's
 // URL to be updated. Any other 4xx is permanent (herald.Permanent). When
-// every request of a batch failed to reach its endpoint (refused, reset,
-// timed out, refused by the address guard), Publish returns a plain error,
-// which the relay treats as an outage; otherwise a *herald.BatchError.
+// every request of a batch failed to reach its endpoint (connection
+// refused, reset, timed out), Publish returns a plain error, which the
+// relay treats as an outage; otherwise a *herald.BatchError. A connection
+// the address guard refused is no outage (see RefusedDestinationError).
 //
 // # Order per key
 //
@@ -51,11 +52,13 @@
 // The publisher refuses to connect to private, loopback, link-local,
 // unique-local, unspecified, multicast and other special-purpose
 // addresses, unless Config.AllowedNetworks or Config.AllowPrivate allows
-// them. The check runs on every connection, on the address it is about to
-// dial after name resolution, so a public name that resolves (or
-// rebinds) to an internal address is refused as well. Proxies from the
-// environment (HTTP_PROXY) are not used: the guard would otherwise only see
-// the proxy.
+// them. New refuses an endpoint URL whose host is such an address. The
+// check also runs on every connection, on the address it is about to dial
+// after name resolution, so a public name that resolves (or rebinds) to an
+// internal address is refused as well: its events fail and are retried
+// like any failed event, and Publisher.Refused names the endpoint. Proxies
+// from the environment (HTTP_PROXY) are not used: the guard would
+// otherwise only see the proxy.
 //
 // # Secrets
 //
@@ -81,6 +84,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/herald-outbox/herald"
@@ -188,9 +192,14 @@ func (c Config) LogValue() slog.Value { return slog.StringValue(c.String()) }
 
 // endpoint is a validated Endpoint.
 type endpoint struct {
+	field  string // Config.Endpoints["topic"] or Config.Default
 	url    string
+	host   string // the URL's host, without port or brackets
 	origin string // scheme://host:port, for errors and logs
 	key    []byte
+	// refused is the address guard's refusal of the last request, nil
+	// once a request was answered.
+	refused atomic.Pointer[RefusedDestinationError]
 }
 
 // Publisher is a herald.Publisher that POSTs each event to its topic's
@@ -279,6 +288,15 @@ func New(cfg *Config) (*Publisher, error) {
 		}
 		g.allowed = append(g.allowed, prefix.Masked())
 	}
+	for _, ep := range p.all() {
+		// A literal address is known now: refusing it at every request
+		// would only hide a configuration error in the dead letters.
+		if addr, err := netip.ParseAddr(ep.host); err == nil {
+			if r := g.refusal(addr); r != nil {
+				return nil, &endpointRefusedError{where: ep.field + ".URL", err: r}
+			}
+		}
+	}
 
 	dialer := &net.Dialer{Timeout: c.Timeout, KeepAlive: 30 * time.Second, Control: g.control}
 	p.transport = &http.Transport{
@@ -331,7 +349,20 @@ func newEndpoint(field string, e Endpoint, secret string) (*endpoint, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &endpoint{url: u.String(), origin: u.Scheme + "://" + u.Host, key: key}, nil
+	return &endpoint{field: field, url: u.String(), host: u.Hostname(), origin: u.Scheme + "://" + u.Host, key: key}, nil
+}
+
+// all returns the endpoints, the default last, the others by field.
+func (p *Publisher) all() []*endpoint {
+	out := make([]*endpoint, 0, len(p.endpoints)+1)
+	for _, ep := range p.endpoints {
+		out = append(out, ep)
+	}
+	slices.SortFunc(out, func(a, b *endpoint) int { return strings.Compare(a.field, b.field) })
+	if p.def != nil {
+		out = append(out, p.def)
+	}
+	return out
 }
 
 // origin returns scheme://host:port of a URL, or "(invalid URL)".
@@ -349,6 +380,23 @@ func origin(raw string) string {
 // String describes the publisher without secrets or URLs.
 func (p *Publisher) String() string { return p.summary }
 
+// Refused returns the address guard's refusals of the endpoints whose last
+// request it refused, one error per endpoint naming its origin and Config
+// field, joined; nil when there is none. Such an endpoint has a host name
+// that resolves to an address the guard refuses (see
+// RefusedDestinationError): a configuration error for an operator to see,
+// in a readiness check for instance. An endpoint leaves the list once a
+// request to it is answered.
+func (p *Publisher) Refused() error {
+	var errs []error
+	for _, ep := range p.all() {
+		if r := ep.refused.Load(); r != nil {
+			errs = append(errs, &endpointRefusedError{where: "endpoint " + ep.origin + " (" + ep.field + ")", err: r})
+		}
+	}
+	return errors.Join(errs...)
+}
+
 // Close closes the publisher's idle connections. A Publish in flight
 // completes; a later Publish opens new connections.
 func (p *Publisher) Close() error {
@@ -362,7 +410,8 @@ type outcome uint8
 const (
 	notSent     outcome = iota // no request: held back, invalid, cancelled
 	answered                   // the endpoint answered, 2xx or not
-	unreachable                // dial, TLS, reset, timeout or guard failure
+	unreachable                // dial, TLS, reset or timeout
+	refused                    // the address guard refused the connection
 )
 
 // Publish POSTs every event of the batch to its endpoint; see the package
@@ -385,7 +434,7 @@ func (p *Publisher) Publish(ctx context.Context, batch []herald.Envelope) error 
 		return nil
 	})
 
-	confirmed, requests, reachedAny := 0, 0, false
+	confirmed, requests, unreachables := 0, 0, 0
 	var firstUnreachable error
 	for i, err := range errs {
 		switch {
@@ -397,8 +446,8 @@ func (p *Publisher) Publish(ctx context.Context, batch []herald.Envelope) error 
 		if outcomes[i] != notSent {
 			requests++
 		}
-		if outcomes[i] == answered {
-			reachedAny = true
+		if outcomes[i] == unreachable {
+			unreachables++
 		}
 	}
 	if confirmed == len(batch) {
@@ -409,10 +458,12 @@ func (p *Publisher) Publish(ctx context.Context, batch []herald.Envelope) error 
 		if err := ctx.Err(); err != nil {
 			return fmt.Errorf("heraldwebhook: not published: %w", err)
 		}
-		if requests > 0 && !reachedAny {
+		if requests > 0 && unreachables == requests {
 			// Every request failed before an answer: the endpoints are
 			// down, so the relay should back off without spending the
-			// events' attempts.
+			// events' attempts. A refusal of the address guard is no
+			// outage: it lasts until the configuration changes, so its
+			// events spend attempts and end in the dead letters.
 			return fmt.Errorf("heraldwebhook: no endpoint reachable (%d requests failed): %w", requests, firstUnreachable)
 		}
 	}
@@ -479,13 +530,23 @@ func (p *Publisher) send(ctx context.Context, env *herald.Envelope) (outcome, er
 		if errors.As(err, &ue) {
 			err = ue.Err
 		}
+		var guarded *RefusedDestinationError
 		switch {
 		case ctx.Err() != nil:
 			return notSent, fmt.Errorf("heraldwebhook: POST to %s (topic %q) abandoned: %w", ep.origin, env.Topic, ctx.Err())
+		case errors.As(err, &guarded):
+			if ep.refused.Load() == nil {
+				p.log.Warn("address guard refused an endpoint's address", "endpoint", ep.origin, "field", ep.field, "error", guarded.detail())
+			}
+			ep.refused.Store(guarded)
+			return refused, fmt.Errorf("heraldwebhook: POST to %s (topic %q): %w", ep.origin, env.Topic, err)
 		case errors.Is(context.Cause(reqCtx), errRequestTimeout):
 			return unreachable, fmt.Errorf("heraldwebhook: POST to %s (topic %q): no answer within %s (Config.Timeout): %w", ep.origin, env.Topic, p.timeout, err)
 		}
 		return unreachable, fmt.Errorf("heraldwebhook: POST to %s (topic %q): %w", ep.origin, env.Topic, err)
+	}
+	if ep.refused.Load() != nil {
+		ep.refused.Store(nil)
 	}
 	// Drain a little of the answer so the connection can be reused; a
 	// receiver that answers with more is cut off by Close.

@@ -9,8 +9,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -578,38 +580,117 @@ func TestTransportFailures(t *testing.T) {
 func TestAddressGuard(t *testing.T) {
 	t.Parallel()
 
-	for _, c := range []struct {
-		name    string
-		allowed []string
-	}{
-		{"LoopbackIsRefusedByDefault", nil},
-		{"AnAllowListWithoutLoopbackStillRefusesIt", []string{"10.0.0.0/8", "::1/128"}},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			t.Parallel()
-			b := setup(t)
-			p := b.publisher(t, &heraldwebhook.Config{Default: heraldwebhook.Endpoint{URL: b.url("/hooks")}, Secret: testSecret, AllowedNetworks: c.allowed})
-			err := publish(t, p, envelope("orders", "a", "1"), envelope("orders", "b", "2"))
-			require.Error(t, err)
+	t.Run("ALiteralRefusedAddressFailsNew", func(t *testing.T) {
+		t.Parallel()
+		const secret = "s3cr3tQueryToken"
+		for _, c := range []struct {
+			url, reason, addr string
+			allowed           []string
+		}{
+			{"http://user:" + secret + "@127.0.0.1:8080/hooks/" + secret + "?token=" + secret, "loopback", "127.0.0.1", nil},
+			{"http://127.0.0.1:8080/hooks", "loopback", "127.0.0.1", []string{"10.0.0.0/8", "::1/128"}},
+			{"https://[::1]/hooks", "loopback", "::1", nil},
+			{"https://[::ffff:127.0.0.1]/hooks", "loopback", "127.0.0.1", nil},
+			{"https://10.1.2.3/hooks", "private", "10.1.2.3", []string{"127.0.0.0/8"}},
+			{"http://169.254.169.254/latest/meta-data", "link-local", "169.254.169.254", nil},
+			{"https://[fe80::1%25eth0]:8443/", "link-local", "fe80::1", nil},
+		} {
+			for _, field := range []string{"Config.Default.URL", `Config.Endpoints["orders"].URL`} {
+				cfg := &heraldwebhook.Config{Secret: testSecret, AllowedNetworks: c.allowed}
+				if field == "Config.Default.URL" {
+					cfg.Default = heraldwebhook.Endpoint{URL: c.url}
+				} else {
+					cfg.Endpoints = map[string]heraldwebhook.Endpoint{"orders": {URL: c.url}}
+				}
+				_, err := heraldwebhook.New(cfg)
+				require.Errorf(t, err, "%s in %s", c.url, field)
+				require.Equal(t, "heraldwebhook: "+field+": refusing to connect to "+c.addr+" ("+c.reason+
+					" address): allow it with Config.AllowedNetworks or Config.AllowPrivate", err.Error())
+				var refused *heraldwebhook.RefusedDestinationError
+				require.ErrorAs(t, err, &refused)
+				require.Equal(t, c.addr, refused.Addr.String())
+			}
+		}
+		// Allowed, the same literals are fine.
+		for _, c := range []struct {
+			url     string
+			allowed []string
+		}{{"http://127.0.0.1:8080/hooks", loopback}, {"https://10.1.2.3/hooks", []string{"10.0.0.0/8"}}, {"https://[::1]/", []string{"::1/128"}}} {
+			newPublisher(t, &heraldwebhook.Config{Default: heraldwebhook.Endpoint{URL: c.url}, Secret: testSecret, AllowedNetworks: c.allowed})
+		}
+		newPublisher(t, &heraldwebhook.Config{Default: heraldwebhook.Endpoint{URL: "http://127.0.0.1/"}, Secret: testSecret, AllowPrivate: true})
+	})
+
+	t.Run("ANameThatResolvesToARefusedAddressFailsItsEventsWithoutAnOutage", func(t *testing.T) {
+		t.Parallel()
+		requireLocalhost(t)
+		b := setup(t)
+		var logs heraldtest.LogBuffer
+		byName := strings.Replace(b.url("/hooks?token=s3cr3t"), "127.0.0.1", "localhost", 1)
+		p := b.publisher(t, &heraldwebhook.Config{
+			Endpoints: map[string]heraldwebhook.Endpoint{"named": {URL: byName}},
+			Secret:    testSecret, Logger: slog.New(slog.NewTextHandler(&logs, nil)),
+		})
+		require.NoError(t, p.Refused(), "nothing refused before a request")
+		errs := batchErrors(t, publish(t, p, envelope("named", "a", "1"), envelope("named", "b", "2")), 2)
+		for _, err := range errs {
 			var refused *heraldwebhook.RefusedDestinationError
 			require.ErrorAs(t, err, &refused)
-			require.Equal(t, "127.0.0.1", refused.Addr.String())
 			require.Equal(t, "loopback", refused.Reason)
-			require.ErrorContains(t, err, "refusing to connect to 127.0.0.1 (loopback address)")
-			require.ErrorContains(t, err, "Config.AllowedNetworks")
-			require.False(t, herald.IsPermanent(err), "the destination is the endpoint's problem, not the events'")
-			var be *herald.BatchError
-			require.False(t, errors.As(err, &be), "every request was refused: an outage")
-			require.Empty(t, b.rcv.requests(t, nil), "nothing reached the server")
+			require.False(t, herald.IsPermanent(err), "fixing the configuration in time lets the event through")
+			require.False(t, herald.IsUnavailable(err), "not an outage: the event's attempt is spent")
+			require.NotContains(t, err.Error(), "s3cr3t")
+		}
+		require.Empty(t, b.rcv.requests(t, nil), "nothing reached the server")
+
+		origin := strings.TrimSuffix(strings.Replace(b.srv.URL, "127.0.0.1", "localhost", 1), "/")
+		refused := p.Refused()
+		require.Error(t, refused)
+		require.Regexp(t, `^heraldwebhook: endpoint `+regexp.QuoteMeta(origin)+` \(Config\.Endpoints\["named"\]\): refusing to connect to \S+ \(loopback address\)`, refused.Error())
+		var rde *heraldwebhook.RefusedDestinationError
+		require.ErrorAs(t, refused, &rde)
+		require.NotContains(t, refused.Error(), "s3cr3t")
+		require.Equal(t, 1, strings.Count(logs.String(), "address guard refused"), "logged once, not per event: %s", logs.String())
+	})
+
+	t.Run("RefusalsAndAnOutageInOneBatchAreNoOutage", func(t *testing.T) {
+		t.Parallel()
+		requireLocalhost(t)
+		p := newPublisher(t, &heraldwebhook.Config{
+			Endpoints: map[string]heraldwebhook.Endpoint{
+				"named": {URL: "http://localhost:1/hooks"},
+				"down":  {URL: "http://127.0.0.2:1/hooks"},
+			},
+			Secret: testSecret, AllowedNetworks: []string{"127.0.0.2/32"},
 		})
-	}
+		errs := batchErrors(t, publish(t, p, envelope("named", "a", "1"), envelope("down", "b", "2")), 2)
+		var refused *heraldwebhook.RefusedDestinationError
+		require.ErrorAs(t, errs[0], &refused)
+		require.ErrorIs(t, errs[1], syscall.ECONNREFUSED)
+		// Alone, the endpoint that is down is an outage as before.
+		err := publish(t, p, envelope("down", "c", "3"))
+		var be *herald.BatchError
+		require.False(t, errors.As(err, &be), "%v", err)
+	})
 
 	t.Run("AllowPrivateTurnsTheGuardOff", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 		p := b.publisher(t, &heraldwebhook.Config{Default: heraldwebhook.Endpoint{URL: b.url("/hooks")}, Secret: testSecret, AllowPrivate: true})
 		require.NoError(t, publish(t, p, envelope("orders", "a", "1")))
+		require.NoError(t, p.Refused())
 	})
+}
+
+// requireLocalhost checks that the name localhost resolves, from the hosts
+// file, to loopback addresses only.
+func requireLocalhost(t *testing.T) {
+	t.Helper()
+	addrs, err := net.DefaultResolver.LookupNetIP(t.Context(), "ip", "localhost")
+	require.NoError(t, err, "localhost must resolve (/etc/hosts)")
+	for _, a := range addrs {
+		require.Truef(t, a.Unmap().IsLoopback(), "localhost resolves to %s", a)
+	}
 }
 
 func TestOrder(t *testing.T) {

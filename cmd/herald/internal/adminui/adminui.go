@@ -151,6 +151,10 @@ type handler struct {
 	static fs.FS
 	key    []byte // signs sessions and derives their CSRF tokens
 	now    func() time.Time
+	// sessions are the live logins: a logout ends one for good.
+	sessions sessionStore
+	// limiter bounds the tries at guessing the token.
+	limiter loginLimiter
 }
 
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -162,6 +166,17 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	hd.Set("Cross-Origin-Opener-Policy", "same-origin")
 	if r.Method == http.MethodPost {
 		r.Body = http.MaxBytesReader(w, r.Body, maxFormBytes)
+	}
+	if tok, ok := bearer(r); ok && h.cfg.Token != "" {
+		// Every request with a bearer token is a try at it: a page shows
+		// whether the token was right.
+		if wait := h.limiter.wait(r.RemoteAddr, h.now()); wait > 0 {
+			h.throttled(w, r, wait)
+			return
+		}
+		if !h.tokenMatches(tok) {
+			h.wrongToken(r)
+		}
 	}
 	h.mux.ServeHTTP(w, r)
 }

@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -460,11 +461,23 @@ func TestAuth(t *testing.T) {
 		require.NotContains(t, res.Body, `id="login-link"`)
 		require.Equal(t, http.StatusOK, b.get(t, "/confirm?action=requeue&id="+ids[0], s.send).Code)
 
+		other := b.login(t)
 		res = b.post(t, "/logout", url.Values{"csrf": {s.csrf}}, s.send)
 		require.Equal(t, http.StatusSeeOther, res.Code)
 		require.Contains(t, res.Header.Get("Set-Cookie"), "Max-Age=0")
-		// A stateless session ends when the browser drops its cookie; the
-		// next login gets a new one, with a new CSRF token.
+		// The session ended on the server: a copy of its cookie, replayed,
+		// is no login, for pages, confirmations or actions.
+		res = b.get(t, "/events/"+ids[0], s.send)
+		require.Contains(t, res.Body, `id="login-link"`)
+		require.NotContains(t, res.Body, `id="requeue"`)
+		require.Equal(t, http.StatusUnauthorized, b.get(t, "/confirm?action=requeue&id="+ids[0], s.send).Code)
+		res = b.post(t, "/actions/requeue", url.Values{"confirm": {"yes"}, "id": {ids[0]}, "csrf": {s.csrf}}, s.send)
+		require.Equal(t, http.StatusUnauthorized, res.Code, res.Body)
+		require.Equal(t, http.StatusUnauthorized, b.post(t, "/logout", url.Values{"csrf": {s.csrf}}, s.send).Code)
+		require.Equal(t, heraldadmin.StateDead, b.state(t, ids[0]))
+		// Another login goes on; the next one gets a new session, with a
+		// new CSRF token.
+		require.Equal(t, http.StatusOK, b.get(t, "/confirm?action=requeue&id="+ids[0], other.send).Code)
 		s2 := b.login(t)
 		require.NotEqual(t, s.cookie.Value, s2.cookie.Value)
 		require.NotEqual(t, s.csrf, s2.csrf)
@@ -753,4 +766,124 @@ func formOf(t *testing.T, page, id string) form {
 	}
 	t.Fatalf("no form %q on the page:\n%s", id, page)
 	return form{}
+}
+
+// fakeClock is a time the test moves.
+type fakeClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
+func from(remoteAddr string) func(*http.Request) {
+	return func(r *http.Request) { r.RemoteAddr = remoteAddr }
+}
+
+func TestTriesAtTheTokenAreLimited(t *testing.T) {
+	t.Parallel()
+	setupLimited := func(t *testing.T) (*bundle, *fakeClock) {
+		b := setup(t, testToken)
+		clock := &fakeClock{now: time.Date(2026, 11, 2, 9, 0, 0, 0, time.UTC)}
+		adminui.SetClock(b.ui, clock.Now)
+		return b, clock
+	}
+	wrong := url.Values{"token": {"not-the-token-at-all"}}
+	right := url.Values{"token": {testToken}}
+	const attacker, operator = "203.0.113.7:40000", "198.51.100.2:50000"
+
+	t.Run("ABurstOfWrongTokensGets429UntilTheLimitRecovers", func(t *testing.T) {
+		t.Parallel()
+		b, clock := setupLimited(t)
+		for i := range 5 {
+			res := b.post(t, "/login", wrong, from(attacker))
+			require.Equal(t, http.StatusUnauthorized, res.Code, "try %d", i+1)
+		}
+		res := b.post(t, "/login", wrong, from(attacker))
+		require.Equal(t, http.StatusTooManyRequests, res.Code)
+		require.Equal(t, "12", res.Header.Get("Retry-After"))
+		require.Contains(t, res.Body, "Too many wrong tokens: try again in 12 seconds")
+		// Refused without looking at the token: the right one does not get
+		// in from there either, nor tells whether it is right.
+		res = b.post(t, "/login", right, from(attacker))
+		require.Equal(t, http.StatusTooManyRequests, res.Code)
+		require.Empty(t, res.Header.Values("Set-Cookie"))
+		res = b.get(t, "/", from(attacker), withBearer(testToken))
+		require.Equal(t, http.StatusTooManyRequests, res.Code)
+		require.NotContains(t, res.Body, "bearer token")
+		// Another port of the same address is the same client.
+		require.Equal(t, http.StatusTooManyRequests, b.post(t, "/login", wrong, from("203.0.113.7:40001")).Code)
+
+		// The operator, elsewhere, logs in.
+		res = b.post(t, "/login", right, from(operator))
+		require.Equal(t, http.StatusSeeOther, res.Code, res.Body)
+
+		// One try comes back every 12 seconds, up to five.
+		clock.Advance(11 * time.Second)
+		res = b.post(t, "/login", wrong, from(attacker))
+		require.Equal(t, http.StatusTooManyRequests, res.Code)
+		require.Equal(t, "1", res.Header.Get("Retry-After"))
+		clock.Advance(time.Second)
+		require.Equal(t, http.StatusUnauthorized, b.post(t, "/login", wrong, from(attacker)).Code)
+		require.Equal(t, http.StatusTooManyRequests, b.post(t, "/login", wrong, from(attacker)).Code)
+		clock.Advance(time.Minute)
+		for range 5 {
+			require.Equal(t, http.StatusUnauthorized, b.post(t, "/login", wrong, from(attacker)).Code)
+		}
+		require.Equal(t, http.StatusTooManyRequests, b.post(t, "/login", wrong, from(attacker)).Code)
+		clock.Advance(time.Minute)
+		require.Equal(t, http.StatusSeeOther, b.post(t, "/login", right, from(attacker)).Code)
+
+		throttled := 0
+		for _, l := range b.auditLines(t) {
+			if l["action"] == "login_throttled" {
+				throttled++
+				require.Equal(t, attacker, l["remote_addr"])
+			}
+		}
+		require.Equal(t, 3, throttled, "one audit line each time the tries ran out")
+	})
+
+	t.Run("WrongBearerTokensSpendTheSameTries", func(t *testing.T) {
+		t.Parallel()
+		b, _ := setupLimited(t)
+		for range 3 {
+			require.Equal(t, http.StatusOK, b.get(t, "/", from(attacker), withBearer(testToken+"x")).Code)
+		}
+		for range 2 {
+			res := b.post(t, "/actions/requeue", url.Values{"confirm": {"yes"}, "id": {herald.NewID()}}, from(attacker), withBearer("guess"))
+			require.Equal(t, http.StatusUnauthorized, res.Code)
+		}
+		res := b.post(t, "/login", wrong, from(attacker))
+		require.Equal(t, http.StatusTooManyRequests, res.Code)
+		// A right bearer from elsewhere works.
+		require.Contains(t, b.get(t, "/", from(operator), withBearer(testToken)).Body, "bearer token")
+	})
+
+	t.Run("ManyClientsCanOnlyExhaustTheGlobalLimit", func(t *testing.T) {
+		t.Parallel()
+		b, clock := setupLimited(t)
+		// 30 wrong tokens from 30 addresses, each under its own limit.
+		for i := range 30 {
+			res := b.post(t, "/login", wrong, from(fmt.Sprintf("203.0.113.%d:1000", i+1)))
+			require.Equal(t, http.StatusUnauthorized, res.Code, "client %d", i+1)
+		}
+		res := b.post(t, "/login", right, from(operator))
+		require.Equal(t, http.StatusTooManyRequests, res.Code, "every try of the minute is spent")
+		require.Equal(t, "2", res.Header.Get("Retry-After"))
+		clock.Advance(2 * time.Second)
+		require.Equal(t, http.StatusSeeOther, b.post(t, "/login", right, from(operator)).Code)
+		// A right token spends nothing.
+		require.Equal(t, http.StatusSeeOther, b.post(t, "/login", right, from(operator)).Code)
+	})
 }

@@ -9,7 +9,9 @@ import (
 	"encoding/binary"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -91,11 +93,12 @@ func (h *handler) mac(purpose string, data []byte) []byte {
 
 var b64 = base64.RawURLEncoding
 
-// newSession returns a fresh session and its cookie value:
-// base64(id | expiry) "." base64(HMAC).
+// newSession returns a fresh session, recorded as live, and its cookie
+// value: base64(id | expiry) "." base64(HMAC).
 func (h *handler) newSession() (*session, string) {
 	s := &session{id: make([]byte, 16), expires: h.now().Add(sessionTTL)}
 	_, _ = rand.Read(s.id) // crypto/rand.Read never fails (Go 1.24+)
+	h.sessions.add(string(s.id), s.expires, h.now())
 	body := binary.BigEndian.AppendUint64(append([]byte{}, s.id...), uint64(s.expires.Unix()))
 	return s, b64.EncodeToString(body) + "." + b64.EncodeToString(h.mac("session", body))
 }
@@ -111,10 +114,59 @@ func (h *handler) verifySession(v string) (*session, bool) {
 		return nil, false
 	}
 	s := &session{id: body[:16], expires: time.Unix(int64(binary.BigEndian.Uint64(body[16:])), 0)}
-	if !h.now().Before(s.expires) {
+	if !h.now().Before(s.expires) || !h.sessions.live(string(s.id)) {
 		return nil, false
 	}
 	return s, true
+}
+
+// maxSessions bounds the live sessions a handler remembers. Logins are
+// rate-limited, so only a long run of logins without logouts reaches it;
+// the session closest to its expiry is then ended.
+const maxSessions = 1000
+
+// sessionStore is the set of live sessions. A signed cookie alone would
+// stay valid until its expiry even after a logout, for whoever copied it;
+// a session is valid only while its id is here.
+type sessionStore struct {
+	mu      sync.Mutex
+	expires map[string]time.Time // by session id
+}
+
+func (st *sessionStore) add(id string, expires, now time.Time) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.expires == nil {
+		st.expires = map[string]time.Time{}
+	}
+	for old, exp := range st.expires {
+		if !now.Before(exp) {
+			delete(st.expires, old)
+		}
+	}
+	for len(st.expires) >= maxSessions {
+		var first string
+		for old, exp := range st.expires {
+			if first == "" || exp.Before(st.expires[first]) {
+				first = old
+			}
+		}
+		delete(st.expires, first)
+	}
+	st.expires[id] = expires
+}
+
+func (st *sessionStore) live(id string) bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	_, ok := st.expires[id]
+	return ok
+}
+
+func (st *sessionStore) end(id string) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	delete(st.expires, id)
 }
 
 // csrfToken is the session's form token: derived from its id, so nothing
@@ -184,7 +236,12 @@ func (h *handler) login(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, http.StatusBadRequest, "The form could not be read.")
 		return
 	}
+	if wait := h.limiter.wait(r.RemoteAddr, h.now()); wait > 0 {
+		h.throttled(w, r, wait)
+		return
+	}
 	if !h.tokenMatches(r.PostFormValue("token")) {
+		h.wrongToken(r)
 		h.audit(r, "login_failed", slog.String("method", "form"))
 		h.render(w, r, http.StatusUnauthorized, "login", "Log in", loginView{Wrong: true})
 		return
@@ -200,10 +257,34 @@ func (h *handler) logout(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, http.StatusBadRequest, "The form could not be read.")
 		return
 	}
+	_, sess := h.access(r)
 	if _, ok := h.authorizeAction(w, r); !ok {
 		return
+	}
+	if sess != nil {
+		// The cookie is dropped by the browser and, should a copy of it
+		// be replayed, refused here.
+		h.sessions.end(string(sess.id))
 	}
 	h.setSessionCookie(w, r, "", -1)
 	h.audit(r, "logout")
 	http.Redirect(w, r, h.cfg.Prefix+"/", http.StatusSeeOther)
+}
+
+// wrongToken spends a try of the requester's, and says so in the audit log
+// when that was its (or everyone's) last one for now.
+func (h *handler) wrongToken(r *http.Request) {
+	if h.limiter.failed(r.RemoteAddr, h.now()) {
+		h.audit(r, "login_throttled")
+	}
+}
+
+// throttled refuses a try at the token with 429 and when to try again.
+func (h *handler) throttled(w http.ResponseWriter, r *http.Request, wait time.Duration) {
+	secs := int((wait + time.Second - 1) / time.Second)
+	w.Header().Set("Retry-After", strconv.Itoa(secs))
+	// The page must not tell whether the refused bearer token was right.
+	r = r.Clone(r.Context())
+	r.Header.Del("Authorization")
+	h.fail(w, r, http.StatusTooManyRequests, "Too many wrong tokens: try again in %d seconds.", secs)
 }

@@ -15,7 +15,9 @@
 //
 //   - in a browser, on the login page (/login): the token is checked and the
 //     browser gets a session cookie (HttpOnly, SameSite=Strict, Secure over
-//     TLS) that lasts 12 hours or until the relay restarts. Every form post
+//     TLS) that lasts 12 hours, until the relay restarts, or until logout,
+//     which ends the session on the server: a copy of the cookie is refused
+//     afterwards. Every form post
 //     carries the session's CSRF token, and cross-origin posts are refused
 //     (net/http.CrossOriginProtection);
 //   - from a script, as an "Authorization: Bearer TOKEN" header on the
@@ -24,6 +26,13 @@
 //
 // Tokens are compared in constant time. With no token configured the page
 // is read-only: it shows no action, and every POST is refused with 403.
+//
+// Wrong tokens, by form or bearer header, are limited: a client address
+// (an IPv6 /64) has 5 tries, and one more every 12 seconds; all clients
+// together have 30, and one more every 2 seconds. Past that a try is
+// answered 429 with Retry-After, without looking at the token; a right
+// token spends nothing. Behind a reverse proxy every client has the
+// proxy's address, so only the global limit tells them apart.
 //
 // Each action takes two steps: a confirmation page (/confirm) says what
 // will change, and only its form, which carries confirm=yes, changes

@@ -1,0 +1,10 @@
+package adminui
+
+import (
+	"net/http"
+	"time"
+)
+
+// SetClock makes a handler New returned read the time from now, so that
+// tests move time instead of sleeping. Call it before serving requests.
+func SetClock(h http.Handler, now func() time.Time) { h.(*handler).now = now }
