@@ -27,7 +27,8 @@ type relayFlags struct {
 	retryBase, retryCap, maxAge, retention           *time.Duration
 	rescueInterval, cleanupInterval, shutdownTimeout *time.Duration
 	natsStream, natsSubjects, natsPrefix             *string
-	natsMaxPending                                   *int
+	natsMaxPending, natsMaxPendingBytes              *int
+	maxInFlightBytes                                 *int
 	natsAckTimeout                                   *time.Duration
 	ordering, unorderedTopics, skipDeadTopics        *string
 	maxPerKey                                        *int
@@ -39,8 +40,10 @@ func addRelayFlags(f *flagSet) *relayFlags {
 	return &relayFlags{
 		publisher: f.String("publisher", "", "the destination `URL` of every topic: nats://[user:password@]host:4222, kafka://host:9092 "+
 			"or redis://[:password@]host:6379/0; a comma-separated list for a NATS or Kafka cluster (or use --destination)"),
-		batchSize:       f.Int("batch-size", 1000, "claim, publish and acknowledge up to `N` events together"),
-		maxInFlight:     f.Int("max-in-flight", 4, "publish up to `N` claimed batches at once"),
+		batchSize:   f.Int("batch-size", 1000, "claim, publish and acknowledge up to `N` events together"),
+		maxInFlight: f.Int("max-in-flight", 4, "publish up to `N` claimed batches at once"),
+		maxInFlightBytes: f.Int("max-in-flight-bytes", herald.DefaultMaxInFlightBytes,
+			"hold at most `N` bytes of claimed payloads and headers (batches shrink to fit; one larger event is claimed alone); -1 turns the bound off"),
 		lease:           f.Duration("lease", time.Minute, "a claim holds its rows for this `duration`; must exceed --publish-timeout by 1s"),
 		publishTimeout:  f.Duration("publish-timeout", 20*time.Second, "publishing one batch may take up to this `duration`"),
 		pollInterval:    f.Duration("poll-interval", 5*time.Millisecond, "wait this `duration` between claims while there is work"),
@@ -57,13 +60,15 @@ func addRelayFlags(f *flagSet) *relayFlags {
 		natsSubjects:    f.String("nats-stream-subjects", "", "comma-separated `subjects` the created stream captures, such as orders.>"),
 		natsPrefix:      f.String("nats-subject-prefix", "", "`prefix` joined to every topic with a dot to make the subject"),
 		natsMaxPending:  f.Int("nats-max-pending", 4096, "at most `N` messages await a PubAck"),
-		natsAckTimeout:  f.Duration("nats-ack-timeout", 30*time.Second, "a message waits this `duration` for its PubAck"),
+		natsMaxPendingBytes: f.Int("nats-max-pending-bytes", heraldnats.DefaultMaxPendingBytes,
+			"at most `N` bytes of messages await a PubAck (one larger message is sent alone)"),
+		natsAckTimeout: f.Duration("nats-ack-timeout", 30*time.Second, "a message waits this `duration` for its PubAck"),
 		ordering: f.String("ordering", "ordered", "`mode`: ordered publishes each key's events in commit order, one relay at a time per key; "+
 			"unordered claims by age alone, for throughput-first deployments"),
 		unorderedTopics: f.String("unordered-topics", "", "comma-separated `topics` claimed by age alone even when ordered"),
 		skipDeadTopics: f.String("skip-dead-topics", "", "comma-separated `topics` whose dead events do not park their key "+
 			"(elsewhere a dead event holds back its key until requeued or discarded)"),
-		maxPerKey: f.Int("max-per-key", 0, "claim and publish (pipelined) up to `N` events of one key together; 0 means --batch-size"),
+		maxPerKey: f.Int("max-per-key", 0, "claim up to `N` events of one key in one batch; 0 means --batch-size"),
 		adminAddr: f.String("admin-addr", "", "serve the admin page, /metrics, /healthz and /readyz on this `host:port` "+
 			"(:9464 is 127.0.0.1:9464; actions need HERALD_ADMIN_TOKEN); off when empty"),
 	}
@@ -74,7 +79,7 @@ func addRelayFlags(f *flagSet) *relayFlags {
 func (r *relayFlags) relayConfig(inv *invocation) (*herald.RelayConfig, *heraldnats.Config, error) {
 	label := inv.flags.label
 	for name, v := range map[string]int{"batch-size": *r.batchSize, "max-in-flight": *r.maxInFlight,
-		"max-attempts": *r.maxAttempts, "nats-max-pending": *r.natsMaxPending} {
+		"max-attempts": *r.maxAttempts, "nats-max-pending": *r.natsMaxPending, "nats-max-pending-bytes": *r.natsMaxPendingBytes} {
 		if v < 1 {
 			return nil, nil, usagef("%s: %d is not positive", label(name), v)
 		}
@@ -99,6 +104,9 @@ func (r *relayFlags) relayConfig(inv *invocation) (*herald.RelayConfig, *heraldn
 	case *r.retryCap < *r.retryBase:
 		return nil, nil, usagef("%s (%s) must not be below %s (%s)", label("retry-cap"), *r.retryCap,
 			label("retry-base"), *r.retryBase)
+	}
+	if *r.maxInFlightBytes < -1 || *r.maxInFlightBytes == 0 {
+		return nil, nil, usagef("%s: %d is not positive or -1 (no bound)", label("max-in-flight-bytes"), *r.maxInFlightBytes)
 	}
 	if *r.maxPerKey < 0 || *r.maxPerKey > *r.batchSize {
 		return nil, nil, usagef("%s: %d is not between 0 and %s (%d)", label("max-per-key"), *r.maxPerKey,
@@ -126,7 +134,7 @@ func (r *relayFlags) relayConfig(inv *invocation) (*herald.RelayConfig, *heraldn
 	}
 	rc := &herald.RelayConfig{
 		Unordered: unordered, UnorderedTopics: unorderedTopics, SkipDeadTopics: skipDeadTopics, MaxPerKey: *r.maxPerKey,
-		BatchSize: *r.batchSize, MaxInFlight: *r.maxInFlight, Lease: *r.lease,
+		BatchSize: *r.batchSize, MaxInFlight: *r.maxInFlight, MaxInFlightBytes: int64(*r.maxInFlightBytes), Lease: *r.lease,
 		PublishTimeout: *r.publishTimeout, PollInterval: *r.pollInterval, IdlePollInterval: *r.idlePoll,
 		Retry: herald.RetryPolicy{
 			Base: *r.retryBase, Cap: *r.retryCap, MaxAttempts: *r.maxAttempts, MaxAge: *r.maxAge,
@@ -134,7 +142,8 @@ func (r *relayFlags) relayConfig(inv *invocation) (*herald.RelayConfig, *heraldn
 		RescueInterval: *r.rescueInterval, Retention: *r.retention, CleanupInterval: *r.cleanupInterval,
 	}
 	nc := &heraldnats.Config{
-		SubjectPrefix: *r.natsPrefix, MaxPending: *r.natsMaxPending, AckTimeout: *r.natsAckTimeout,
+		SubjectPrefix: *r.natsPrefix, MaxPending: *r.natsMaxPending, MaxPendingBytes: *r.natsMaxPendingBytes,
+		AckTimeout: *r.natsAckTimeout,
 	}
 	if *r.natsPrefix != "" && !natsSubject.MatchString(*r.natsPrefix) {
 		return nil, nil, usagef("%s: %q is not a subject prefix (tokens separated by dots, no wildcards)",

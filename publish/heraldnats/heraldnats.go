@@ -53,6 +53,9 @@ import (
 	"github.com/herald-outbox/herald"
 )
 
+// DefaultMaxPendingBytes is Config.MaxPendingBytes's default: 8 MiB.
+const DefaultMaxPendingBytes = 8 << 20
+
 // Config configures a Publisher. A nil *Config means the defaults.
 type Config struct {
 	// SubjectPrefix is joined to every topic with a dot: with "prod", the
@@ -68,7 +71,7 @@ type Config struct {
 	// MaxPending bounds their number: a stream's intake queue refuses
 	// what exceeds its max_buffered_size (128 MiB by default, for all its
 	// publishers together). A message larger than the bound is sent alone.
-	// Defaults to 8 MiB.
+	// Defaults to DefaultMaxPendingBytes.
 	MaxPendingBytes int
 	// AckTimeout is how long a message waits for its PubAck before it
 	// counts as failed. It frees the slots and bytes of messages whose
@@ -136,7 +139,7 @@ func New(nc *nats.Conn, cfg *Config) (*Publisher, error) {
 		c.MaxPending = 4096
 	}
 	if c.MaxPendingBytes == 0 {
-		c.MaxPendingBytes = 8 << 20
+		c.MaxPendingBytes = DefaultMaxPendingBytes
 	}
 	if c.AckTimeout == 0 {
 		c.AckTimeout = 30 * time.Second
