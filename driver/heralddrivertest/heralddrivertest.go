@@ -14,8 +14,9 @@
 // The cases are grouped by concern: write.go (the writer and the
 // transaction it joins), claim.go, complete.go (acknowledgements),
 // rescue.go, retention.go, admin.go (operators' reads and actions),
-// ordering.go (per-key order at the store), backlog.go, and relay.go (the
-// relay's guarantees end to end, on the driver's store).
+// ordering.go (per-key order at the store), backlog.go, relay.go (the
+// relay's guarantees end to end, on the driver's store), and oddrows.go
+// (rows another program wrote, of values Herald never writes).
 package heralddrivertest
 
 import (
@@ -66,6 +67,12 @@ type Driver struct {
 	// MaxPayloadBytes is the cap the driver's writer was built with; zero
 	// means herald.DefaultMaxPayloadBytes.
 	MaxPayloadBytes int
+	// OddRows writes rows of values the outbox's columns admit but Herald
+	// never writes (see OddRow), one key each. It first drops the checks
+	// that refuse such rows (migration 004), for the rest of the test: the
+	// relay must survive them even where the checks are missing. Nil skips
+	// the cases that need it.
+	OddRows func(ctx context.Context, topic string) ([]OddRow, error)
 }
 
 // Tx is an open transaction of the driver's database.
@@ -157,5 +164,5 @@ type testCase struct {
 
 func allCases() []testCase {
 	return slices.Concat(writeCases, claimCases, completeCases, rescueCases, retentionCases,
-		adminCases, orderingCases, backlogCases, relayCases)
+		adminCases, orderingCases, backlogCases, relayCases, oddRowsCases)
 }

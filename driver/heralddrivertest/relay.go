@@ -303,9 +303,16 @@ var relayCases = []testCase{
 			require.Greater(t, env.Seq, last[env.Key], "key %s: event seq %d delivered after seq %d", env.Key, env.Seq, last[env.Key])
 			last[env.Key] = env.Seq
 		}
-		for i, r := range relays {
-			require.Positive(t, r.Stats().Published, "relay %d took no share", i)
+		// Several relays worked at once (on a loaded machine one of three
+		// may be starved of claims through a whole run, on SQLite above
+		// all, whose claims take turns at one write lock).
+		working := 0
+		for _, r := range relays {
+			if r.Stats().Published > 0 {
+				working++
+			}
 		}
+		require.GreaterOrEqual(t, working, 2, "the events were not shared between relays")
 		retried := 0
 		for _, ev := range o.list(heraldadmin.EventFilter{All: true, State: heraldadmin.StatePublished, Limit: events}) {
 			if ev.Attempt > 1 {
@@ -414,7 +421,7 @@ var relayCases = []testCase{
 		for _, row := range []struct{ topic, headers string }{
 			{"has space", "{}"},
 			{"t", `{"Nats-Msg-Id": "spoof"}`},
-			{"t", `{"X-Count": 3}`},
+			{"t", `{"X-Count": "3"}`}, // a number is refused: see oddrows.go
 		} {
 			_, err := o.d.InsertPlain(o.ctx(), row.topic, "", []byte("x"), row.headers)
 			require.NoError(t, err)

@@ -23,7 +23,11 @@ func latestVersion() int { return migrations[len(migrations)-1].Version }
 // under an advisory lock keyed by the table's name, so several processes may
 // migrate at once: one applies, the others then find nothing to do. It
 // refuses a table whose schema is newer than this driver knows.
-func (d *Driver) Migrate(ctx context.Context) error {
+func (d *Driver) Migrate(ctx context.Context) error { return d.migrate(ctx, migrations) }
+
+// migrate applies ms, a prefix of migrations: all of them but in tests of
+// a migration on an older table.
+func (d *Driver) migrate(ctx context.Context, ms []sqlstore.Migration) error {
 	err := d.db.inTx(ctx, func(tx conn) error {
 		if _, err := tx.exec(ctx, `SELECT pg_advisory_xact_lock(hashtext($1))`, "herald:"+d.names.Qualified); err != nil {
 			return fmt.Errorf("taking the migration lock: %w", err)
@@ -44,7 +48,7 @@ func (d *Driver) Migrate(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		return sqlstore.ApplyMigrations(ctx, d.names.Qualified, migrations, current, d.names.render,
+		return sqlstore.ApplyMigrations(ctx, d.names.Qualified, ms, current, d.names.render,
 			`INSERT INTO `+d.names.Migrations+` (version, name) VALUES ($1, $2)`,
 			func(ctx context.Context, sql string, args ...any) error {
 				_, err := tx.exec(ctx, sql, args...)

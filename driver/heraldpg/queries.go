@@ -29,6 +29,8 @@ const (
 	// ...)), not by a join: an array of ids is probed in the primary key
 	// whatever the planner estimates, where a join may be planned as a hash
 	// join that reads the whole table (a fresh backlog, a generic plan).
+	// The attempt count stops at sqlstore.MaxAttempts, whatever another
+	// program wrote in the column: an overflow would fail every claim.
 	claimSQL = `WITH cand AS (
 		SELECT id, available_at, seq, octet_length(payload) + coalesce(pg_column_size(headers), 0) AS size
 		FROM {{.Table}}
@@ -44,7 +46,7 @@ const (
 	)
 	UPDATE {{.Table}} o
 	SET state = 'claimed', claim_token = $2, claimed_by = $3,
-	    lease_until = now() + $4 * interval '1 microsecond', attempts = o.attempts + 1
+	    lease_until = now() + $4 * interval '1 microsecond', attempts = least(greatest(o.attempts, 0), 999999) + 1
 	WHERE o.id = ANY(ARRAY(SELECT id FROM next))
 	RETURNING o.id, o.seq, o.topic, o.key, o.type, o.aggregate_type, o.aggregate_id,
 	          o.payload, o.headers, o.attempts, o.created_at`
@@ -147,7 +149,7 @@ const (
 	)
 	UPDATE {{.Table}} o
 	SET state = 'claimed', claim_token = $6, claimed_by = $7,
-	    lease_until = now() + $8 * interval '1 microsecond', attempts = o.attempts + 1
+	    lease_until = now() + $8 * interval '1 microsecond', attempts = least(greatest(o.attempts, 0), 999999) + 1
 	WHERE o.id = ANY(ARRAY(SELECT id FROM pick)) AND o.state = 'ready'
 	RETURNING o.id, o.seq, o.topic, o.key, o.type, o.aggregate_type, o.aggregate_id,
 	          o.payload, o.headers, o.attempts, o.created_at`
@@ -175,7 +177,7 @@ const (
 	    parked = f.park,
 	    available_at = CASE WHEN f.ok OR f.dead THEN o.available_at
 	                        ELSE now() + f.delay_us * interval '1 microsecond' END,
-	    attempts = CASE WHEN f.refund THEN greatest(o.attempts - 1, 0) ELSE o.attempts END,
+	    attempts = CASE WHEN f.refund THEN greatest(o.attempts, 1) - 1 ELSE o.attempts END,
 	    last_error = coalesce(f.err, o.last_error),
 	    claim_token = NULL, lease_until = NULL
 	FROM f
@@ -194,15 +196,18 @@ const (
 	// A claim whose answer was lost: its rows, if it committed, go back at
 	// once. The claimed rows are few and read through a partial index.
 	releaseClaimSQL = `UPDATE {{.Table}}
-	SET state = 'ready', attempts = greatest(attempts - 1, 0), claim_token = NULL, lease_until = NULL
+	SET state = 'ready', attempts = greatest(attempts, 1) - 1, claim_token = NULL, lease_until = NULL
 	WHERE state = 'claimed' AND claim_token = $1`
 
 	// Rows whose lease ran out belong to a relay that died or stalled. The
 	// rows are chosen once, in a CTE: as a correlated IN (...) subquery the
-	// planner may re-run the LIMIT per outer row and ignore the limit.
+	// planner may re-run the LIMIT per outer row and ignore the limit. A
+	// claimed row with no lease, or an endless one, was not claimed by a
+	// relay (one always sets a finite lease): it is rescued too, or its key
+	// would wait forever.
 	rescueSQL = `WITH expired AS (
 		SELECT id FROM {{.Table}}
-		WHERE state = 'claimed' AND lease_until < now()
+		WHERE state = 'claimed' AND ` + leaseOverSQL + `
 		ORDER BY lease_until
 		LIMIT $1
 		FOR UPDATE SKIP LOCKED
@@ -211,7 +216,8 @@ const (
 	SET state = 'ready', claim_token = NULL, lease_until = NULL,
 	    last_error = 'lease expired: relay ' || coalesce(o.claimed_by, 'unknown') || ' did not acknowledge in time'
 	FROM expired
-	WHERE o.id = expired.id AND o.state = 'claimed' AND o.lease_until < now()`
+	WHERE o.id = expired.id AND o.state = 'claimed' AND ` + leaseOverSQL
+	leaseOverSQL = `(lease_until < now() OR lease_until IS NULL OR lease_until = 'infinity')`
 
 	// Retention in small batches: each statement locks at most $2 rows,
 	// chosen once in a CTE for the same reason as the rescue.
@@ -225,9 +231,11 @@ const (
 	DELETE FROM {{.Table}} o USING old WHERE o.id = old.id`
 
 	// The backlog reads each state through its partial index: the ready,
-	// claimed and dead rows, never the published ones.
+	// claimed and dead rows, never the published ones. Ages are the
+	// difference of two epochs, not of two timestamps: that is Infinity
+	// for a row created at -infinity, where subtracting timestamps fails.
 	backlogSQL = `SELECT topic, sum(ready)::bigint, sum(claimed)::bigint, sum(dead)::bigint, sum(parked)::bigint,
-	       coalesce(extract(epoch FROM now() - min(oldest)), 0)::float8
+	       coalesce(extract(epoch FROM now()) - extract(epoch FROM min(oldest)), 0)::float8
 	FROM (
 		SELECT topic, count(*) AS ready, 0 AS claimed, 0 AS dead, 0 AS parked, min(created_at) AS oldest
 		FROM {{.Table}} WHERE state = 'ready' GROUP BY topic
@@ -242,7 +250,7 @@ const (
 	ORDER BY topic`
 
 	statusSQL = `SELECT topic, state, count(*),
-	       coalesce(extract(epoch FROM now() - min(created_at)), 0)::float8
+	       coalesce(extract(epoch FROM now()) - extract(epoch FROM min(created_at)), 0)::float8
 	FROM {{.Table}}
 	GROUP BY topic, state
 	ORDER BY topic, state`

@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgtype"
+
 	"github.com/herald-outbox/herald"
 	"github.com/herald-outbox/herald/heraldadmin"
 	"github.com/herald-outbox/herald/internal/sqlstore"
@@ -21,10 +23,14 @@ var (
 // Claim implements herald.Store.
 func (d *Driver) Claim(ctx context.Context, p herald.ClaimParams) ([]herald.Envelope, error) {
 	return sqlstore.Claim(ctx, "heraldpg", p, sqlstore.Claimers{
-		Unordered: func(ctx context.Context, p herald.ClaimParams) ([]herald.Envelope, error) {
+		Unordered: func(ctx context.Context, p herald.ClaimParams) ([]sqlstore.ClaimedRow, error) {
 			return d.claimRows(ctx, d.db, d.q.claim, []any{p.Limit, p.Token, p.Owner, p.Lease.Microseconds(), p.MaxBytes})
 		},
 		Ordered: d.claimOrdered,
+		Bury: func(ctx context.Context, p herald.CompleteParams) error {
+			_, err := d.Complete(ctx, p)
+			return err
+		},
 	})
 }
 
@@ -32,14 +38,14 @@ func (d *Driver) Claim(ctx context.Context, p herald.ClaimParams) ([]herald.Enve
 // walkKeysSQL) in one transaction. The walk starts where the last one
 // stopped, so every key gets its turn; when it reaches the last key it
 // starts over from the first within the same claim.
-func (d *Driver) claimOrdered(ctx context.Context, p herald.ClaimParams, perKey int) ([]herald.Envelope, error) {
+func (d *Driver) claimOrdered(ctx context.Context, p herald.ClaimParams, perKey int) ([]sqlstore.ClaimedRow, error) {
 	unordered := p.UnorderedTopics
 	if unordered == nil {
 		unordered = []string{}
 	}
 	maxKeys := max(sqlstore.WalkKeysFactor*p.Limit, 64)
 
-	var envs []herald.Envelope
+	var claimed []sqlstore.ClaimedRow
 	err := d.db.inTx(ctx, func(tx conn) error {
 		// A relay cut off between the claim's statements must not leave
 		// its session idle in this transaction, holding its keys' locks,
@@ -76,30 +82,40 @@ func (d *Driver) claimOrdered(ctx context.Context, p herald.ClaimParams, perKey 
 		if err != nil || len(keys) == 0 {
 			return err
 		}
-		envs, err = d.claimRows(ctx, tx, d.q.claimKeys, []any{topics, keys, free, perKey, p.Limit,
+		claimed, err = d.claimRows(ctx, tx, d.q.claimKeys, []any{topics, keys, free, perKey, p.Limit,
 			p.Token, p.Owner, p.Lease.Microseconds(), p.MaxBytes})
 		return err
 	})
-	return envs, err
+	return claimed, err
 }
 
-// claimRows runs a claim statement and scans the envelopes it returns.
-func (d *Driver) claimRows(ctx context.Context, c conn, sql string, args []any) ([]herald.Envelope, error) {
-	var envs []herald.Envelope
+// claimRows runs a claim statement and scans the rows it returns. A row
+// another program wrote may hold what no Envelope can (created_at at
+// infinity, a header that is a number): it comes back marked unreadable,
+// for sqlstore.Claim to dispose of, instead of failing the claim.
+func (d *Driver) claimRows(ctx context.Context, c conn, sql string, args []any) ([]sqlstore.ClaimedRow, error) {
+	var rows []sqlstore.ClaimedRow
 	err := c.query(ctx, sql, args, func(scan func(...any) error) error {
 		var (
-			e       herald.Envelope
+			r       sqlstore.ClaimedRow
 			headers []byte
+			created pgtype.Timestamptz
 		)
-		if err := scan(&e.ID, &e.Seq, &e.Topic, &e.Key, &e.Type, &e.AggregateType, &e.AggregateID,
-			&e.Payload, &headers, &e.Attempt, &e.CreatedAt); err != nil {
+		if err := scan(&r.ID, &r.Seq, &r.Topic, &r.Key, &r.Type, &r.AggregateType, &r.AggregateID,
+			&r.Payload, &headers, &r.Attempt, &created); err != nil {
 			return err
 		}
-		e.Headers = sqlstore.DecodeHeaders(headers)
-		envs = append(envs, e)
+		var err error
+		if r.Headers, err = sqlstore.DecodeHeaders(headers); err != nil {
+			r.Unreadable = err.Error()
+		}
+		if r.CreatedAt, err = finite("created_at", created); err != nil {
+			r.Unreadable = err.Error()
+		}
+		rows = append(rows, r)
 		return nil
 	})
-	return envs, err
+	return rows, err
 }
 
 // Complete implements herald.Store in one statement.
@@ -180,7 +196,7 @@ func (d *Driver) Status(ctx context.Context) (heraldadmin.Status, error) {
 			return err
 		}
 		ts.State = heraldadmin.State(state)
-		ts.Oldest = time.Duration(age * float64(time.Second))
+		ts.Oldest = sqlstore.Age(age, time.Second)
 		st.Topics = append(st.Topics, ts)
 		if (ts.State == heraldadmin.StateReady || ts.State == heraldadmin.StateClaimed) && ts.Oldest > st.OldestPending {
 			st.OldestPending = ts.Oldest
@@ -257,17 +273,24 @@ func (d *Driver) GetEvent(ctx context.Context, id string) (heraldadmin.EventRow,
 	return ev, nil
 }
 
+// scanEvent reads a whole row for operators and tests. It shows any row,
+// whatever another program wrote in it: see shown for timestamps at
+// infinity, sqlstore.DisplayHeaders for headers.
 func scanEvent(scan func(...any) error) (heraldadmin.EventRow, error) {
 	var (
-		e       heraldadmin.EventRow
-		headers []byte
-		state   string
+		e                      heraldadmin.EventRow
+		headers                []byte
+		state                  string
+		created, available     pgtype.Timestamptz
+		lease, published, dead pgtype.Timestamptz
 	)
 	err := scan(&e.ID, &e.Seq, &e.Topic, &e.Key, &e.Type, &e.AggregateType, &e.AggregateID,
-		&e.Payload, &headers, &e.Attempt, &e.CreatedAt, &state, &e.AvailableAt, &e.LeaseUntil,
-		&e.ClaimedBy, &e.PublishedAt, &e.DeadAt, &e.LastError, &e.Parked)
+		&e.Payload, &headers, &e.Attempt, &created, &state, &available, &lease,
+		&e.ClaimedBy, &published, &dead, &e.LastError, &e.Parked)
 	e.State = heraldadmin.State(state)
-	e.Headers = sqlstore.DecodeHeaders(headers)
+	e.Headers = sqlstore.DisplayHeaders(headers)
+	e.CreatedAt, e.AvailableAt = shown(created), shown(available)
+	e.LeaseUntil, e.PublishedAt, e.DeadAt = shownPtr(lease), shownPtr(published), shownPtr(dead)
 	return e, err
 }
 
@@ -279,7 +302,8 @@ func (d *Driver) RequeueDead(ctx context.Context, f heraldadmin.EventFilter) (in
 		return 0, err
 	}
 	n, err := d.db.exec(ctx, `UPDATE `+d.q.table+`
-		SET state = 'ready', attempts = 0, available_at = now(), dead_at = NULL, parked = false
+		SET state = 'ready', attempts = 0, available_at = now(), dead_at = NULL, parked = false,
+		    created_at = CASE WHEN isfinite(created_at) THEN created_at ELSE now() END
 		WHERE `+where, args...)
 	if err != nil {
 		return 0, fmt.Errorf("heraldpg: requeueing dead events: %w", err)
@@ -333,7 +357,7 @@ func (d *Driver) Backlog(ctx context.Context) ([]heraldadmin.TopicBacklog, error
 		if err := scan(&b.Topic, &b.Ready, &b.Claimed, &b.Dead, &b.ParkedKeys, &age); err != nil {
 			return err
 		}
-		b.OldestPending = time.Duration(age * float64(time.Second))
+		b.OldestPending = sqlstore.Age(age, time.Second)
 		out = append(out, b)
 		return nil
 	})
@@ -358,8 +382,12 @@ func (d *Driver) BlockedKeys(ctx context.Context, limit int) ([]heraldadmin.Bloc
 func (d *Driver) blockedKeys(ctx context.Context, c conn, sql string, args []any) ([]heraldadmin.BlockedKey, error) {
 	var out []heraldadmin.BlockedKey
 	err := c.query(ctx, sql, args, func(scan func(...any) error) error {
-		var k heraldadmin.BlockedKey
-		err := scan(&k.Topic, &k.Key, &k.EventID, &k.Since, &k.Waiting)
+		var (
+			k     heraldadmin.BlockedKey
+			since pgtype.Timestamptz
+		)
+		err := scan(&k.Topic, &k.Key, &k.EventID, &since, &k.Waiting)
+		k.Since = shown(since)
 		out = append(out, k)
 		return err
 	})

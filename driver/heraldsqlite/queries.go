@@ -37,10 +37,12 @@ const (
 	// The claim: the oldest ready rows by the ready index, marked in the
 	// same statement, while the bytes of those before them are under ?5
 	// (the relay's MaxInFlightBytes left). The lease ends by the database
-	// clock.
+	// clock. The attempt count stops at sqlstore.MaxAttempts, whatever
+	// another program wrote in the column: past the integer maximum SQLite
+	// would make it a REAL, which the column refuses, failing every claim.
 	claimSQL = `UPDATE {{.Table}}
 	SET state = 'claimed', claim_token = ?2, claimed_by = ?3,
-	    lease_until = {{.Now}} + ?4, attempts = attempts + 1
+	    lease_until = {{.Now}} + ?4, attempts = min(max(attempts, 0), 999999) + 1
 	WHERE seq IN (
 		SELECT seq FROM (
 			SELECT seq, sum(size) OVER (ORDER BY available_at, seq ROWS UNBOUNDED PRECEDING) - size AS before
@@ -90,7 +92,7 @@ const (
 	ORDER BY k.key, o.seq`
 	claimSeqsSQL = `UPDATE {{.Table}}
 	SET state = 'claimed', claim_token = ?2, claimed_by = ?3,
-	    lease_until = {{.Now}} + ?4, attempts = attempts + 1
+	    lease_until = {{.Now}} + ?4, attempts = min(max(attempts, 0), 999999) + 1
 	WHERE seq IN (SELECT value FROM json_each(?1)) AND state = 'ready'
 	RETURNING id, seq, topic, key, type, aggregate_type, aggregate_id,
 	          payload, headers, attempts, created_at`
@@ -129,7 +131,7 @@ const (
 	    dead_at = CASE WHEN f.dead THEN {{.Now}} END,
 	    parked = CASE WHEN f.park THEN 1 ELSE 0 END,
 	    available_at = CASE WHEN f.ok OR f.dead THEN o.available_at ELSE {{.Now}} + f.delay_us END,
-	    attempts = CASE WHEN f.refund THEN max(o.attempts - 1, 0) ELSE o.attempts END,
+	    attempts = CASE WHEN f.refund THEN max(o.attempts, 1) - 1 ELSE o.attempts END,
 	    last_error = coalesce(f.err, o.last_error),
 	    claim_token = NULL, lease_until = NULL
 	FROM f
@@ -139,16 +141,19 @@ const (
 	// A claim whose answer was lost: its rows, if it committed, go back at
 	// once.
 	releaseClaimSQL = `UPDATE {{.Table}}
-	SET state = 'ready', attempts = max(attempts - 1, 0), claim_token = NULL, lease_until = NULL
+	SET state = 'ready', attempts = max(attempts, 1) - 1, claim_token = NULL, lease_until = NULL
 	WHERE state = 'claimed' AND claim_token = ?1`
 
-	// Rows whose lease ran out belong to a relay that died or stalled.
+	// Rows whose lease ran out belong to a relay that died or stalled. A
+	// claimed row with no lease, or one that is not an integer (text
+	// sorts after every number, so it would never run out), was not
+	// claimed by a relay: it is rescued too, or its key would wait forever.
 	rescueSQL = `UPDATE {{.Table}}
 	SET state = 'ready', claim_token = NULL, lease_until = NULL,
 	    last_error = 'lease expired: relay ' || coalesce(claimed_by, 'unknown') || ' did not acknowledge in time'
 	WHERE seq IN (
 		SELECT seq FROM {{.Table}}
-		WHERE state = 'claimed' AND lease_until < {{.Now}}
+		WHERE state = 'claimed' AND (lease_until < {{.Now}} OR typeof(lease_until) <> 'integer')
 		ORDER BY lease_until
 		LIMIT ?1
 	)`
@@ -164,7 +169,9 @@ const (
 	)`
 
 	// The backlog reads each state through its partial index: the ready,
-	// claimed and dead rows, never the published ones.
+	// claimed and dead rows, never the published ones. An age past the
+	// integer range (a created_at near its minimum) comes out a REAL:
+	// ages are read as floats.
 	backlogSQL = `SELECT topic, sum(ready), sum(claimed), sum(dead), sum(parked),
 	       coalesce(max({{.Now}} - min(oldest), 0), 0)
 	FROM (

@@ -24,10 +24,14 @@ var (
 // Claim implements herald.Store.
 func (d *Driver) Claim(ctx context.Context, p herald.ClaimParams) ([]herald.Envelope, error) {
 	return sqlstore.Claim(ctx, "heraldsqlite", p, sqlstore.Claimers{
-		Unordered: func(ctx context.Context, p herald.ClaimParams) ([]herald.Envelope, error) {
+		Unordered: func(ctx context.Context, p herald.ClaimParams) ([]sqlstore.ClaimedRow, error) {
 			return claimRows(ctx, d.db, d.q.claim, p.Limit, p.Token, p.Owner, p.Lease.Microseconds(), p.MaxBytes)
 		},
 		Ordered: d.claimOrdered,
+		Bury: func(ctx context.Context, p herald.CompleteParams) error {
+			_, err := d.Complete(ctx, p)
+			return err
+		},
 	})
 }
 
@@ -37,7 +41,7 @@ func (d *Driver) Claim(ctx context.Context, p herald.ClaimParams) ([]herald.Enve
 // taken again in one short write transaction (see blockedKeysOfSQL), which
 // SQLite runs alone: the write lock is held for three statements, not for
 // the walk.
-func (d *Driver) claimOrdered(ctx context.Context, p herald.ClaimParams, perKey int) ([]herald.Envelope, error) {
+func (d *Driver) claimOrdered(ctx context.Context, p herald.ClaimParams, perKey int) ([]sqlstore.ClaimedRow, error) {
 	maxKeys := max(sqlstore.WalkKeysFactor*p.Limit, 64)
 
 	var (
@@ -84,11 +88,11 @@ func (d *Driver) claimOrdered(ctx context.Context, p herald.ClaimParams, perKey 
 	if err != nil || len(seqs) == 0 {
 		return nil, err
 	}
-	envs, err := claimRows(ctx, tx, d.q.claimSeqs, jsonArray(seqs), p.Token, p.Owner, p.Lease.Microseconds())
+	rows, err := claimRows(ctx, tx, d.q.claimSeqs, jsonArray(seqs), p.Token, p.Owner, p.Lease.Microseconds())
 	if err != nil {
 		return nil, err
 	}
-	return envs, tx.Commit()
+	return rows, tx.Commit()
 }
 
 // candidateKey is a key the walk nominated.
@@ -212,29 +216,35 @@ type queryer interface {
 	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
 }
 
-// claimRows runs a claim statement and scans the envelopes it returns.
-func claimRows(ctx context.Context, q queryer, query string, args ...any) ([]herald.Envelope, error) {
+// claimRows runs a claim statement and scans the rows it returns. A row
+// whose headers no Envelope can carry (a header that is a number) comes
+// back marked unreadable, for sqlstore.Claim to dispose of, instead of
+// failing the claim. The table's own checks keep created_at an integer,
+// and any integer is a time.
+func claimRows(ctx context.Context, q queryer, query string, args ...any) ([]sqlstore.ClaimedRow, error) {
 	rows, err := q.QueryContext(ctx, query, args...)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var envs []herald.Envelope
+	var out []sqlstore.ClaimedRow
 	for rows.Next() {
 		var (
-			e       herald.Envelope
+			r       sqlstore.ClaimedRow
 			headers []byte
 			created int64
 		)
-		if err := rows.Scan(&e.ID, &e.Seq, &e.Topic, &e.Key, &e.Type, &e.AggregateType, &e.AggregateID,
-			&e.Payload, &headers, &e.Attempt, &created); err != nil {
+		if err := rows.Scan(&r.ID, &r.Seq, &r.Topic, &r.Key, &r.Type, &r.AggregateType, &r.AggregateID,
+			&r.Payload, &headers, &r.Attempt, &created); err != nil {
 			return nil, err
 		}
-		e.Headers = sqlstore.DecodeHeaders(headers)
-		e.CreatedAt = time.UnixMicro(created)
-		envs = append(envs, e)
+		if r.Headers, err = sqlstore.DecodeHeaders(headers); err != nil {
+			r.Unreadable = err.Error()
+		}
+		r.CreatedAt = time.UnixMicro(created)
+		out = append(out, r)
 	}
-	return envs, rows.Err()
+	return out, rows.Err()
 }
 
 // checkLimit refuses a negative limit, which SQLite would take as no limit
@@ -348,13 +358,13 @@ func (d *Driver) Status(ctx context.Context) (heraldadmin.Status, error) {
 		var (
 			ts    heraldadmin.TopicStatus
 			state string
-			ageUS int64
+			ageUS float64
 		)
 		if err := rows.Scan(&ts.Topic, &state, &ts.Count, &ageUS); err != nil {
 			return st, fmt.Errorf("heraldsqlite: reading status: %w", err)
 		}
 		ts.State = heraldadmin.State(state)
-		ts.Oldest = time.Duration(ageUS) * time.Microsecond
+		ts.Oldest = sqlstore.Age(ageUS, time.Microsecond)
 		st.Topics = append(st.Topics, ts)
 		if (ts.State == heraldadmin.StateReady || ts.State == heraldadmin.StateClaimed) && ts.Oldest > st.OldestPending {
 			st.OldestPending = ts.Oldest
@@ -440,30 +450,59 @@ func (d *Driver) GetEvent(ctx context.Context, id string) (heraldadmin.EventRow,
 	return ev, nil
 }
 
+// scanEvent reads a whole row for operators and tests. It shows any row,
+// whatever another program wrote in it: see micros for timestamps,
+// sqlstore.DisplayHeaders for headers.
 func scanEvent(rows *sql.Rows) (heraldadmin.EventRow, error) {
 	var (
 		e                      heraldadmin.EventRow
 		headers                []byte
 		state                  string
-		created, available     int64
-		lease, published, dead sql.NullInt64
+		created, available     micros
+		lease, published, dead micros
 	)
 	err := rows.Scan(&e.ID, &e.Seq, &e.Topic, &e.Key, &e.Type, &e.AggregateType, &e.AggregateID,
 		&e.Payload, &headers, &e.Attempt, &created, &state, &available, &lease,
 		&e.ClaimedBy, &published, &dead, &e.LastError, &e.Parked)
 	e.State = heraldadmin.State(state)
-	e.Headers = sqlstore.DecodeHeaders(headers)
-	e.CreatedAt = time.UnixMicro(created)
-	e.AvailableAt = time.UnixMicro(available)
-	e.LeaseUntil, e.PublishedAt, e.DeadAt = timePtr(lease), timePtr(published), timePtr(dead)
+	e.Headers = sqlstore.DisplayHeaders(headers)
+	e.CreatedAt, e.AvailableAt = created.time(), available.time()
+	e.LeaseUntil, e.PublishedAt, e.DeadAt = lease.ptr(), published.ptr(), dead.ptr()
 	return e, err
 }
 
-func timePtr(v sql.NullInt64) *time.Time {
-	if !v.Valid {
+// micros scans a timestamp column: integer microseconds since the Unix
+// epoch. The columns the relay owns take any value another program put
+// there; one that is not an integer (text, a REAL) reads as no time at all,
+// rather than failing the read of every row beside it.
+type micros struct {
+	us    int64
+	valid bool
+}
+
+// Scan implements sql.Scanner.
+func (m *micros) Scan(src any) error {
+	m.us, m.valid = 0, false
+	if v, ok := src.(int64); ok {
+		m.us, m.valid = v, true
+	}
+	return nil
+}
+
+// time returns the time, the zero time when there is none.
+func (m micros) time() time.Time {
+	if !m.valid {
+		return time.Time{}
+	}
+	return time.UnixMicro(m.us)
+}
+
+// ptr returns the time, nil when there is none.
+func (m micros) ptr() *time.Time {
+	if !m.valid {
 		return nil
 	}
-	t := time.UnixMicro(v.Int64)
+	t := time.UnixMicro(m.us)
 	return &t
 }
 
@@ -530,12 +569,12 @@ func (d *Driver) Backlog(ctx context.Context) ([]heraldadmin.TopicBacklog, error
 	for rows.Next() {
 		var (
 			b     heraldadmin.TopicBacklog
-			ageUS int64
+			ageUS float64
 		)
 		if err := rows.Scan(&b.Topic, &b.Ready, &b.Claimed, &b.Dead, &b.ParkedKeys, &ageUS); err != nil {
 			return nil, fmt.Errorf("heraldsqlite: reading the backlog: %w", err)
 		}
-		b.OldestPending = time.Duration(ageUS) * time.Microsecond
+		b.OldestPending = sqlstore.Age(ageUS, time.Microsecond)
 		out = append(out, b)
 	}
 	if err := rows.Err(); err != nil {
@@ -566,12 +605,12 @@ func blockedKeys(ctx context.Context, q queryer, query string, args ...any) ([]h
 	for rows.Next() {
 		var (
 			k     heraldadmin.BlockedKey
-			since int64
+			since micros
 		)
 		if err := rows.Scan(&k.Topic, &k.Key, &k.EventID, &since, &k.Waiting); err != nil {
 			return nil, err
 		}
-		k.Since = time.UnixMicro(since)
+		k.Since = since.time()
 		out = append(out, k)
 	}
 	return out, rows.Err()

@@ -94,15 +94,21 @@ func ApplyMigrations(ctx context.Context, table string, ms []Migration, current 
 // bounded walk; a cursor makes the next claim go on from there.
 const WalkKeysFactor = 2
 
-// Claimers are a driver's two claim forms.
+// Claimers are a driver's two claim forms and how it disposes of the rows
+// a claim could not read.
 type Claimers struct {
-	Unordered func(ctx context.Context, p herald.ClaimParams) ([]herald.Envelope, error)
-	Ordered   func(ctx context.Context, p herald.ClaimParams, perKey int) ([]herald.Envelope, error)
+	Unordered func(ctx context.Context, p herald.ClaimParams) ([]ClaimedRow, error)
+	Ordered   func(ctx context.Context, p herald.ClaimParams, perKey int) ([]ClaimedRow, error)
+	// Bury writes the failures Split decided for the claim's unreadable
+	// rows, checking the claim's token: the driver's Complete.
+	Bury func(ctx context.Context, p herald.CompleteParams) error
 }
 
 // Claim is every driver's Store.Claim: it checks the limit, picks the
 // claim form, and returns the batch in write order, which is each key's
-// order (RETURNING comes in no particular order).
+// order (RETURNING comes in no particular order). Rows it could not read
+// never reach the relay: they are dead before Claim returns (see Split).
+// Should that write fail, so does the claim, and the relay releases it.
 func Claim(ctx context.Context, pkg string, p herald.ClaimParams, c Claimers) ([]herald.Envelope, error) {
 	if p.Limit < 0 {
 		return nil, fmt.Errorf("%s: claiming: negative limit %d", pkg, p.Limit)
@@ -117,21 +123,27 @@ func Claim(ctx context.Context, pkg string, p herald.ClaimParams, c Claimers) ([
 		p.MaxBytes = math.MaxInt64
 	}
 	var (
-		envs []herald.Envelope
+		rows []ClaimedRow
 		err  error
 	)
 	if p.Unordered {
-		envs, err = c.Unordered(ctx, p)
+		rows, err = c.Unordered(ctx, p)
 	} else {
 		perKey := p.PerKey
 		if perKey <= 0 || perKey > p.Limit {
 			perKey = p.Limit
 		}
-		envs, err = c.Ordered(ctx, p, perKey)
+		rows, err = c.Ordered(ctx, p, perKey)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("%s: claiming: %w", pkg, err)
 	}
-	slices.SortFunc(envs, func(a, b herald.Envelope) int { return cmp.Compare(a.Seq, b.Seq) })
+	slices.SortFunc(rows, func(a, b ClaimedRow) int { return cmp.Compare(a.Seq, b.Seq) })
+	envs, failed := Split(rows, p)
+	if len(failed) > 0 {
+		if err := c.Bury(ctx, herald.CompleteParams{Token: p.Token, Failed: failed}); err != nil {
+			return nil, fmt.Errorf("%s: claiming: disposing of unreadable rows: %w", pkg, err)
+		}
+	}
 	return envs, nil
 }

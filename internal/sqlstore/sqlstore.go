@@ -1,10 +1,9 @@
 // Package sqlstore holds what Herald's SQL drivers share beyond their SQL:
-// how migrations are found, how the headers column is read, how an
+// how migrations are found, how rows other programs wrote are read, how an
 // operator's row selection is checked. Each driver keeps its own dialect.
 package sqlstore
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -57,39 +56,6 @@ func LoadMigrations(fsys fs.FS, dir string) []Migration {
 		panic("herald: no migrations in " + dir)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Version < out[j].Version })
-	return out
-}
-
-// DecodeHeaders reads a headers column. Rows written by other programs may
-// hold any JSON object: string values are taken as they are, others as
-// their JSON text, so nothing is lost; the relay validates the result
-// before publishing and sends a row with unusable headers to the dead
-// letters.
-func DecodeHeaders(raw []byte) map[string]string {
-	if len(raw) == 0 || string(raw) == "{}" {
-		return nil
-	}
-	// The common case, an object of strings, in one pass.
-	var strs map[string]string
-	if json.Unmarshal(raw, &strs) == nil {
-		if len(strs) == 0 {
-			return nil
-		}
-		return strs
-	}
-	var m map[string]json.RawMessage
-	if err := json.Unmarshal(raw, &m); err != nil || len(m) == 0 {
-		return nil
-	}
-	out := make(map[string]string, len(m))
-	for k, v := range m {
-		var s string
-		if json.Unmarshal(v, &s) == nil {
-			out[k] = s
-		} else {
-			out[k] = string(v)
-		}
-	}
 	return out
 }
 

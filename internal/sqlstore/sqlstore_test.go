@@ -1,33 +1,89 @@
 package sqlstore
 
 import (
+	"bytes"
 	"encoding/json"
+	"math"
+	"strings"
 	"testing"
+	"time"
+	"unicode/utf8"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/herald-outbox/herald/heraldadmin"
 )
 
-// The headers column holds whatever other programs wrote. Decoding must
-// never panic, and an object of strings must come back as it went in.
+// The headers column holds whatever other programs wrote. Reading it must
+// never panic; an object of strings must come back as it went in, for the
+// relay and for operators alike; and the relay gets either headers or an
+// error, never both.
 func FuzzDecodeHeaders(f *testing.F) {
-	for _, s := range []string{`{}`, `{"a":"b"}`, `{"n":3,"o":{"x":[1]}}`, `[]`, `null`, `{"a":"\u0000"}`, ``, `{`} {
+	for _, s := range []string{`{}`, `{"a":"b"}`, `{"n":3,"o":{"x":[1]}}`, `[]`, `null`, `{"a":"\u0000"}`, ``, `{`,
+		`{"a":null}`, " {\"a\":\"b\"} ", "{\"a\":\"\xff\"}"} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, raw []byte) {
-		got := DecodeHeaders(raw)
+		got, err := DecodeHeaders(raw)
+		shown := DisplayHeaders(raw)
+		if err != nil {
+			require.Nil(t, got)
+		}
 		var want map[string]string
-		if json.Unmarshal(raw, &want) == nil && len(want) > 0 {
+		if utf8.Valid(raw) && !bytes.Contains(raw, []byte("null")) && json.Unmarshal(raw, &want) == nil && len(want) > 0 {
+			require.NoError(t, err)
 			require.Equal(t, want, got)
+			require.Equal(t, want, shown)
 		}
 	})
 }
 
-func TestDecodeHeadersKeepsNonStringValuesAsJSON(t *testing.T) {
-	got := DecodeHeaders([]byte(`{"n": 3, "b": true, "o": {"x": 1}, "s": "v"}`))
-	require.Equal(t, map[string]string{"n": "3", "b": "true", "o": `{"x": 1}`, "s": "v"}, got)
-	require.Nil(t, DecodeHeaders([]byte(`not json`)))
+func TestDecodeHeadersTakesStringsAndRefusesOtherValues(t *testing.T) {
+	for _, tc := range []struct {
+		raw     string
+		want    map[string]string
+		wantErr string
+	}{
+		{raw: ``},
+		{raw: `{}`},
+		{raw: ` {"a": "1", "b": "x\ny"} `, want: map[string]string{"a": "1", "b": "x\ny"}},
+		{raw: `{"gone": null, "kept": ""}`, want: map[string]string{"kept": ""}},
+		{raw: `{"gone": null}`},
+		{raw: `{"s": "v", "n": 3}`, wantErr: `header "n" is a number, not a string`},
+		{raw: `{"b": true}`, wantErr: `header "b" is a boolean, not a string`},
+		{raw: `{"o": {"x": "1"}}`, wantErr: `header "o" is an object, not a string`},
+		{raw: `{"z": 1, "a": [1]}`, wantErr: `header "a" is an array, not a string`},
+		{raw: `["a"]`, wantErr: "headers are not a JSON object"},
+		{raw: `null`, wantErr: "headers are not a JSON object"},
+		{raw: `{"a": "b"`, wantErr: "headers are not a JSON object"},
+		{raw: "{\"a\": \"\xff\"}", wantErr: "headers are not valid UTF-8"},
+		{raw: `{"` + strings.Repeat("é", 40) + `": 1}`, wantErr: `header "` + strings.Repeat("é", 32) + `"... is a number`},
+	} {
+		got, err := DecodeHeaders([]byte(tc.raw))
+		if tc.wantErr != "" {
+			require.ErrorContains(t, err, tc.wantErr, tc.raw)
+			require.Nil(t, got)
+			continue
+		}
+		require.NoError(t, err, tc.raw)
+		require.Equal(t, tc.want, got, tc.raw)
+	}
+}
+
+func TestDisplayHeadersShowsEveryValue(t *testing.T) {
+	got := DisplayHeaders([]byte(`{"n": 3, "b": true, "o": {"x": 1}, "s": "v", "z": null}`))
+	require.Equal(t, map[string]string{"n": "3", "b": "true", "o": `{"x": 1}`, "s": "v", "z": "null"}, got)
+	require.Nil(t, DisplayHeaders([]byte(`not json`)))
+}
+
+func TestAgeSaturates(t *testing.T) {
+	require.Equal(t, 1500*time.Millisecond, Age(1.5, time.Second))
+	require.Equal(t, 3*time.Microsecond, Age(3, time.Microsecond))
+	require.Zero(t, Age(-1, time.Second), "a row dated in the future is not pending for a negative time")
+	require.Zero(t, Age(math.NaN(), time.Second))
+	require.Equal(t, time.Duration(math.MaxInt64), Age(math.Inf(1), time.Second), "created at -infinity")
+	require.Equal(t, time.Duration(math.MaxInt64), Age(9.3e18, time.Microsecond), "past what a Duration holds")
+	require.Equal(t, time.Duration(math.MaxInt64), Age(float64(math.MaxInt64)/1e9, time.Second))
 }
 
 func TestSelectChecksTheFilter(t *testing.T) {

@@ -82,6 +82,7 @@ func New(t testing.TB, pool *pgxpool.Pool, cfg heraldpg.Config) *Outbox {
 			tag, err := pool.Exec(ctx, q.backdate, id, d.Microseconds())
 			return oneRow(id, tag.RowsAffected(), err)
 		},
+		OddRows: pgxOddRows(pool, store.Table(), q.table),
 	}
 	return &Outbox{Driver: d, Store: store, Pool: pool, Config: &cfg, Writer: w}
 }
@@ -141,6 +142,7 @@ func NewSQL(t testing.TB, db *sql.DB, cfg heraldpg.Config) *heralddrivertest.Dri
 			n, err := res.RowsAffected()
 			return oneRow(id, n, err)
 		},
+		OddRows: sqlOddRows(db, store.Table(), q.table),
 	}
 }
 

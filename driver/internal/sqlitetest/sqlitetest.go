@@ -95,8 +95,17 @@ func New(t testing.TB, cfg heraldsqlite.Config) *Outbox {
 			}
 			return err
 		},
+		OddRows: oddRowsFunc(db, tableName(cfg)),
 	}
 	return &Outbox{Driver: d, Store: store, DB: db, Path: path, Config: &cfg, Writer: w}
+}
+
+// tableName is the outbox table's name, unquoted.
+func tableName(cfg heraldsqlite.Config) string {
+	if cfg.Table == "" {
+		return "herald_outbox"
+	}
+	return cfg.Table
 }
 
 // Open opens the database file at path with heraldsqlite.Open and closes it

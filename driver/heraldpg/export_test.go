@@ -1,0 +1,9 @@
+package heraldpg
+
+import "context"
+
+// MigrateTo applies the migrations up to version, so that a test can write
+// rows into an older table before a later migration runs.
+func (d *Driver) MigrateTo(ctx context.Context, version int) error {
+	return d.migrate(ctx, migrations[:version])
+}

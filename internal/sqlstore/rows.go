@@ -1,0 +1,181 @@
+package sqlstore
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"sort"
+	"time"
+	"unicode/utf8"
+
+	"github.com/herald-outbox/herald"
+)
+
+// The outbox table is a contract that other programs write with plain SQL.
+// What follows is how the drivers read rows Herald did not write: a value
+// the column types admit but Herald never writes must not stop the relay.
+
+// MaxAttempts is the most the attempts column holds: the table refuses more
+// (migration 004), and a claim's count stops there instead of overflowing
+// the column. No retry policy that ends comes near it: a million attempts at
+// the default five-minute backoff cap take nine years.
+const MaxAttempts = 1_000_000
+
+// UnreadablePrefix starts the last_error of a row that a claim took but
+// could not turn into an Envelope.
+const UnreadablePrefix = "herald: unreadable row: "
+
+// ClaimedRow is one row a claim took: its envelope, or why there is none.
+type ClaimedRow struct {
+	herald.Envelope
+	// Unreadable says why the row cannot become an Envelope ("created_at
+	// is infinity"); empty when it can.
+	Unreadable string
+}
+
+// Split separates a claim's rows, in seq order, into the envelopes for the
+// relay and the failures that dispose of the rest, for the driver to write
+// before the claim returns. An unreadable row is dead with its reason as
+// last_error. When the claim keeps its key's order it also parks the key,
+// as the relay parks a key behind any event it cannot publish, and the
+// key's later events in the claim are held back: ready again with their
+// attempt refunded, waiting behind it. Other rows are not held up.
+func Split(rows []ClaimedRow, p herald.ClaimParams) ([]herald.Envelope, []herald.Failure) {
+	envs := make([]herald.Envelope, 0, len(rows))
+	var (
+		failed []herald.Failure
+		parked map[[2]string]bool
+	)
+	for _, r := range rows {
+		k := [2]string{r.Topic, r.Key}
+		ordered := !p.Unordered && r.Key != "" && !slices.Contains(p.UnorderedTopics, r.Topic)
+		switch {
+		case ordered && parked[k]:
+			failed = append(failed, herald.Failure{ID: r.ID, Outcome: herald.OutcomeHeldBack, Error: herald.ErrHeldBack.Error()})
+		case r.Unreadable == "":
+			envs = append(envs, r.Envelope)
+		case ordered:
+			if parked == nil {
+				parked = map[[2]string]bool{}
+			}
+			parked[k] = true
+			failed = append(failed, herald.Failure{ID: r.ID, Outcome: herald.OutcomeParked, Error: UnreadablePrefix + r.Unreadable})
+		default:
+			failed = append(failed, herald.Failure{ID: r.ID, Outcome: herald.OutcomeDead, Error: UnreadablePrefix + r.Unreadable})
+		}
+	}
+	return envs, failed
+}
+
+// DecodeHeaders reads the headers column of a claimed row: a JSON object
+// whose values are strings. A null value is a header that is not set (JSON
+// encoders write null for an absent optional field). Any other value (a
+// number, a boolean, an object, an array) is an error: how a producer meant
+// it to be spelt on the broker is a guess Herald does not make, and the row
+// goes to the dead letters saying which header it was.
+func DecodeHeaders(raw []byte) (map[string]string, error) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || string(raw) == "{}" {
+		return nil, nil
+	}
+	if !utf8.Valid(raw) {
+		return nil, errors.New("headers are not valid UTF-8")
+	}
+	var m map[string]json.RawMessage
+	if raw[0] != '{' || json.Unmarshal(raw, &m) != nil {
+		return nil, errors.New("headers are not a JSON object")
+	}
+	names := make([]string, 0, len(m))
+	for name := range m {
+		names = append(names, name)
+	}
+	sort.Strings(names) // the first bad header by name, the same every time
+	out := make(map[string]string, len(m))
+	for _, name := range names {
+		v := m[name]
+		switch v[0] {
+		case 'n': // null
+			continue
+		case '"':
+			var s string
+			if err := json.Unmarshal(v, &s); err != nil {
+				return nil, fmt.Errorf("header %s: %w", quoteName(name), err)
+			}
+			out[name] = s
+		default:
+			return nil, fmt.Errorf("header %s is %s, not a string", quoteName(name), jsonKind(v[0]))
+		}
+	}
+	if len(out) == 0 {
+		return nil, nil
+	}
+	return out, nil
+}
+
+// DisplayHeaders reads a headers column for operators and tests, who see a
+// row as it is: string values as they are, others as their JSON text, so
+// that nothing is hidden; nil when the column is not a JSON object.
+func DisplayHeaders(raw []byte) map[string]string {
+	if len(raw) == 0 || string(raw) == "{}" {
+		return nil
+	}
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &m); err != nil || len(m) == 0 {
+		return nil
+	}
+	out := make(map[string]string, len(m))
+	for k, v := range m {
+		var s string
+		if len(v) > 0 && v[0] == '"' && json.Unmarshal(v, &s) == nil {
+			out[k] = s
+		} else {
+			out[k] = string(v)
+		}
+	}
+	return out
+}
+
+// jsonKind names the JSON value that starts with c.
+func jsonKind(c byte) string {
+	switch c {
+	case '{':
+		return "an object"
+	case '[':
+		return "an array"
+	case 't', 'f':
+		return "a boolean"
+	}
+	return "a number"
+}
+
+// quoteName quotes a header name for an error, cut short: the name came
+// from another program and the error lands in last_error.
+func quoteName(name string) string {
+	const most = 64
+	if len(name) > most {
+		cut := most
+		for cut > 0 && !utf8.RuneStart(name[cut]) {
+			cut--
+		}
+		return fmt.Sprintf("%q...", name[:cut])
+	}
+	return fmt.Sprintf("%q", name)
+}
+
+// Age turns an age the database computed, n units of unit, into a
+// Duration: 0 when negative or not a number, and the longest Duration when
+// it is longer than a Duration holds (a row dated in a far year, or at
+// minus infinity), never a wrapped-around negative.
+func Age(n float64, unit time.Duration) time.Duration {
+	d := n * float64(unit)
+	switch {
+	case !(d > 0): // NaN too
+		return 0
+	case d >= math.MaxInt64:
+		return math.MaxInt64
+	}
+	return time.Duration(d)
+}
