@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -70,6 +71,15 @@ type proxyLink struct {
 	client, server *net.TCPConn
 	done           chan struct{} // closed when the link is cut
 	once           sync.Once
+	held           [2]atomic.Int64 // bytes read and not yet delivered: upstream, downstream
+}
+
+// heldIndex is the index in proxyLink.held of a single direction.
+func heldIndex(d Direction) int {
+	if d == Upstream {
+		return 0
+	}
+	return 1
 }
 
 // NewProxy starts a proxy to target (host:port) and closes it, with every
@@ -109,6 +119,29 @@ func (p *Proxy) Open() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return len(p.links)
+}
+
+// Held reports the connections holding bytes in direction d (paused, or
+// waiting out their latency): for each, the proxy's own address toward the
+// server, which is the client address the server sees (PostgreSQL's
+// pg_stat_activity.client_port), and how many bytes it holds. With both
+// directions, the bytes held either way are added up.
+func (p *Proxy) Held(d Direction) map[string]int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := map[string]int{}
+	for l := range p.links {
+		var n int64
+		for _, one := range []Direction{Upstream, Downstream} {
+			if d&one != 0 {
+				n += l.held[heldIndex(one)].Load()
+			}
+		}
+		if n > 0 {
+			out[l.server.LocalAddr().String()] = int(n)
+		}
+	}
+	return out
 }
 
 // Reset cuts every connection now: both sides get a TCP reset, and bytes
@@ -254,12 +287,14 @@ func (p *Proxy) link(client *net.TCPConn) {
 // writer empties it as the faults allow.
 func (p *Proxy) forward(l *proxyLink, from, to *net.TCPConn, dir Direction) {
 	queue := make(chan proxyChunk, proxyBuffer)
+	held := &l.held[heldIndex(dir)]
 	go func() {
 		defer close(queue)
 		for {
 			buf := make([]byte, 32<<10)
 			n, err := from.Read(buf)
 			if n > 0 {
+				held.Add(int64(n))
 				select {
 				case queue <- proxyChunk{b: buf[:n], at: time.Now()}:
 				case <-l.done:
@@ -277,7 +312,7 @@ func (p *Proxy) forward(l *proxyLink, from, to *net.TCPConn, dir Direction) {
 		}
 	}()
 	for c := range queue {
-		if !p.deliver(l, to, dir, c) {
+		if !p.deliver(l, to, dir, c, held) {
 			// The link is cut; the reader sees it and ends, closing queue.
 			for range queue {
 			}
@@ -290,7 +325,7 @@ func (p *Proxy) forward(l *proxyLink, from, to *net.TCPConn, dir Direction) {
 // passed, or discards it while its direction is dropped. It returns false
 // when the direction is over: the link was cut, a write failed, or the
 // chunk was the end of the stream.
-func (p *Proxy) deliver(l *proxyLink, to *net.TCPConn, dir Direction, c proxyChunk) bool {
+func (p *Proxy) deliver(l *proxyLink, to *net.TCPConn, dir Direction, c proxyChunk, held *atomic.Int64) bool {
 	for {
 		p.mu.Lock()
 		paused, dropped, latency, changed := p.paused&dir != 0, p.dropped&dir != 0, p.latency, p.changed
@@ -299,9 +334,11 @@ func (p *Proxy) deliver(l *proxyLink, to *net.TCPConn, dir Direction, c proxyChu
 		switch {
 		case paused:
 		case dropped && len(c.b) > 0:
+			held.Add(-int64(len(c.b)))
 			return true
 		default:
 			if due = time.Until(c.at.Add(latency)); due <= 0 {
+				held.Add(-int64(len(c.b)))
 				return p.write(l, to, c)
 			}
 		}

@@ -214,12 +214,19 @@ func TestProxy(t *testing.T) {
 		require.NoError(t, err)
 		require.Eventually(t, func() bool { return srv.received.Load() == 6 }, 10*time.Second, time.Millisecond)
 		requireSilent(t, c)
+		srv.mu.Lock()
+		seenAs := srv.conns[0].RemoteAddr().String()
+		srv.mu.Unlock()
+		require.Equal(t, map[string]int{seenAs: 5}, p.Held(heraldtest.Downstream),
+			"the held answer, under the address the server knows the connection by")
+		require.Empty(t, p.Held(heraldtest.Upstream))
 		p.Resume()
 		got := make([]byte, 5)
 		require.NoError(t, c.SetReadDeadline(time.Now().Add(10*time.Second)))
 		_, err = io.ReadFull(c, got)
 		require.NoError(t, err)
 		require.Equal(t, "asked", string(got))
+		require.Empty(t, p.Held(heraldtest.BothWays))
 	})
 
 	t.Run("LatencyDelaysEachDirection", func(t *testing.T) {
