@@ -116,37 +116,38 @@ func (r *inproc) String() string { return r.log.String() }
 
 // counter is a relay's Observer: it counts what can lead to a duplicate.
 type counter struct {
-	failed  atomic.Int64 // events handed to the publisher and not confirmed
+	failed  atomic.Int64 // events of a batch not recorded as published
 	rescued atomic.Int64 // rows this relay took back from an expired lease
 }
 
 func (c *counter) Claimed([]herald.Envelope) {}
 
+// Acknowledged counts every failed event, held back ones included: when a
+// publisher fails a batch as a whole (its connection is lost), the relay
+// holds back the later events of a key behind the first one's failure,
+// even those the broker had stored.
 func (c *counter) Acknowledged(a herald.Acknowledgement) {
-	for _, f := range a.Failed {
-		// Held back events were not sent in this attempt.
-		if f.Outcome != herald.OutcomeHeldBack {
-			c.failed.Add(1)
-		}
-	}
+	c.failed.Add(int64(len(a.Failed)))
 }
 
 func (c *counter) Rescued(n int) { c.rescued.Add(int64(n)) }
 
 // observedBound is the duplicate bound of in-process relays: a duplicate
-// is the resend of an event whose earlier publication was never
-// confirmed, so there are at most as many as events the relays recorded
-// as failed after sending them, plus rows rescued from an expired lease
+// is the resend of an event whose earlier hand-off to the publisher was
+// not recorded as published, so there are at most as many as failed
+// events the relays recorded, plus rows rescued from an expired lease
 // (their relay may have published them without recording it).
-func observedBound(relays ...*inproc) bound {
-	var failed, rescued int64
-	for _, r := range relays {
-		failed += r.obs.failed.Load()
-		rescued += r.obs.rescued.Load()
-	}
-	return bound{
-		n:   int(failed + rescued),
-		why: fmt.Sprintf("%d events failed after being sent + %d rows rescued from an expired lease", failed, rescued),
+func observedBound(relays ...*inproc) func() bound {
+	return func() bound {
+		var failed, rescued int64
+		for _, r := range relays {
+			failed += r.obs.failed.Load()
+			rescued += r.obs.rescued.Load()
+		}
+		return bound{
+			n:   int(failed + rescued),
+			why: fmt.Sprintf("%d events not confirmed by the broker + %d rows rescued from an expired lease", failed, rescued),
+		}
 	}
 }
 
