@@ -206,11 +206,17 @@ func (c *child) kill(t *testing.T) {
 	require.Truef(t, errors.As(err, &exit), "%s: %v", c.name, err)
 }
 
-// stop asks the child to stop (SIGTERM) and waits until it exited cleanly.
-func (c *child) stop(t *testing.T) {
+// stopAll asks the children to stop (SIGTERM), all at once, and waits
+// until each exited cleanly.
+func stopAll(t *testing.T, children []*child) {
 	t.Helper()
-	require.NoError(t, c.cmd.Process.Signal(syscall.SIGTERM))
-	require.NoError(t, c.cmd.Wait(), "%s did not stop cleanly; its log:\n%s", c.name, c.log)
+	for _, c := range children {
+		require.NoError(t, c.cmd.Process.Signal(syscall.SIGTERM))
+	}
+	for _, c := range children {
+		require.NoError(t, c.cmd.Wait(), "%s did not stop cleanly; its log:\n%s", c.name, c.log)
+	}
 }
 
-func (c *child) String() string { return c.log.String() }
+func (c *child) String() string  { return c.log.String() }
+func (c *child) logName() string { return c.name }

@@ -112,7 +112,8 @@ func (w *world) startRelay(t *testing.T, name string, v via) *inproc {
 	return r
 }
 
-func (r *inproc) String() string { return r.log.String() }
+func (r *inproc) String() string  { return r.log.String() }
+func (r *inproc) logName() string { return r.name }
 
 // counter is a relay's Observer: it counts what can lead to a duplicate.
 type counter struct {
@@ -153,11 +154,5 @@ func observedBound(relays ...*inproc) func() bound {
 
 // logsOf formats the relays' logs for a failure message.
 func logsOf(relays ...*inproc) func() string {
-	return func() string {
-		named := map[string]fmt.Stringer{}
-		for _, r := range relays {
-			named[r.name] = r
-		}
-		return joinLogs(named)
-	}
+	return func() string { return joinLogs(relays) }
 }
