@@ -70,3 +70,38 @@ func TestDroppedBrokerAcks(t *testing.T) {
 	require.Positive(t, out.duplicates, "events stored while their acks were dropped are published again")
 	require.Zero(t, r.relay.Stats().Dead)
 }
+
+// The relay's connection to the broker is cut, and new connections are
+// first refused (reset at once), then blackholed (accepted, never
+// answered), as while a broker restarts behind a load balancer. The relay
+// must pause for the outage without spending attempts, and publish
+// everything once the broker takes connections again.
+func TestBrokerConnectionsCutThenRefusedAndBlackholed(t *testing.T) {
+	w := newWorld(t)
+	px := heraldtest.NewProxy(t, w.natsAddr())
+	const name = "fault-refused"
+	r := w.startRelay(t, name, via{nats: px.Addr()})
+	watch := watchRelayTx(t, w.pool, name)
+	stop := w.startLoad(t, brokerLoad)
+
+	down := func() bool { return r.relay.Health().Destination != "" }
+	for _, fault := range []func(){px.RefuseNew, px.BlackholeNew} {
+		require.Eventually(t, func() bool { return w.published(t) >= 300 && !down() }, time.Minute, time.Millisecond,
+			"the relay is not at work; its log:\n%s", r)
+		fault()
+		px.Reset()
+		require.Eventually(t, down, time.Minute, time.Millisecond, "the relay did not notice the outage")
+		// The client keeps dialing and gets nowhere.
+		accepted := px.Accepted()
+		require.Eventually(t, func() bool { return px.Accepted() >= accepted+2 }, time.Minute, time.Millisecond)
+		px.Heal()
+		before := w.published(t)
+		require.Eventually(t, func() bool { return w.published(t) > before+batchSize }, time.Minute, time.Millisecond,
+			"the relay did not publish again once the broker was back; its log:\n%s", r)
+	}
+	stop()
+
+	w.verify(t, observedBound(r), logsOf(r))
+	watch.check(t)
+	require.Zero(t, r.relay.Stats().Dead)
+}

@@ -158,7 +158,7 @@ func runProducerChild(ctx context.Context, name string) error {
 			_ = tx.Rollback(db)
 			return err
 		}
-		time.Sleep(time.Duration(rand.IntN(5000)) * time.Microsecond)
+		time.Sleep(time.Millisecond + time.Duration(rand.IntN(5000))*time.Microsecond)
 		if err := tx.Commit(db); err != nil {
 			return err
 		}
