@@ -16,15 +16,17 @@ import (
 // claimed but cannot acknowledge it; the other relay rescues the rows when
 // the lease expires and publishes them again. When the partition heals,
 // whatever the cut-off relay still sends with its old claims must change
-// nothing, and it must go back to work. The cut falls between two of the
-// relay's transactions; a cut inside one is the case below.
+// nothing, and it must go back to work. The test cuts between two of the
+// relay's transactions; a cut inside one is the case below, so the
+// cut-off relay's transactions are watched before the cut and from the
+// heal on, the other relay's throughout.
 func TestRelayCutOffFromPostgresPastItsLease(t *testing.T) {
 	w := newWorld(t)
 	px := heraldtest.NewProxy(t, w.pgAddr(t))
 	const cut, other = "fault-cut-a", "fault-cut-b"
 	a := w.startRelay(t, cut, via{pg: px.Addr()})
 	b := w.startRelay(t, other, via{})
-	watch := watchRelayTx(t, w.pool, "fault-cut-")
+	watchA, watchB := watchRelayTx(t, w.pool, cut), watchRelayTx(t, w.pool, other)
 	// Until relay a is back at work after the partition: a few thousand
 	// events.
 	stop := w.startLoad(t, load{writers: 4, keys: 100, perTx: 3, pace: 20 * time.Millisecond})
@@ -43,6 +45,7 @@ func TestRelayCutOffFromPostgresPastItsLease(t *testing.T) {
 			px.Heal()
 		}
 	}
+	watchA.check(t)
 	cutAt := time.Now()
 	stranded := claimedBy(cut)
 	publishedByA := a.relay.Stats().Published
@@ -50,12 +53,14 @@ func TestRelayCutOffFromPostgresPastItsLease(t *testing.T) {
 		"relay b never rescued relay a's rows")
 	require.GreaterOrEqual(t, time.Since(cutAt), lease-time.Second, "rows were taken from relay a before its lease ended")
 	px.Heal()
+	watchA = watchRelayTxSince(t, w.pool, cut, dbNow(t, w.pool))
 	require.Eventually(t, func() bool { return a.relay.Stats().Published > publishedByA }, time.Minute, 10*time.Millisecond,
 		"relay a did not go back to work after the partition; its log:\n%s", a)
 	stop()
 
 	w.verify(t, observedBound(a, b), logsOf(a, b))
-	watch.check(t)
+	watchA.check(t)
+	watchB.check(t)
 	t.Logf("relay a was cut off holding %d claimed rows", stranded)
 	require.Positive(t, b.obs.rescued.Load(), "relay b rescued relay a's rows")
 	require.Truef(t, strings.Contains(a.log.String(), "lease expired before") ||

@@ -31,12 +31,19 @@ type txWatch struct {
 // test ends or check is called.
 func watchRelayTx(t *testing.T, pool *pgxpool.Pool, prefix string) *txWatch {
 	t.Helper()
+	return watchRelayTxSince(t, pool, prefix, "-infinity")
+}
+
+// watchRelayTxSince is watchRelayTx for the transactions that started at
+// since (a timestamp of the database's clock) or later.
+func watchRelayTxSince(t *testing.T, pool *pgxpool.Pool, prefix, since string) *txWatch {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	w := &txWatch{seen: map[string]string{}}
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		for ctx.Err() == nil {
-			w.poll(ctx, pool, prefix)
+			w.poll(ctx, pool, prefix, since)
 			select {
 			case <-ctx.Done():
 			case <-time.After(20 * time.Millisecond):
@@ -48,12 +55,18 @@ func watchRelayTx(t *testing.T, pool *pgxpool.Pool, prefix string) *txWatch {
 	return w
 }
 
-func (w *txWatch) poll(ctx context.Context, pool *pgxpool.Pool, prefix string) {
-	rows, err := pool.Query(ctx, `SELECT pid, application_name, xact_start::text, coalesce(state, ''),
+// poll records the long transactions of the moment. A session whose state
+// is idle is left out whatever its xact_start: it waits for its client
+// outside any transaction. (Under heavy load PostgreSQL 15 was seen to
+// show such a session, with no wait event, keeping the xact_start of its
+// last statement for seconds.)
+func (w *txWatch) poll(ctx context.Context, pool *pgxpool.Pool, prefix, since string) {
+	rows, err := pool.Query(ctx, `SELECT pid, application_name, xact_start::text, state,
 			extract(epoch FROM now() - xact_start)::float8, left(regexp_replace(query, '\s+', ' ', 'g'), 120)
 		FROM pg_stat_activity
-		WHERE starts_with(application_name, $1) AND xact_start < now() - $2 * interval '1 microsecond'`,
-		prefix, longTx.Microseconds())
+		WHERE starts_with(application_name, $1) AND state <> 'idle'
+		  AND xact_start < now() - $2 * interval '1 microsecond' AND xact_start >= $3::timestamptz`,
+		prefix, longTx.Microseconds(), since)
 	if err != nil {
 		return // the database restarts in one case; the next poll sees it again
 	}
@@ -87,4 +100,12 @@ func (w *txWatch) check(t *testing.T) {
 		long = append(long, d)
 	}
 	require.Emptyf(t, long, "relay transactions open for %s or more:\n%v", longTx, long)
+}
+
+// dbNow is the database's clock, for watchRelayTxSince.
+func dbNow(t *testing.T, pool *pgxpool.Pool) string {
+	t.Helper()
+	var now string
+	require.NoError(t, pool.QueryRow(t.Context(), `SELECT clock_timestamp()::text`).Scan(&now))
+	return now
 }
