@@ -1,0 +1,13 @@
+package faultsuite_test
+
+import (
+	"testing"
+
+	"github.com/herald-outbox/herald/internal/heraldtest"
+)
+
+func TestMain(m *testing.M) {
+	// A child process (a relay or a producer) runs its part and exits here.
+	runChildIfAsked()
+	heraldtest.Main(m)
+}

@@ -1,0 +1,303 @@
+package faultsuite_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/herald-outbox/herald"
+	"github.com/herald-outbox/herald/driver/heraldpg"
+	"github.com/herald-outbox/herald/internal/heraldtest"
+)
+
+// The events of every case: one topic, keys owned by one producer each, so
+// that a key's commit order is its sequence order.
+const (
+	topic         = "fault.orders"
+	streamSubject = "fault.>"
+	// relayHeader names the relay that published a message, set by the
+	// child relays' publisher so that a duplicate can be traced to the
+	// relay that was killed.
+	relayHeader = "Fault-Relay"
+)
+
+// world is one case's setting: an outbox with a business table beside it,
+// a JetStream server whose stream captures the events, and a tap that sees
+// every message published, duplicates included.
+type world struct {
+	dsn    string        // PostgreSQL, directly
+	pool   *pgxpool.Pool // the test's own view, never through a proxy
+	cfg    *heraldpg.Config
+	store  *heraldpg.Driver
+	writer *herald.Writer[pgx.Tx]
+	orders string // the business table, qualified
+	nats   *heraldtest.NATSServer
+	stream jetstream.Stream
+	tap    *tap
+	ledger ledger
+}
+
+// newWorld builds a world on the shared PostgreSQL server, in a schema of
+// its own.
+func newWorld(t *testing.T) *world {
+	t.Helper()
+	return newWorldOn(t, heraldtest.PostgresDSN(t), heraldtest.Schema(t))
+}
+
+// newWorldOn builds a world in schema (which must exist) of the database
+// at dsn.
+func newWorldOn(t *testing.T, dsn, schema string) *world {
+	t.Helper()
+	ctx := t.Context()
+	pool, err := pgxpool.New(ctx, dsn)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	cfg := &heraldpg.Config{Schema: schema}
+	store, err := heraldpg.New(pool, cfg)
+	require.NoError(t, err)
+	require.NoError(t, store.Migrate(ctx))
+	writer, err := heraldpg.NewWriter(cfg)
+	require.NoError(t, err)
+	orders := `"` + schema + `".orders`
+	_, err = pool.Exec(ctx, `CREATE TABLE `+orders+` (id text PRIMARY KEY, key text NOT NULL)`)
+	require.NoError(t, err)
+
+	w := &world{dsn: dsn, pool: pool, cfg: cfg, store: store, writer: writer, orders: orders}
+	w.nats = heraldtest.NATS(t)
+	w.stream = w.nats.CreateStream(t, "FAULT", streamSubject)
+	w.tap = startTap(t, w.nats.Conn(t))
+	return w
+}
+
+// natsURL is the JetStream server's address, for a client that reaches it
+// without a proxy.
+func (w *world) natsURL() string { return w.nats.URL() }
+
+// natsAddr is the JetStream server's host:port, for a proxy's target.
+func (w *world) natsAddr() string { return w.nats.URL()[len("nats://"):] }
+
+// pgAddr is the PostgreSQL server's host:port, for a proxy's target.
+func (w *world) pgAddr(t *testing.T) string {
+	t.Helper()
+	c, err := pgxpool.ParseConfig(w.dsn)
+	require.NoError(t, err)
+	return net.JoinHostPort(c.ConnConfig.Host, strconv.Itoa(int(c.ConnConfig.Port)))
+}
+
+// relayPool opens a pool for a relay, named name in pg_stat_activity, to
+// addr (host:port: a proxy) instead of the server when addr is not empty.
+// It is closed when the test ends.
+func (w *world) relayPool(t *testing.T, name, addr string) *pgxpool.Pool {
+	t.Helper()
+	c, err := pgxpool.ParseConfig(w.dsn)
+	require.NoError(t, err)
+	c.ConnConfig.RuntimeParams["application_name"] = name
+	c.ConnConfig.ConnectTimeout = 2 * time.Second
+	if addr != "" {
+		host, port, err := net.SplitHostPort(addr)
+		require.NoError(t, err)
+		p, err := strconv.Atoi(port)
+		require.NoError(t, err)
+		c.ConnConfig.Host, c.ConnConfig.Port = host, uint16(p)
+	}
+	pool, err := pgxpool.NewWithConfig(t.Context(), c)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	return pool
+}
+
+// message is the event every producer writes for business row id: the
+// business id rides as the aggregate id and the payload, so that events
+// and business rows can be matched one to one.
+func message(id, key string) herald.Message {
+	return herald.Message{
+		ID: herald.NewID(), Topic: topic, Key: key,
+		AggregateType: "order", AggregateID: id, Payload: []byte(id),
+	}
+}
+
+// writeOrder writes business row id and its event in tx, the way a
+// service does: both or neither.
+func writeOrder(ctx context.Context, tx pgx.Tx, w *herald.Writer[pgx.Tx], orders, id, key string) (herald.Message, error) {
+	if _, err := tx.Exec(ctx, `INSERT INTO `+orders+` (id, key) VALUES ($1, $2)`, id, key); err != nil {
+		return herald.Message{}, err
+	}
+	m := message(id, key)
+	return m, w.WriteTx(ctx, tx, m)
+}
+
+// ledger is what the in-process producers know of their transactions: the
+// business ids whose commit succeeded and those they rolled back on
+// purpose (with their events' ids). A commit that failed has an unknown
+// outcome and is in neither.
+type ledger struct {
+	mu           sync.Mutex
+	committed    []string
+	rolledBack   []string
+	rolledBackEv []string
+}
+
+// load is what in-process producers write: orders (a business row and its
+// event each) over keys keys, perTx orders per transaction, from writers
+// goroutines, each owning its keys.
+type load struct {
+	writers, keys, perTx int
+	// total is how many orders to commit; 0 means until ctx ends.
+	total int
+	// pace is a pause after each transaction, so that a load that runs
+	// until ctx ends writes a few thousand events, not as many as the
+	// machine can.
+	pace time.Duration
+}
+
+// produce commits orders as l says, and rolls back every tenth transaction
+// on purpose: events no relay may ever publish. Failed transactions (the
+// database is away) are retried with new ids. It returns once l.total
+// orders committed, or ctx ended.
+func (w *world) produce(ctx context.Context, l load) {
+	var wg sync.WaitGroup
+	for p := range l.writers {
+		wg.Go(func() { w.producer(ctx, p, l) })
+	}
+	wg.Wait()
+}
+
+// startLoad runs produce in the background; the function it returns ends
+// the load (when it runs until ctx ends) and waits for it.
+func (w *world) startLoad(t *testing.T, l load) (stop func()) {
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		w.produce(ctx, l)
+	}()
+	stop = sync.OnceFunc(func() {
+		if l.total == 0 {
+			cancel()
+		}
+		<-done
+		cancel()
+	})
+	t.Cleanup(stop)
+	return stop
+}
+
+func (w *world) producer(ctx context.Context, p int, l load) {
+	n, seq := 0, 0
+	for (l.total == 0 || n < l.total/l.writers) && ctx.Err() == nil {
+		seq++
+		rollback := seq%10 == 0
+		var ids, events []string
+		tx, err := w.pool.Begin(ctx)
+		if err == nil {
+			for i := 0; i < l.perTx && err == nil; i++ {
+				id := fmt.Sprintf("w%d-%d-%d", p, seq, i)
+				key := fmt.Sprintf("k%03d", p+l.writers*((seq+i)%(l.keys/l.writers)))
+				var m herald.Message
+				m, err = writeOrder(ctx, tx, w.writer, w.orders, id, key)
+				ids, events = append(ids, id), append(events, m.ID)
+			}
+			switch {
+			case err != nil || rollback:
+				_ = tx.Rollback(ctx)
+			default:
+				err = tx.Commit(ctx)
+			}
+		}
+		wait := l.pace
+		switch {
+		case err == nil && rollback:
+			w.ledger.mu.Lock()
+			w.ledger.rolledBack = append(w.ledger.rolledBack, ids...)
+			w.ledger.rolledBackEv = append(w.ledger.rolledBackEv, events...)
+			w.ledger.mu.Unlock()
+		case err == nil:
+			w.ledger.mu.Lock()
+			w.ledger.committed = append(w.ledger.committed, ids...)
+			w.ledger.mu.Unlock()
+			n += len(ids)
+		default:
+			// The database is away (a restart, a cut connection): try
+			// again shortly with new ids; the commit may have happened.
+			wait = max(wait, 20*time.Millisecond)
+		}
+		if wait > 0 {
+			select {
+			case <-ctx.Done():
+			case <-time.After(wait):
+			}
+		}
+	}
+}
+
+// published counts the outbox rows published so far.
+func (w *world) published(t *testing.T) int {
+	t.Helper()
+	return w.count(t, `state = 'published'`)
+}
+
+// count counts the outbox rows matching where, a condition in SQL. Errors
+// count as -1, so that a poll during a database restart goes on.
+func (w *world) count(t *testing.T, where string, args ...any) int {
+	t.Helper()
+	var n int
+	if err := w.pool.QueryRow(t.Context(), `SELECT count(*) FROM `+w.store.Table()+` WHERE `+where, args...).Scan(&n); err != nil {
+		return -1
+	}
+	return n
+}
+
+// tap is a plain NATS subscription on the stream's subjects: it receives
+// every message a relay publishes, including those JetStream drops as
+// duplicates, so it counts what the relays sent.
+type tap struct {
+	sub *nats.Subscription
+
+	mu     sync.Mutex
+	order  []string            // event ids in arrival order
+	relays map[string][]string // event id -> publishing relays, in order
+}
+
+func startTap(t *testing.T, nc *nats.Conn) *tap {
+	t.Helper()
+	tp := &tap{relays: map[string][]string{}}
+	sub, err := nc.Subscribe(streamSubject, func(m *nats.Msg) {
+		id := m.Header.Get(herald.HeaderID)
+		tp.mu.Lock()
+		defer tp.mu.Unlock()
+		tp.order = append(tp.order, id)
+		tp.relays[id] = append(tp.relays[id], m.Header.Get(relayHeader))
+	})
+	require.NoError(t, err)
+	// Unlimited: a tap that dropped messages would hide duplicates.
+	require.NoError(t, sub.SetPendingLimits(-1, -1))
+	require.NoError(t, nc.Flush())
+	tp.sub = sub
+	return tp
+}
+
+// seen returns, per event id, how many times it was published and by
+// which relays, and the total number of messages.
+func (tp *tap) seen(t *testing.T) (relays map[string][]string, total int) {
+	t.Helper()
+	dropped, err := tp.sub.Dropped()
+	require.NoError(t, err)
+	require.Zero(t, dropped, "the tap lost messages: duplicates would go unseen")
+	tp.mu.Lock()
+	defer tp.mu.Unlock()
+	relays = make(map[string][]string, len(tp.relays))
+	for id, rs := range tp.relays {
+		relays[id] = append([]string(nil), rs...)
+	}
+	return relays, len(tp.order)
+}
