@@ -47,8 +47,30 @@ func (c pgxConn) query(ctx context.Context, sql string, args []any, each func(sc
 	return rows.Err()
 }
 
+// txIdleTimeout bounds how long a transaction of the driver may sit idle
+// between its statements, which normally follow each other within a
+// millisecond: a relay cut off from the database (or stopped) mid-claim
+// must not leave its session holding row and key locks until TCP notices
+// the peer is gone. The server ends such a session.
+const txIdleTimeout = `SET LOCAL idle_in_transaction_session_timeout = '1s'`
+
+// txBeginner is a pgx pool, which can begin with the idle timeout in the
+// same round trip as BEGIN.
+type txBeginner interface {
+	BeginTx(ctx context.Context, opts pgx.TxOptions) (pgx.Tx, error)
+}
+
 func (c pgxConn) inTx(ctx context.Context, fn func(c conn) error) error {
-	return pgx.BeginFunc(ctx, c.q, func(tx pgx.Tx) error { return fn(pgxConn{tx}) })
+	if b, ok := c.q.(txBeginner); ok {
+		return pgx.BeginTxFunc(ctx, b, pgx.TxOptions{BeginQuery: "BEGIN; " + txIdleTimeout},
+			func(tx pgx.Tx) error { return fn(pgxConn{tx}) })
+	}
+	return pgx.BeginFunc(ctx, c.q, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, txIdleTimeout); err != nil {
+			return err
+		}
+		return fn(pgxConn{tx})
+	})
 }
 
 // sqlQuerier is what a *sql.DB and a *sql.Tx have in common.
@@ -88,6 +110,10 @@ func (c sqlConn) inTx(ctx context.Context, fn func(c conn) error) error {
 	}
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
+		return err
+	}
+	if _, err := tx.ExecContext(ctx, txIdleTimeout); err != nil {
+		_ = tx.Rollback()
 		return err
 	}
 	if err := fn(sqlConn{tx}); err != nil {

@@ -51,12 +51,6 @@ const (
 	RETURNING o.id, o.seq, o.topic, o.key, o.type, o.aggregate_type, o.aggregate_id,
 	          o.payload, o.headers, o.attempts, o.created_at`
 
-	// claimIdleTimeoutSQL starts an ordered claim's transaction: a session
-	// idle in it for 2s (its relay cut off or stopped between the two
-	// statements, which normally follow each other within a millisecond)
-	// is ended by the server, releasing its key locks.
-	claimIdleTimeoutSQL = `SET LOCAL idle_in_transaction_session_timeout = '2s'`
-
 	// An ordered claim is two statements in one transaction. The first
 	// walks the keys that have ready events, one index probe each, from a
 	// cursor ($1, $2) where the last claim stopped, until it has visited $3

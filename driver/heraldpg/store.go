@@ -47,12 +47,6 @@ func (d *Driver) claimOrdered(ctx context.Context, p herald.ClaimParams, perKey 
 
 	var claimed []sqlstore.ClaimedRow
 	err := d.db.inTx(ctx, func(tx conn) error {
-		// A relay cut off between the claim's statements must not leave
-		// its session idle in this transaction, holding its keys' locks,
-		// until TCP notices the peer is gone: the server ends it.
-		if _, err := tx.exec(ctx, claimIdleTimeoutSQL); err != nil {
-			return err
-		}
 		var (
 			topics, keys []string
 			free         []bool

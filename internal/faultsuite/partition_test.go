@@ -75,8 +75,6 @@ func TestRelayCutOffFromPostgresPastItsLease(t *testing.T) {
 // for as long as the partition lasts (or, if the relay's host is gone,
 // until TCP keepalive notices: two hours by default).
 func TestRelayCutOffInsideAClaimTransaction(t *testing.T) {
-	t.Skip("known defect: heraldpg's ordered claim runs in a transaction with no idle_in_transaction_session_timeout; " +
-		"a relay cut off after the walk keeps its keys' advisory locks, and the keys unclaimable, for the whole partition")
 	w := newWorld(t)
 	px := heraldtest.NewProxy(t, w.pgAddr(t))
 	const cut = "fault-intx"
