@@ -236,13 +236,34 @@ func (p *Publisher) Publish(ctx context.Context, batch []herald.Envelope) error 
 		return lost
 	})
 	if lost != nil {
-		return lost
+		return p.lostMidBatch(errs, lost)
 	}
 	if err := herald.BatchResult(errs); err != nil {
 		return err
 	}
 	p.log.Debug("published batch", "batch_size", len(batch), "rounds", rounds, "duplicates", duplicates)
 	return nil
+}
+
+// lostMidBatch is Publish's answer when the connection was lost: an outage
+// of the whole batch, unless the broker had confirmed some of its events
+// already. Those are reported confirmed, so they are not sent again, and
+// every other event as unavailable, to be retried without spending an
+// attempt.
+func (p *Publisher) lostMidBatch(errs []error, lost error) error {
+	confirmed := 0
+	for i, err := range errs {
+		if err == nil {
+			confirmed++
+			continue
+		}
+		errs[i] = herald.Unavailable(err)
+	}
+	if confirmed == 0 {
+		return lost
+	}
+	p.log.Debug("connection lost mid-batch", "confirmed", confirmed, "batch_size", len(errs))
+	return &herald.BatchError{Errs: errs}
 }
 
 // sendRound publishes the events batch[i] for i in round without waiting,

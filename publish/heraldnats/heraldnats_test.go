@@ -388,6 +388,43 @@ func TestPublish(t *testing.T) {
 		require.False(t, errors.As(err, &be), "a lost connection is an outage, not a per-event failure")
 	})
 
+	t.Run("ConnectionLostMidBatchKeepsWhatTheBrokerConfirmed", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		b.createStream(t, "EVENTS", "orders.>")
+		p := b.publisher(t, nil)
+
+		// The first round sends a (stored at once) and b1, whose subject
+		// no stream captures: the client waits 250ms for a retry, and the
+		// connection closes once a is stored. b2 is never sent.
+		batch := []herald.Envelope{keyed("orders.placed", "a", []byte(`{}`)),
+			keyed("nowhere.placed", "b", []byte(`{}`)), keyed("nowhere.placed", "b", []byte(`{}`))}
+		nc, err := nats.Connect(b.url)
+		require.NoError(t, err)
+		defer nc.Close()
+		js, err := jetstream.New(nc)
+		require.NoError(t, err)
+		stream, err := js.Stream(t.Context(), "EVENTS")
+		require.NoError(t, err)
+		go func() {
+			for {
+				info, err := stream.Info(t.Context())
+				if err != nil || info.State.Msgs > 0 {
+					b.nc.Close()
+					return
+				}
+				time.Sleep(time.Millisecond)
+			}
+		}()
+		errs := batchErrors(t, p.Publish(t.Context(), batch), 3)
+		require.NoError(t, errs[0], "a confirmed event is reported confirmed, not sent again")
+		for _, err := range errs[1:] {
+			require.True(t, herald.IsUnavailable(err), "the rest wait without spending an attempt: %v", err)
+			require.ErrorIs(t, err, nats.ErrConnectionClosed)
+		}
+		require.Equal(t, []string{batch[0].ID}, storedIDs(t, stream))
+	})
+
 	t.Run("ClosedConnectionFailsWholeBatchWithoutCredentials", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
