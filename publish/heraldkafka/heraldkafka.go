@@ -51,13 +51,9 @@
 //     in a round is held back.
 //
 // A batch of distinct keys is one round, one broker round trip; a batch with
-// n events of one key takes n round trips. With Config.PipelineKeys, a batch
-// is always one round, all of a key's events in flight together, for
-// throughput, accepting the window described above: an event can then be
-// delivered behind an earlier one of its key if the broker refuses the
-// earlier one's batch before the client buffered the later one (the relay
-// logs such a broken order as an error). Failures foreseen before sending
-// still hold back the rest of their key.
+// n events of one key takes n round trips. A key's events are never in
+// flight together: a broker refusing an earlier one's batch after the client
+// buffered a later one would deliver the later one first.
 //
 // Each round waits up to the client's kgo.ProducerLinger before its records
 // leave (franz-go's default is 10ms); NewClient sets it to zero.
@@ -113,10 +109,6 @@ type Config struct {
 	// events without a broker answer by then are reported unconfirmed, and
 	// those not yet sent are withdrawn from the client. Defaults to 30s.
 	DeliveryTimeout time.Duration
-	// PipelineKeys sends all events of a key in a batch at once instead of
-	// one round trip per event (see the package documentation for the
-	// order this risks). Defaults to false.
-	PipelineKeys bool
 	// Logger receives the publisher's logs. Defaults to slog.Default().
 	Logger *slog.Logger
 }
@@ -124,13 +116,12 @@ type Config struct {
 // Publisher is a herald.Publisher over a franz-go client. It lives as long
 // as the client it was given; it holds nothing to close.
 type Publisher struct {
-	cl        *kgo.Client
-	prefix    string
-	maxBytes  int
-	batchMax  func(string) int32 // the client's ProducerBatchMaxBytesFn
-	timeout   time.Duration
-	pipelined bool
-	log       *slog.Logger
+	cl       *kgo.Client
+	prefix   string
+	maxBytes int
+	batchMax func(string) int32 // the client's ProducerBatchMaxBytesFn
+	timeout  time.Duration
+	log      *slog.Logger
 }
 
 var _ herald.Publisher = (*Publisher)(nil)
@@ -194,13 +185,12 @@ func New(client *kgo.Client, cfg *Config) (*Publisher, error) {
 	}
 	batchMax, _ := client.OptValue(kgo.ProducerBatchMaxBytesFn).(func(string) int32)
 	return &Publisher{
-		cl:        client,
-		prefix:    c.TopicPrefix,
-		maxBytes:  c.MaxMessageBytes,
-		batchMax:  batchMax,
-		timeout:   c.DeliveryTimeout,
-		pipelined: c.PipelineKeys,
-		log:       c.Logger.With("component", "herald.kafka"),
+		cl:       client,
+		prefix:   c.TopicPrefix,
+		maxBytes: c.MaxMessageBytes,
+		batchMax: batchMax,
+		timeout:  c.DeliveryTimeout,
+		log:      c.Logger.With("component", "herald.kafka"),
 	}, nil
 }
 
@@ -234,16 +224,12 @@ func (p *Publisher) Publish(ctx context.Context, batch []herald.Envelope) error 
 	// stop waiting for them.
 	defer cancel()
 
-	perKey := 1
-	if p.pipelined {
-		perKey = len(batch)
-	}
 	var (
 		closed   error // the client was closed: no event can be answered
 		answered bool  // a broker confirmed or refused an event, or we refused one
 		rounds   int
 	)
-	errs := herald.SendInRounds(ctx, batch, perKey, func(ctx context.Context, round []int, errs []error) error {
+	errs := herald.SendInRounds(ctx, batch, 1, func(ctx context.Context, round []int, errs []error) error {
 		rounds++
 		var got bool
 		got, closed = p.sendRound(ctx, batch, round, errs)
@@ -273,17 +259,10 @@ func (p *Publisher) Publish(ctx context.Context, batch []herald.Envelope) error 
 func (p *Publisher) sendRound(ctx context.Context, batch []herald.Envelope, round []int, errs []error) (answered bool, closed error) {
 	idx := make([]int, 0, len(round))
 	recs := make([]*kgo.Record, 0, len(round))
-	// With PipelineKeys a round holds several events of a key: one refused
-	// before sending must still keep the key's later events unsent, as
-	// SendInRounds does between rounds. Ordered key -> refused event's id.
-	var refused map[string]string
+	// A round holds at most one event of each ordered key (SendInRounds
+	// with one per key), so a refusal here holds back nothing in it.
 	for _, i := range round {
 		env := &batch[i]
-		k := orderKey(env)
-		if id := refused[k]; k != "" && id != "" {
-			errs[i] = fmt.Errorf("heraldkafka: event %s not sent after event %s of its key was refused: %w", env.ID, id, herald.ErrHeldBack)
-			continue
-		}
 		if ctx.Err() != nil {
 			errs[i] = unconfirmed(ctx)
 			continue
@@ -291,12 +270,6 @@ func (p *Publisher) sendRound(ctx context.Context, batch []herald.Envelope, roun
 		rec, err := p.record(env)
 		if err != nil {
 			errs[i], answered = err, true
-			if k != "" {
-				if refused == nil {
-					refused = map[string]string{}
-				}
-				refused[k] = env.ID
-			}
 			continue
 		}
 		idx, recs = append(idx, i), append(recs, rec)
@@ -381,15 +354,6 @@ func (p *Publisher) produce(ctx context.Context, idx []int, recs []*kgo.Record, 
 		}
 	}
 	return answered, nil
-}
-
-// orderKey returns the key whose order env must keep within its topic, or
-// "" when it has none (see herald.Envelope.Ordered).
-func orderKey(env *herald.Envelope) string {
-	if !env.Ordered || env.Key == "" {
-		return ""
-	}
-	return env.Topic + "\x00" + env.Key
 }
 
 // record builds the Kafka record of env, or the permanent error that keeps

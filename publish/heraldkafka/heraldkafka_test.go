@@ -231,36 +231,34 @@ func TestPublish(t *testing.T) {
 		}, r.Headers)
 	})
 
-	for _, pipelined := range []bool{false, true} {
-		t.Run(fmt.Sprintf("FiveHundredEventsOfOneKeyArriveInBatchOrder/PipelineKeys=%v", pipelined), func(t *testing.T) {
-			t.Parallel()
-			b := setup(t)
-			p := b.publisher(t, &heraldkafka.Config{PipelineKeys: pipelined})
+	t.Run("FiveHundredEventsOfOneKeyArriveInBatchOrder", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		p := b.publisher(t, nil)
 
-			// Other keys interleaved, so the rounds hold more than one key.
-			var batch []herald.Envelope
-			for i := range 500 {
-				batch = append(batch, keyed("orders", "hot", fmt.Sprint(i)))
-				if i%10 == 0 {
-					batch = append(batch, keyed("orders", fmt.Sprint("cold-", i), "c"))
-				}
+		// Other keys interleaved, so the rounds hold more than one key.
+		var batch []herald.Envelope
+		for i := range 500 {
+			batch = append(batch, keyed("orders", "hot", fmt.Sprint(i)))
+			if i%10 == 0 {
+				batch = append(batch, keyed("orders", fmt.Sprint("cold-", i), "c"))
 			}
-			require.NoError(t, p.Publish(t.Context(), batch))
+		}
+		require.NoError(t, p.Publish(t.Context(), batch))
 
-			recs := b.read(t, "orders", len(batch))
-			require.Len(t, recs, len(batch))
-			var hot []string
-			for _, r := range recs {
-				if string(r.Key) == "hot" {
-					hot = append(hot, string(r.Value))
-				}
+		recs := b.read(t, "orders", len(batch))
+		require.Len(t, recs, len(batch))
+		var hot []string
+		for _, r := range recs {
+			if string(r.Key) == "hot" {
+				hot = append(hot, string(r.Value))
 			}
-			require.Len(t, hot, 500)
-			for i, v := range hot {
-				require.Equal(t, fmt.Sprint(i), v, "event %d of the key", i)
-			}
-		})
-	}
+		}
+		require.Len(t, hot, 500)
+		for i, v := range hot {
+			require.Equal(t, fmt.Sprint(i), v, "event %d of the key", i)
+		}
+	})
 
 	t.Run("RecordOverMaxMessageBytesIsPermanentHoldsBackItsKeyAndOthersDeliver", func(t *testing.T) {
 		t.Parallel()
@@ -290,10 +288,10 @@ func TestPublish(t *testing.T) {
 		require.ElementsMatch(t, []string{batch[0].ID, batch[1].ID, batch[4].ID, batch[5].ID}, got)
 	})
 
-	t.Run("PipelineKeysStillHoldsBackBehindARecordRefusedBeforeSending", func(t *testing.T) {
+	t.Run("RecordRefusedBeforeSendingHoldsBackItsKeyNamingIt", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
-		p := b.publisher(t, &heraldkafka.Config{MaxMessageBytes: 1024, PipelineKeys: true})
+		p := b.publisher(t, &heraldkafka.Config{MaxMessageBytes: 1024})
 
 		batch := []herald.Envelope{
 			keyed("orders", "b", "b1"),
