@@ -45,7 +45,8 @@ type Relay struct {
 	inFlightBytes atomic.Int64  // their payload and header bytes
 	bytesFreed    chan struct{} // a batch gave its bytes back
 
-	lostClaims []string // tokens of claims whose answer never came; the claim loop's own
+	lostMu     sync.Mutex
+	lostClaims []string // tokens of claims whose answer never came
 
 	stats relayCounters
 
@@ -121,8 +122,11 @@ func (r *Relay) Start(ctx context.Context) error {
 	r.stop, r.abort, r.pubCtx = stop, abort, pubCtx
 	r.state = relayRunning
 
-	r.loops.Add(3)
-	go func() { defer r.loops.Done(); r.claimLoop(loopCtx) }()
+	slots := make(chan struct{}, r.cfg.MaxInFlight)
+	r.loops.Add(2 + r.cfg.ClaimConcurrency)
+	for range r.cfg.ClaimConcurrency {
+		go func() { defer r.loops.Done(); r.claimLoop(loopCtx, slots) }()
+	}
 	go func() { defer r.loops.Done(); r.every(loopCtx, r.cfg.RescueInterval, r.rescue) }()
 	go func() {
 		defer r.loops.Done()

@@ -2,18 +2,18 @@ package herald
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
 )
 
-// claimLoop claims batches while a publish slot is free. Polling adapts: a
-// full batch is followed by the next claim at once, a partial one by
-// PollInterval, and empty claims double the wait up to IdlePollInterval.
-// A failed claim (the database is unreachable) is retried with a doubling
-// wait up to OutageBackoffCap.
-func (r *Relay) claimLoop(ctx context.Context) {
-	slots := make(chan struct{}, r.cfg.MaxInFlight)
+// claimLoop claims batches while a publish slot is free; ClaimConcurrency
+// loops share the slots. Polling adapts: a full batch is followed by the
+// next claim at once, a partial one by PollInterval, and empty claims
+// double the wait up to IdlePollInterval. A failed claim (the database is
+// unreachable) is retried with a doubling wait up to OutageBackoffCap.
+func (r *Relay) claimLoop(ctx context.Context, slots chan struct{}) {
 	idle := r.cfg.PollInterval
 	errDelay := r.cfg.PollInterval
 	for {
@@ -22,6 +22,7 @@ func (r *Relay) claimLoop(ctx context.Context) {
 			return
 		}
 		c, err := r.claim(ctx, budget)
+		r.settleReservation(budget, c.bytes)
 		r.noteDatabase(err)
 		if err != nil {
 			r.noteLostClaim(c.token)
@@ -78,16 +79,25 @@ func (r *Relay) awaitClaim(ctx context.Context, slots chan struct{}) (int64, boo
 	return budget, true
 }
 
-// byteBudget returns what is left of MaxInFlightBytes, waiting while
-// nothing is: some batch holds the bytes then, and returns them when it is
-// done. It returns 0 when there is no bound, and false once ctx ends.
+// byteBudget reserves a share of what is left of MaxInFlightBytes for the
+// next claim, waiting while nothing is: some batch holds the bytes then,
+// and returns them when it is done. The share is MaxInFlightBytes divided
+// by MaxInFlight, so that concurrent claims split the budget rather than
+// the first taking it all. It returns 0 when there is no bound, and false
+// once ctx ends.
 func (r *Relay) byteBudget(ctx context.Context) (int64, bool) {
 	if r.cfg.MaxInFlightBytes < 0 {
 		return 0, true
 	}
+	share := max(r.cfg.MaxInFlightBytes/int64(r.cfg.MaxInFlight), 1)
 	for {
-		if left := r.cfg.MaxInFlightBytes - r.inFlightBytes.Load(); left > 0 {
-			return left, true
+		held := r.inFlightBytes.Load()
+		if left := r.cfg.MaxInFlightBytes - held; left > 0 {
+			want := min(left, share)
+			if r.inFlightBytes.CompareAndSwap(held, held+want) {
+				return want, true
+			}
+			continue
 		}
 		select {
 		case <-r.bytesFreed:
@@ -97,11 +107,24 @@ func (r *Relay) byteBudget(ctx context.Context) (int64, bool) {
 	}
 }
 
+// settleReservation replaces a claim's reservation by the bytes it took.
+func (r *Relay) settleReservation(reserved, took int64) {
+	r.inFlightBytes.Add(took - reserved)
+	if took < reserved {
+		r.signalFreed()
+	}
+}
+
 // release gives back what a batch held of the in-flight bounds, once it is
 // acknowledged or given up.
 func (r *Relay) release(c claimed) {
 	r.inFlight.Add(-int64(len(c.batch)))
 	r.inFlightBytes.Add(-c.bytes)
+	r.signalFreed()
+}
+
+// signalFreed wakes a claim loop waiting for bytes.
+func (r *Relay) signalFreed() {
 	select {
 	case r.bytesFreed <- struct{}{}:
 	default:
@@ -145,7 +168,6 @@ func (r *Relay) claim(ctx context.Context, maxBytes int64) (claimed, error) {
 	}
 	r.stats.claimed.Add(int64(len(batch)))
 	r.inFlight.Add(int64(len(batch)))
-	r.inFlightBytes.Add(bytes)
 	r.cfg.Observer.Claimed(batch)
 	r.log.Debug("claimed batch", "batch_size", len(batch), "claim_token", token)
 	return claimed{token: token, batch: batch, deadline: claimedAt.Add(r.cfg.Lease), bytes: bytes}, nil
@@ -203,8 +225,9 @@ const maxLostClaims = 64
 
 // noteLostClaim remembers a claim whose answer never came: it may have
 // committed, leaving rows claimed by a token this relay holds no batch for.
-// Only the claim loop touches the list.
 func (r *Relay) noteLostClaim(token string) {
+	r.lostMu.Lock()
+	defer r.lostMu.Unlock()
 	if len(r.lostClaims) < maxLostClaims {
 		r.lostClaims = append(r.lostClaims, token)
 	}
@@ -215,8 +238,14 @@ func (r *Relay) noteLostClaim(token string) {
 // Releasing by token is safe either way: a claim that did not commit holds
 // nothing, and one that did was never published.
 func (r *Relay) releaseLostClaims(ctx context.Context) {
-	for len(r.lostClaims) > 0 {
+	for {
+		r.lostMu.Lock()
+		if len(r.lostClaims) == 0 {
+			r.lostMu.Unlock()
+			return
+		}
 		token := r.lostClaims[0]
+		r.lostMu.Unlock()
 		releaseCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.Lease/2)
 		n, err := r.cfg.Store.ReleaseClaim(releaseCtx, token)
 		cancel()
@@ -224,7 +253,11 @@ func (r *Relay) releaseLostClaims(ctx context.Context) {
 			r.log.Debug("releasing a lost claim failed; will retry", "claim_token", token, "error", Scrub(err.Error()))
 			return
 		}
-		r.lostClaims = r.lostClaims[1:]
+		r.lostMu.Lock()
+		if i := slices.Index(r.lostClaims, token); i >= 0 {
+			r.lostClaims = slices.Delete(r.lostClaims, i, i+1)
+		}
+		r.lostMu.Unlock()
 		if n > 0 {
 			r.stats.released.Add(int64(n))
 			r.log.Info("released the rows of a claim whose answer was lost", "rows", n, "claim_token", token)

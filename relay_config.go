@@ -27,6 +27,12 @@ type RelayConfig struct {
 	// MaxInFlight is how many claimed batches may be publishing at once.
 	// Defaults to 4.
 	MaxInFlight int
+	// ClaimConcurrency is how many claims may run at once, sharing the
+	// MaxInFlight publish slots: while one claim waits for the database,
+	// another can. Concurrent claims of one relay take different rows and
+	// keys as claims of several relays do. Defaults to 2; at most
+	// MaxInFlight.
+	ClaimConcurrency int
 	// MaxInFlightBytes bounds the payload and header bytes of the events
 	// this relay holds claimed and not yet acknowledged: a claim asks the
 	// store for no more than what is left of it, and none is made while
@@ -107,6 +113,7 @@ func (c *RelayConfig) withDefaults() RelayConfig {
 	}
 	setDefault(&out.BatchSize, 1000)
 	setDefault(&out.MaxInFlight, 4)
+	setDefault(&out.ClaimConcurrency, min(2, out.MaxInFlight))
 	setDefault(&out.Lease, time.Minute)
 	setDefault(&out.PublishTimeout, 20*time.Second)
 	setDefault(&out.PollInterval, 5*time.Millisecond)
@@ -152,6 +159,7 @@ func (c *RelayConfig) validate() error {
 	check(c.Publisher != nil, "Publisher", "is required")
 	check(c.BatchSize > 0, "BatchSize", "must be positive")
 	check(c.MaxInFlight > 0, "MaxInFlight", "must be positive")
+	check(c.ClaimConcurrency > 0 && c.ClaimConcurrency <= c.MaxInFlight, "ClaimConcurrency", "must be between 1 and MaxInFlight")
 	check(c.PublishTimeout > 0, "PublishTimeout", "must be positive")
 	check(c.Lease >= c.PublishTimeout+time.Second, "Lease", "must exceed PublishTimeout by at least 1s")
 	check(c.PollInterval > 0, "PollInterval", "must be positive")
