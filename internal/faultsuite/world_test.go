@@ -45,6 +45,12 @@ type world struct {
 	stream jetstream.Stream
 	tap    *tap
 	ledger ledger
+	// foreign are the ids of events other programs wrote with plain SQL:
+	// no business row stands beside them, and some rightly end dead or
+	// never due. verify leaves them out of the one-to-one check, the drain
+	// and the lost count (by id, nothing else); the case that wrote them
+	// checks what became of each.
+	foreign []string
 }
 
 // newWorld builds a world on the shared PostgreSQL server, in a schema of
