@@ -13,7 +13,7 @@ import (
 	"github.com/herald-outbox/herald/driver/heralddrivertest"
 	"github.com/herald-outbox/herald/heraldadmin"
 	"github.com/herald-outbox/herald/internal/heraldtest"
-	"github.com/herald-outbox/herald/internal/sqlstore"
+	"github.com/herald-outbox/herald/internal/pgodd"
 )
 
 // Other programs write the outbox with plain SQL, and the rows they wrote
@@ -93,43 +93,6 @@ func TestOddRowsUnderLoad(t *testing.T) {
 	w.requireOddRows(t, odd, out, cut)
 }
 
-// oddRow is a row of values PostgreSQL's column types admit but Herald
-// never writes, as another program writes it: the columns it sets besides
-// topic, key and payload, as SQL, and what it must become.
-type oddRow struct {
-	want        heralddrivertest.OddRow
-	cols, value string
-}
-
-// oddRows are driver/internal/pgtest's odd rows, which the driver suite
-// checks against an idle relay. That package is internal to driver/, out
-// of this one's reach: keep the two lists alike.
-var oddRows = []oddRow{
-	{heralddrivertest.OddRow{Class: "attempts at the integer maximum", Want: heraldadmin.StatePublished, Delivered: true,
-		Attempt: sqlstore.MaxAttempts}, "attempts", "2147483647"},
-	{heralddrivertest.OddRow{Class: "attempts at the integer minimum", Want: heraldadmin.StatePublished, Delivered: true,
-		Attempt: 1}, "attempts", "-2147483648"},
-	{heralddrivertest.OddRow{Class: "created_at at infinity", Want: heraldadmin.StateDead,
-		Reason: "herald: unreadable row: created_at is infinity"}, "created_at", "'infinity'"},
-	{heralddrivertest.OddRow{Class: "created_at at -infinity", Want: heraldadmin.StateDead,
-		Reason: "herald: unreadable row: created_at is -infinity"}, "created_at", "'-infinity'"},
-	{heralddrivertest.OddRow{Class: "available_at at -infinity", Want: heraldadmin.StatePublished, Delivered: true,
-		Attempt: 1}, "available_at", "'-infinity'"},
-	{heralddrivertest.OddRow{Class: "available_at at infinity: never due", Want: heraldadmin.StateReady},
-		"available_at", "'infinity'"},
-	{heralddrivertest.OddRow{Class: "claimed with no claim token and no lease", Want: heraldadmin.StatePublished,
-		Delivered: true, Attempt: 1}, "state", "'claimed'"},
-	{heralddrivertest.OddRow{Class: "claimed with a lease that never ends", Want: heraldadmin.StatePublished,
-		Delivered: true, Attempt: 1}, "state, claim_token, lease_until", "'claimed', gen_random_uuid(), 'infinity'"},
-	{heralddrivertest.OddRow{Class: "published at infinity, created at -infinity", Want: heraldadmin.StatePublished},
-		"state, published_at, created_at", "'published', 'infinity', '-infinity'"},
-	{heralddrivertest.OddRow{Class: "dead, parking its key, with no dead_at", Want: heraldadmin.StateDead,
-		Reason: "written dead"}, "state, parked, last_error", "'dead', true, 'written dead'"},
-	{heralddrivertest.OddRow{Class: "dead at -infinity, created and available at infinity", Want: heraldadmin.StateDead,
-		Reason: "written dead"}, "state, dead_at, created_at, available_at, last_error",
-		"'dead', '-infinity', 'infinity', 'infinity', 'written dead'"},
-}
-
 // dropChecks drops migration 004's checks from the outbox table, as on a
 // table whose rows predate them. It runs before any relay or producer: the
 // ALTER TABLE waits for every transaction on the table and holds up every
@@ -137,7 +100,7 @@ var oddRows = []oddRow{
 func (w *world) dropChecks(t *testing.T) {
 	t.Helper()
 	var drop []string
-	for _, c := range []string{"attempts_range", "pending_times_finite", "relay_times_finite", "claim_has_lease", "parked_is_dead"} {
+	for _, c := range pgodd.Checks {
 		drop = append(drop, `DROP CONSTRAINT "herald_outbox_`+c+`"`)
 	}
 	_, err := w.pool.Exec(t.Context(), `ALTER TABLE `+w.store.Table()+` `+strings.Join(drop, ", "))
@@ -148,14 +111,14 @@ func (w *world) dropChecks(t *testing.T) {
 // with a key of its own named after prefix, and adds them to w.foreign.
 func (w *world) writeOddRows(t *testing.T, prefix string) []heralddrivertest.OddRow {
 	t.Helper()
-	out := make([]heralddrivertest.OddRow, len(oddRows))
+	out := make([]heralddrivertest.OddRow, len(pgodd.Rows))
 	err := pgx.BeginFunc(t.Context(), w.pool, func(tx pgx.Tx) error {
-		for i, r := range oddRows {
-			out[i] = r.want
-			err := tx.QueryRow(t.Context(), `INSERT INTO `+w.store.Table()+` (topic, key, payload, `+r.cols+`)
-				VALUES ($1, $2, 'x', `+r.value+`) RETURNING id::text`, topic, fmt.Sprintf("%s-%d", prefix, i)).Scan(&out[i].ID)
+		for i, r := range pgodd.Rows {
+			out[i] = r.Want
+			err := tx.QueryRow(t.Context(), `INSERT INTO `+w.store.Table()+` (topic, key, payload, `+r.Cols+`)
+				VALUES ($1, $2, 'x', `+r.Value+`) RETURNING id::text`, topic, fmt.Sprintf("%s-%d", prefix, i)).Scan(&out[i].ID)
 			if err != nil {
-				return fmt.Errorf("%s: %w", r.want.Class, err)
+				return fmt.Errorf("%s: %w", r.Want.Class, err)
 			}
 		}
 		return nil
