@@ -22,6 +22,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 
 	"github.com/herald-outbox/herald/internal/sqlstore"
 )
@@ -73,6 +74,11 @@ type Driver struct {
 	q     queries
 
 	cursor sqlstore.KeyCursor // where the last ordered claim's walk stopped
+	// claimMu runs this driver's claims one at a time. SQLite has one
+	// writer, so concurrent claims of one relay (RelayConfig.
+	// ClaimConcurrency) cannot run together anyway; queued in the pool's
+	// busy handlers they stalled each other past their deadline instead.
+	claimMu sync.Mutex
 }
 
 // New returns a driver over a database the caller owns (and closes),

@@ -23,6 +23,8 @@ var (
 
 // Claim implements herald.Store.
 func (d *Driver) Claim(ctx context.Context, p herald.ClaimParams) ([]herald.Envelope, error) {
+	d.claimMu.Lock()
+	defer d.claimMu.Unlock()
 	return sqlstore.Claim(ctx, "heraldsqlite", p, sqlstore.Claimers{
 		Unordered: func(ctx context.Context, p herald.ClaimParams) ([]sqlstore.ClaimedRow, error) {
 			return claimRows(ctx, d.db, d.q.claim, p.Limit, p.Token, p.Owner, p.Lease.Microseconds(), p.MaxBytes)
