@@ -399,11 +399,11 @@ func TestOrderedRelayProcessesSurviveKillAndPause(t *testing.T) {
 	}
 	require.NoError(t, rows.Err())
 	require.NotEmpty(t, held)
+	// relay-p is stopped: only another relay's rescue can take its rows
+	// out of its lease. (Their last_error says so only until a later
+	// failure at another relay, such as a broker outage, overwrites it.)
 	require.Eventually(t, func() bool { return claimedBy("relay-p") == 0 }, time.Minute, 10*time.Millisecond,
 		"relay-p's leases were never rescued")
-	// Read at once, while relay-p is still stopped: a later failure at
-	// another relay overwrites the rescue's last_error.
-	rescuedFromP := b.count(t, `id = ANY($1::uuid[]) AND last_error LIKE '%relay relay-p did not acknowledge%'`, held)
 	require.NoError(t, p.cmd.Process.Signal(syscall.SIGCONT))
 
 	<-written
@@ -427,7 +427,6 @@ func TestOrderedRelayProcessesSurviveKillAndPause(t *testing.T) {
 	// What a faulted relay can have in flight: its publish slots, full.
 	require.LessOrEqual(t, len(dups), 2*childWorkers*childBatch, "duplicates bounded by what was in flight")
 	require.Zero(t, b.count(t, `state <> 'published'`), "nothing dead, nothing left")
-	require.Positivef(t, rescuedFromP, "relay-p's claims were rescued by another relay")
 	pLog := p.log.String()
 	// Depending on where the pause caught it: inside a claim whose answer
 	// came too late, before publishing, before acknowledging, or inside an

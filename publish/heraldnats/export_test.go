@@ -9,3 +9,6 @@ var MessageSize = messageSize
 
 // PendingBytes returns the bytes of the messages awaiting a PubAck.
 func (p *Publisher) PendingBytes() int { return p.pending.inUse() }
+
+// LostMidBatch exposes Publish's answer to a connection lost mid-batch.
+func (p *Publisher) LostMidBatch(errs []error, lost error) error { return p.lostMidBatch(errs, lost) }

@@ -535,10 +535,10 @@ func (p *Publisher) send(ctx context.Context, env *herald.Envelope) (outcome, er
 		case ctx.Err() != nil:
 			return notSent, fmt.Errorf("heraldwebhook: POST to %s (topic %q) abandoned: %w", ep.origin, env.Topic, ctx.Err())
 		case errors.As(err, &guarded):
-			if ep.refused.Load() == nil {
+			// Swap, not Load then Store: of concurrent refusals, one logs.
+			if ep.refused.Swap(guarded) == nil {
 				p.log.Warn("address guard refused an endpoint's address", "endpoint", ep.origin, "field", ep.field, "error", guarded.detail())
 			}
-			ep.refused.Store(guarded)
 			return refused, fmt.Errorf("heraldwebhook: POST to %s (topic %q): %w", ep.origin, env.Topic, err)
 		case errors.Is(context.Cause(reqCtx), errRequestTimeout):
 			return unreachable, fmt.Errorf("heraldwebhook: POST to %s (topic %q): no answer within %s (Config.Timeout): %w", ep.origin, env.Topic, p.timeout, err)
