@@ -28,7 +28,7 @@ type relayFlags struct {
 	rescueInterval, cleanupInterval, shutdownTimeout *time.Duration
 	natsStream, natsSubjects, natsPrefix             *string
 	natsMaxPending, natsMaxPendingBytes              *int
-	maxInFlightBytes                                 *int
+	maxInFlightBytes, claimConcurrency               *int
 	natsAckTimeout                                   *time.Duration
 	ordering, unorderedTopics, skipDeadTopics        *string
 	maxPerKey                                        *int
@@ -40,8 +40,9 @@ func addRelayFlags(f *flagSet) *relayFlags {
 	return &relayFlags{
 		publisher: f.String("publisher", "", "the destination `URL` of every topic: nats://[user:password@]host:4222, kafka://host:9092 "+
 			"or redis://[:password@]host:6379/0; a comma-separated list for a NATS or Kafka cluster (or use --destination)"),
-		batchSize:   f.Int("batch-size", 1000, "claim, publish and acknowledge up to `N` events together"),
-		maxInFlight: f.Int("max-in-flight", 4, "publish up to `N` claimed batches at once"),
+		batchSize:        f.Int("batch-size", 1000, "claim, publish and acknowledge up to `N` events together"),
+		maxInFlight:      f.Int("max-in-flight", 4, "publish up to `N` claimed batches at once"),
+		claimConcurrency: f.Int("claim-concurrency", 0, "run up to `N` claims at once, sharing the --max-in-flight slots; 0 means 2, or --max-in-flight when lower"),
 		maxInFlightBytes: f.Int("max-in-flight-bytes", herald.DefaultMaxInFlightBytes,
 			"hold at most `N` bytes of claimed payloads and headers (batches shrink to fit; one larger event is claimed alone); -1 turns the bound off"),
 		lease:           f.Duration("lease", time.Minute, "a claim holds its rows for this `duration`; must exceed --publish-timeout by 1s"),
@@ -105,6 +106,10 @@ func (r *relayFlags) relayConfig(inv *invocation) (*herald.RelayConfig, *heraldn
 		return nil, nil, usagef("%s (%s) must not be below %s (%s)", label("retry-cap"), *r.retryCap,
 			label("retry-base"), *r.retryBase)
 	}
+	if *r.claimConcurrency < 0 || *r.claimConcurrency > *r.maxInFlight {
+		return nil, nil, usagef("%s: %d is not between 0 and %s (%d)", label("claim-concurrency"), *r.claimConcurrency,
+			label("max-in-flight"), *r.maxInFlight)
+	}
 	if *r.maxInFlightBytes < -1 || *r.maxInFlightBytes == 0 {
 		return nil, nil, usagef("%s: %d is not positive or -1 (no bound)", label("max-in-flight-bytes"), *r.maxInFlightBytes)
 	}
@@ -135,7 +140,8 @@ func (r *relayFlags) relayConfig(inv *invocation) (*herald.RelayConfig, *heraldn
 	rc := &herald.RelayConfig{
 		Unordered: unordered, UnorderedTopics: unorderedTopics, SkipDeadTopics: skipDeadTopics, MaxPerKey: *r.maxPerKey,
 		BatchSize: *r.batchSize, MaxInFlight: *r.maxInFlight, MaxInFlightBytes: int64(*r.maxInFlightBytes), Lease: *r.lease,
-		PublishTimeout: *r.publishTimeout, PollInterval: *r.pollInterval, IdlePollInterval: *r.idlePoll,
+		ClaimConcurrency: *r.claimConcurrency,
+		PublishTimeout:   *r.publishTimeout, PollInterval: *r.pollInterval, IdlePollInterval: *r.idlePoll,
 		Retry: herald.RetryPolicy{
 			Base: *r.retryBase, Cap: *r.retryCap, MaxAttempts: *r.maxAttempts, MaxAge: *r.maxAge,
 		},

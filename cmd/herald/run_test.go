@@ -82,6 +82,7 @@ func TestBadInputGivesOneClearLine(t *testing.T) {
 		{"AdminAddrWithoutPort", nil, relay("--admin-addr", "localhost"), 2, `--admin-addr: "localhost" is not host:port`},
 		{"AdminTokenTooShort", map[string]string{"HERALD_ADMIN_TOKEN": "tiny-tok"}, relay("--admin-addr", ":0"), 2, "HERALD_ADMIN_TOKEN is shorter than 16 characters"},
 		{"MaxPerKeyAboveBatch", nil, relay("--max-per-key", "5000"), 2, "--max-per-key: 5000 is not between 0 and --batch-size (1000)"},
+		{"ClaimConcurrencyAboveMaxInFlight", nil, relay("--claim-concurrency", "5"), 2, "--claim-concurrency: 5 is not between 0 and --max-in-flight (4)"},
 		{"MaxInFlightBytesZero", nil, relay("--max-in-flight-bytes", "0"), 2, "--max-in-flight-bytes: 0 is not positive or -1 (no bound)"},
 		{"MaxInFlightBytesNegative", map[string]string{"HERALD_MAX_IN_FLIGHT_BYTES": "-2"}, relay(), 2, "HERALD_MAX_IN_FLIGHT_BYTES: -2 is not positive or -1 (no bound)"},
 		{"NATSMaxPendingBytesZero", nil, relay("--nats-max-pending-bytes", "0"), 2, "--nats-max-pending-bytes: 0 is not positive"},
