@@ -2,6 +2,7 @@ package herald
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"time"
 
@@ -12,18 +13,23 @@ import (
 // loops share the slots. Polling adapts: a full batch is followed by the
 // next claim at once, a partial one by PollInterval, and empty claims
 // double the wait up to IdlePollInterval. A failed claim (the database is
-// unreachable) is retried with a doubling wait up to OutageBackoffCap.
+// unreachable) is retried with a doubling wait up to OutageBackoffCap; one
+// that ran out of time is retried for half as many rows, so that a
+// database too slow for a whole batch within the claim's deadline still
+// makes progress, and the batch grows back as claims succeed.
 func (r *Relay) claimLoop(ctx context.Context, slots chan struct{}) {
 	idle := r.cfg.PollInterval
 	errDelay := r.cfg.PollInterval
+	limit := r.cfg.BatchSize
 	for {
 		budget, ok := r.awaitClaim(ctx, slots)
 		if !ok {
 			return
 		}
-		c, err := r.claim(ctx, budget)
+		c, err := r.claim(ctx, budget, limit)
 		r.settleReservation(budget, c.bytes)
 		r.noteDatabase(err)
+		limit = nextLimit(err, limit, r.cfg.BatchSize)
 		if err != nil {
 			r.noteLostClaim(c.token)
 			<-slots
@@ -51,10 +57,22 @@ func (r *Relay) claimLoop(ctx context.Context, slots chan struct{}) {
 			defer r.release(c)
 			r.process(c)
 		}()
-		if len(c.batch) < r.cfg.BatchSize && !r.sleep(ctx, r.cfg.PollInterval) {
+		if len(c.batch) < limit && !r.sleep(ctx, r.cfg.PollInterval) {
 			return
 		}
 	}
+}
+
+// nextLimit is the row limit of the claim after one that ended with err:
+// half when it ran out of time, double (up to batchSize) when it succeeded.
+func nextLimit(err error, limit, batchSize int) int {
+	switch {
+	case err == nil:
+		return min(limit*2, batchSize)
+	case errors.Is(err, context.DeadlineExceeded):
+		return max(limit/2, 1)
+	}
+	return limit
 }
 
 // awaitClaim waits until the next claim may run: a publish slot is free,
@@ -142,7 +160,7 @@ type claimed struct {
 }
 
 // claim claims one batch and marks which of its events are ordered.
-func (r *Relay) claim(ctx context.Context, maxBytes int64) (claimed, error) {
+func (r *Relay) claim(ctx context.Context, maxBytes int64, limit int) (claimed, error) {
 	token := uuid.NewString()
 	// The claim runs to completion even when Stop is called meanwhile:
 	// cancelling it could leave rows claimed that this relay never saw.
@@ -152,7 +170,7 @@ func (r *Relay) claim(ctx context.Context, maxBytes int64) (claimed, error) {
 	claimedAt := r.cfg.Clock.Now()
 	claimCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.Lease/2)
 	batch, err := r.cfg.Store.Claim(claimCtx, ClaimParams{
-		Token: token, Owner: r.cfg.Owner, Limit: r.cfg.BatchSize, Lease: r.cfg.Lease,
+		Token: token, Owner: r.cfg.Owner, Limit: limit, Lease: r.cfg.Lease,
 		Unordered: r.cfg.Unordered, UnorderedTopics: r.cfg.UnorderedTopics, PerKey: r.cfg.MaxPerKey,
 		MaxBytes: maxBytes,
 	})

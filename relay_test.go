@@ -3,6 +3,7 @@ package herald_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -183,4 +184,48 @@ func TestRelayRetriesAnAcknowledgementWhoseAnswerWasLost(t *testing.T) {
 	out := logs.String()
 	require.Contains(t, out, "acknowledgement retried; rows it no longer changed were written by an earlier attempt")
 	require.NotContains(t, out, "belong to another relay")
+}
+
+// A claim that runs out of time is retried for half as many rows: a
+// database too slow to claim a whole batch within the claim's deadline
+// (Lease/2) still drains, instead of repeating the same cancelled work.
+func TestRelayHalvesAClaimThatRanOutOfTime(t *testing.T) {
+	t.Parallel()
+	var (
+		mu      sync.Mutex
+		limits  []int
+		backlog []herald.Envelope
+	)
+	for range 12 {
+		backlog = append(backlog, herald.Envelope{Message: herald.Message{ID: herald.NewID(), Topic: "t"}, Attempt: 1})
+	}
+	store := &fakeStore{ClaimFunc: func(ctx context.Context, p herald.ClaimParams) ([]herald.Envelope, error) {
+		mu.Lock()
+		limits = append(limits, p.Limit)
+		mu.Unlock()
+		if p.Limit > 10 { // more rows than this database claims in time
+			<-ctx.Done()
+			return nil, fmt.Errorf("claiming: %w", ctx.Err())
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		n := min(p.Limit, len(backlog))
+		batch := backlog[:n]
+		backlog = backlog[n:]
+		return batch, nil
+	}}
+	relay, err := herald.NewRelay(&herald.RelayConfig{
+		Store: store, Logger: slog.New(slog.DiscardHandler),
+		Publisher: herald.PublisherFunc(func(context.Context, []herald.Envelope) error { return nil }),
+		BatchSize: 100, ClaimConcurrency: 1, PublishTimeout: time.Second, Lease: 2 * time.Second,
+		PollInterval: time.Millisecond, IdlePollInterval: time.Millisecond, OutageBackoffCap: 10 * time.Millisecond,
+	})
+	require.NoError(t, err)
+	require.NoError(t, relay.Start(t.Context()))
+	require.Eventually(t, func() bool { return relay.Stats().Published == 12 }, time.Minute, time.Millisecond)
+	require.NoError(t, relay.Stop(context.Background()))
+
+	mu.Lock()
+	defer mu.Unlock()
+	require.Equal(t, []int{100, 50, 25, 12, 6}, limits[:5], "each claim that ran out of time asks for half")
 }
