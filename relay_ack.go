@@ -13,7 +13,7 @@ const abortGrace = 2 * time.Second
 // counts, logs and reports what the database changed.
 func (r *Relay) acknowledge(c claimed, d decision) {
 	p := d.Params
-	p.Token = c.token
+	p.Token, p.Delete = c.token, r.cfg.DeleteOnPublish
 	if len(p.Published)+len(p.Failed) == 0 {
 		return
 	}

@@ -68,6 +68,13 @@ type RelayConfig struct {
 	// default; a negative value keeps them forever. Dead rows are always
 	// kept until an operator acts. Defaults to 24h.
 	Retention time.Duration
+	// DeleteOnPublish deletes each event's row once the broker confirms
+	// it, instead of keeping it as published for Retention. Operators then
+	// see no published events (herald status, the admin page), and the
+	// database does the least work an event can cost: the acknowledgement
+	// writes no row version and no index entry, and retention has nothing
+	// to delete (README, "What an event costs"). Defaults to false.
+	DeleteOnPublish bool
 	// CleanupInterval is how often retention runs. Defaults to 1m.
 	CleanupInterval time.Duration
 	// CleanupBatchSize is the most rows one retention statement deletes, so

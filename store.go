@@ -31,7 +31,8 @@ type Store interface {
 	// events of p.UnorderedTopics, are claimed as if p.Unordered.
 	Claim(ctx context.Context, p ClaimParams) ([]Envelope, error)
 	// Complete writes down what the relay decided for a claimed batch:
-	// the rows of p.Published become published; each row of p.Failed
+	// the rows of p.Published become published, or are deleted when
+	// p.Delete; each row of p.Failed
 	// becomes what its Failure.Outcome says: ready again after its Delay
 	// (its attempt given back when Outcome.Refunded), or dead, parking its
 	// key for OutcomeParked. last_error takes Failure.Error unless
@@ -77,6 +78,11 @@ type CompleteParams struct {
 	Token     string
 	Published []string  // ids the broker confirmed
 	Failed    []Failure // every other event of the batch, with its outcome
+
+	// Delete removes the rows of Published instead of keeping them as
+	// published (RelayConfig.DeleteOnPublish): no new row version, no
+	// index entry, and nothing left for retention to delete.
+	Delete bool
 }
 
 // Failure is the decided outcome of one event that was not published.
@@ -89,6 +95,6 @@ type Failure struct {
 
 // CompleteResult says what Complete changed.
 type CompleteResult struct {
-	Published int      // rows marked published
+	Published int      // rows marked published, or deleted for CompleteParams.Delete
 	Failed    []string // ids of p.Failed whose rows were changed
 }

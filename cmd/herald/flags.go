@@ -83,6 +83,27 @@ func (f *flagSet) String(name, def, usage string) *string {
 	return p
 }
 
+// Bool registers a configuration boolean flag: --name alone turns it on;
+// --name=false and its variable take true or false.
+func (f *flagSet) Bool(name, usage string) *bool {
+	p := new(bool)
+	f.fs.Var(boolValue{funcValue{f: f, set: func(s string) error {
+		v, err := strconv.ParseBool(strings.TrimSpace(s))
+		if err != nil {
+			return errors.New("not true or false")
+		}
+		*p = v
+		return nil
+	}, str: func() string { return strconv.FormatBool(*p) }}}, name, usage)
+	f.envOf[name] = envName(name)
+	return p
+}
+
+// boolValue is a funcValue the flag package sets with no argument.
+type boolValue struct{ funcValue }
+
+func (boolValue) IsBoolFlag() bool { return true }
+
 // Int registers a configuration integer flag.
 func (f *flagSet) Int(name string, def int, usage string) *int {
 	return f.int(name, def, usage, true)

@@ -33,6 +33,7 @@ type relayFlags struct {
 	ordering, unorderedTopics, skipDeadTopics        *string
 	maxPerKey                                        *int
 	adminAddr                                        *string
+	deleteOnPublish                                  *bool
 }
 
 func addRelayFlags(f *flagSet) *relayFlags {
@@ -45,16 +46,18 @@ func addRelayFlags(f *flagSet) *relayFlags {
 		claimConcurrency: f.Int("claim-concurrency", 0, "run up to `N` claims at once, sharing the --max-in-flight slots; 0 means 2, or --max-in-flight when lower"),
 		maxInFlightBytes: f.Int("max-in-flight-bytes", herald.DefaultMaxInFlightBytes,
 			"hold at most `N` bytes of claimed payloads and headers (batches shrink to fit; one larger event is claimed alone); -1 turns the bound off"),
-		lease:           f.Duration("lease", time.Minute, "a claim holds its rows for this `duration`; must exceed --publish-timeout by 1s"),
-		publishTimeout:  f.Duration("publish-timeout", 20*time.Second, "publishing one batch may take up to this `duration`"),
-		pollInterval:    f.Duration("poll-interval", 5*time.Millisecond, "wait this `duration` between claims while there is work"),
-		idlePoll:        f.Duration("idle-poll-interval", 250*time.Millisecond, "wait up to this `duration` between claims while the outbox is empty"),
-		retryBase:       f.Duration("retry-base", retry.Base, "wait this `duration` before the first retry of a failed event; doubles each attempt"),
-		retryCap:        f.Duration("retry-cap", retry.Cap, "wait at most this `duration` between two attempts"),
-		maxAttempts:     f.Int("max-attempts", retry.MaxAttempts, "`N` failed attempts make an event dead"),
-		maxAge:          f.Duration("max-age", retry.MaxAge, "a failure this `duration` or more after the write makes an event dead"),
-		retention:       f.Retention("retention", "keep published rows for this `duration`; 0 means the default, \"forever\" or a negative duration keeps them"),
-		rescueInterval:  f.Duration("rescue-interval", 5*time.Second, "every `duration`, return the rows of dead relays (lease expired) to ready"),
+		lease:          f.Duration("lease", time.Minute, "a claim holds its rows for this `duration`; must exceed --publish-timeout by 1s"),
+		publishTimeout: f.Duration("publish-timeout", 20*time.Second, "publishing one batch may take up to this `duration`"),
+		pollInterval:   f.Duration("poll-interval", 5*time.Millisecond, "wait this `duration` between claims while there is work"),
+		idlePoll:       f.Duration("idle-poll-interval", 250*time.Millisecond, "wait up to this `duration` between claims while the outbox is empty"),
+		retryBase:      f.Duration("retry-base", retry.Base, "wait this `duration` before the first retry of a failed event; doubles each attempt"),
+		retryCap:       f.Duration("retry-cap", retry.Cap, "wait at most this `duration` between two attempts"),
+		maxAttempts:    f.Int("max-attempts", retry.MaxAttempts, "`N` failed attempts make an event dead"),
+		maxAge:         f.Duration("max-age", retry.MaxAge, "a failure this `duration` or more after the write makes an event dead"),
+		retention:      f.Retention("retention", "keep published rows for this `duration`; 0 means the default, \"forever\" or a negative duration keeps them"),
+		rescueInterval: f.Duration("rescue-interval", 5*time.Second, "every `duration`, return the rows of dead relays (lease expired) to ready"),
+		deleteOnPublish: f.Bool("delete-on-publish", "delete each event's row once the broker confirms it, keeping no published history "+
+			"(the least database work per event; --retention then only clears rows published before)"),
 		cleanupInterval: f.Duration("cleanup-interval", time.Minute, "every `duration`, delete the published rows past --retention"),
 		shutdownTimeout: f.Duration("shutdown-timeout", 30*time.Second, "on the first SIGINT/SIGTERM, let in-flight batches finish for up to this `duration`"),
 		natsStream:      f.String("nats-create-stream", "", "create or update the JetStream stream of this `name` at start; needs --nats-stream-subjects"),
@@ -146,6 +149,7 @@ func (r *relayFlags) relayConfig(inv *invocation) (*herald.RelayConfig, *heraldn
 			Base: *r.retryBase, Cap: *r.retryCap, MaxAttempts: *r.maxAttempts, MaxAge: *r.maxAge,
 		},
 		RescueInterval: *r.rescueInterval, Retention: *r.retention, CleanupInterval: *r.cleanupInterval,
+		DeleteOnPublish: *r.deleteOnPublish,
 	}
 	nc := &heraldnats.Config{
 		SubjectPrefix: *r.natsPrefix, MaxPending: *r.natsMaxPending, MaxPendingBytes: *r.natsMaxPendingBytes,

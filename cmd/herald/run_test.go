@@ -223,6 +223,36 @@ func TestRetentionFlag(t *testing.T) {
 	}
 }
 
+func TestDeleteOnPublishFlag(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		args []string
+		env  string
+		want bool
+		err  string
+	}{
+		{nil, "", false, ""},
+		{[]string{"--delete-on-publish"}, "", true, ""},
+		{[]string{"--delete-on-publish=false"}, "true", false, ""},
+		{nil, "true", true, ""},
+		{nil, "0", false, ""},
+		{nil, "sometimes", false, `HERALD_DELETE_ON_PUBLISH: invalid value "sometimes": not true or false`},
+		{[]string{"--delete-on-publish=maybe"}, "", false, "--delete-on-publish takes no value (or true/false)"},
+	} {
+		f := newFlagSet("relay")
+		r := addRelayFlags(f)
+		_, err := f.parse(tc.args, func(name string) (string, bool) {
+			return tc.env, name == "HERALD_DELETE_ON_PUBLISH" && tc.env != ""
+		})
+		if tc.err != "" {
+			require.ErrorContains(t, err, tc.err, "%v %q", tc.args, tc.env)
+			continue
+		}
+		require.NoError(t, err, "%v %q", tc.args, tc.env)
+		require.Equal(t, tc.want, *r.deleteOnPublish, "%v %q", tc.args, tc.env)
+	}
+}
+
 func TestRedactorRemovesSecretsInEverySpelling(t *testing.T) {
 	t.Parallel()
 	var buf bytes.Buffer

@@ -261,4 +261,44 @@ var completeCases = []testCase{
 		require.Empty(t, ev.LastError)
 		require.Equal(t, 1, o.Complete(herald.CompleteParams{Token: theirs, Published: ids[1:2]}).Published)
 	}},
+
+	{"DeletingAcknowledgementLeavesNoRowAndIsFenced", func(t *testing.T, o *Kit) {
+		// CompleteParams.Delete: the confirmed rows go; failures are
+		// written as without it, in the same call. Both forms of the
+		// acknowledgement (every event confirmed, and some failed) change
+		// only the rows the token holds.
+		ids := o.Write(msg("t"), msg("t"), msg("t"), msg("t"), msg("t"))
+		token, envs := o.Claim(10, time.Hour)
+		require.Len(t, envs, 5)
+		stale := uuid.NewString()
+		res := o.Complete(herald.CompleteParams{Token: stale, Delete: true, Published: ids})
+		require.Zero(t, res.Published, "another token deletes nothing")
+		res = o.Complete(herald.CompleteParams{Token: stale, Delete: true, Published: ids[:1],
+			Failed: []herald.Failure{{ID: ids[1], Outcome: herald.OutcomeDead, Error: "not mine"}}})
+		require.Equal(t, herald.CompleteResult{}, res, "another token deletes and fails nothing")
+
+		res = o.Complete(herald.CompleteParams{Token: token, Delete: true, Published: ids[:1]})
+		require.Equal(t, 1, res.Published)
+		res = o.Complete(herald.CompleteParams{Token: token, Delete: true, Published: ids[1:3], Failed: []herald.Failure{
+			{ID: ids[3], Outcome: herald.OutcomeRetry, Error: "broker said no", Delay: time.Hour},
+			{ID: ids[4], Outcome: herald.OutcomeParked, Error: "poison"},
+		}})
+		require.Equal(t, 2, res.Published)
+		require.ElementsMatch(t, ids[3:], res.Failed)
+		for _, id := range ids[:3] {
+			o.requireGone(id)
+		}
+		ev := o.Get(ids[3])
+		require.Equal(t, heraldadmin.StateReady, ev.State)
+		require.Equal(t, "broker said no", ev.LastError)
+		require.Equal(t, 1, ev.Attempt)
+		ev = o.Get(ids[4])
+		require.Equal(t, heraldadmin.StateDead, ev.State)
+		require.Equal(t, "poison", ev.LastError)
+
+		res = o.Complete(herald.CompleteParams{Token: token, Delete: true, Published: ids,
+			Failed: []herald.Failure{{ID: ids[3], Outcome: herald.OutcomeDead, Error: "again"}}})
+		require.Equal(t, herald.CompleteResult{}, res, "acknowledging twice changes nothing")
+		require.Equal(t, map[string]int64{"t/ready": 1, "t/dead": 1}, o.Counts(), "nothing is kept as published")
+	}},
 }

@@ -322,6 +322,57 @@ var relayCases = []testCase{
 		require.Greater(t, retried, events/20, "about a tenth of the events failed at least once")
 	}},
 
+	{"RelaysThatDeleteOnPublishKeepEveryGuarantee", func(t *testing.T, o *Kit) {
+		// RelayConfig.DeleteOnPublish: the same relays as above, under the
+		// same failures, acknowledging by deleting. Every event is
+		// delivered once, each key in commit order, failures are retried,
+		// and nothing is left in the table.
+		const keys, events, writers, perTx = 40, 1000, 4, 5
+		rec := NewRecorder()
+		var failed atomic.Int64
+		rec.Fail = func(herald.Envelope, int) error {
+			if rand.Float64() < 0.1 {
+				failed.Add(1)
+				return errors.New("injected broker failure")
+			}
+			return nil
+		}
+		relays := make([]*herald.Relay, 3)
+		for i := range relays {
+			relays[i] = StartRelay(t, o.d.Open(t), rec, func(c *herald.RelayConfig) {
+				c.Owner = fmt.Sprintf("relay-%d", i)
+				c.Lease = time.Minute
+				c.DeleteOnPublish = true
+				c.BatchSize, c.MaxPerKey, c.MaxInFlight = 50, 10, 4
+				c.Retry = herald.RetryPolicy{Base: 5 * time.Millisecond, Cap: 20 * time.Millisecond, MaxAttempts: 1000, MaxAge: time.Hour}
+			})
+		}
+		ids := o.writeConcurrently(t, writers, events/writers/perTx, func(w int) []herald.Message {
+			msgs := make([]herald.Message, perTx)
+			for i := range msgs {
+				msgs[i] = keyed("orders", fmt.Sprintf("k%02d", w+writers*rand.IntN(keys/writers)))
+			}
+			return msgs
+		})
+		require.Len(t, ids, events)
+		rec.RequireAllDeliveredOnce(t, ids)
+		o.waitCounts(3*waitFor, map[string]int64{})
+		last := map[string]int64{}
+		for _, env := range rec.Order() {
+			require.Greater(t, env.Seq, last[env.Key], "key %s: event seq %d delivered after seq %d", env.Key, env.Seq, last[env.Key])
+			last[env.Key] = env.Seq
+		}
+		require.Positive(t, failed.Load(), "no failure was injected")
+		var published int64
+		for _, r := range relays {
+			published += r.Stats().Published
+		}
+		require.Equal(t, int64(events), published, "each deleted row counts as published once")
+		for _, id := range ids[:10] {
+			o.requireGone(id)
+		}
+	}},
+
 	{"GracefulStopMidBatchReleasesAtOnceWithoutDuplicates", func(t *testing.T, o *Kit) {
 		ids := o.writeKeys("t", 400, 50)
 		rec := NewRecorder()

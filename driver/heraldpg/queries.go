@@ -154,18 +154,46 @@ const (
 	SET state = 'published', published_at = now(), claim_token = NULL, lease_until = NULL
 	WHERE id = ANY($1::uuid[]) AND claim_token = $2 AND state = 'claimed'`
 
+	// With CompleteParams.Delete, the confirmed rows are deleted instead:
+	// a deleted row leaves no new version and no index entry behind, and
+	// retention has nothing to do for it.
+	publishDeleteSQL = `DELETE FROM {{.Table}}
+	WHERE id = ANY($1::uuid[]) AND claim_token = $2 AND state = 'claimed'`
+
 	// Acknowledgement of a batch with failures, still one statement. The
 	// relay decided each row's outcome; the statement only writes it:
 	// published, dead (parking its key or not) or ready again after a
 	// delay, with the claim's attempt refunded or not, and a new
 	// last_error where one is given.
-	completeSQL = `WITH f AS (
+	completeSQL = completeRowsSQL + `
+	UPDATE {{.Table}} o
+	SET ` + completeSetSQL + `
+	FROM f
+	WHERE o.id = f.id AND o.claim_token = $2 AND o.state = 'claimed'
+	RETURNING o.id, f.ok`
+
+	// The same with CompleteParams.Delete: the confirmed rows are deleted
+	// and the others updated, by two parts of one statement that touch
+	// different rows.
+	completeDeleteSQL = completeRowsSQL + `, gone AS (
+		DELETE FROM {{.Table}} o USING f
+		WHERE f.ok AND o.id = f.id AND o.claim_token = $2 AND o.state = 'claimed'
+		RETURNING o.id
+	), kept AS (
+		UPDATE {{.Table}} o
+		SET ` + completeSetSQL + `
+		FROM f
+		WHERE NOT f.ok AND o.id = f.id AND o.claim_token = $2 AND o.state = 'claimed'
+		RETURNING o.id
+	)
+	SELECT id, true FROM gone UNION ALL SELECT id, false FROM kept`
+
+	completeRowsSQL = `WITH f AS (
 		SELECT * FROM unnest($1::uuid[], $3::boolean[], $4::boolean[], $5::boolean[], $6::boolean[],
 		                     $7::bigint[], $8::text[])
 		AS f(id, ok, dead, park, refund, delay_us, err)
-	)
-	UPDATE {{.Table}} o
-	SET state = CASE WHEN f.ok THEN 'published' WHEN f.dead THEN 'dead' ELSE 'ready' END,
+	)`
+	completeSetSQL = `state = CASE WHEN f.ok THEN 'published' WHEN f.dead THEN 'dead' ELSE 'ready' END,
 	    published_at = CASE WHEN f.ok THEN now() END,
 	    dead_at = CASE WHEN f.dead THEN now() END,
 	    parked = f.park,
@@ -173,10 +201,7 @@ const (
 	                        ELSE now() + f.delay_us * interval '1 microsecond' END,
 	    attempts = CASE WHEN f.refund THEN greatest(o.attempts, 1) - 1 ELSE o.attempts END,
 	    last_error = coalesce(f.err, o.last_error),
-	    claim_token = NULL, lease_until = NULL
-	FROM f
-	WHERE o.id = f.id AND o.claim_token = $2 AND o.state = 'claimed'
-	RETURNING o.id, f.ok`
+	    claim_token = NULL, lease_until = NULL`
 
 	// Parked keys: one row per dead event that parks its key, with the
 	// number of ready events waiting behind it.
@@ -255,9 +280,10 @@ const (
 )
 
 type queries struct {
-	insertOne, insertMany, claim, walkKeys, claimKeys, publish, complete string
-	releaseClaim, rescue, deletePublished, status, blockedKeys, backlog  string
-	table                                                                string
+	insertOne, insertMany, claim, walkKeys, claimKeys                   string
+	publish, complete, publishDelete, completeDelete                    string
+	releaseClaim, rescue, deletePublished, status, blockedKeys, backlog string
+	table                                                               string
 }
 
 func newQueries(n names) queries {
@@ -271,6 +297,8 @@ func newQueries(n names) queries {
 		backlog:         n.render(backlogSQL),
 		publish:         n.render(publishSQL),
 		complete:        n.render(completeSQL),
+		publishDelete:   n.render(publishDeleteSQL),
+		completeDelete:  n.render(completeDeleteSQL),
 		releaseClaim:    n.render(releaseClaimSQL),
 		rescue:          n.render(rescueSQL),
 		deletePublished: n.render(deletePublishedSQL),

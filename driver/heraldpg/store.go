@@ -119,15 +119,22 @@ func (d *Driver) Complete(ctx context.Context, p herald.CompleteParams) (herald.
 		if len(p.Published) == 0 {
 			return res, nil
 		}
-		n, err := d.db.exec(ctx, d.q.publish, p.Published, p.Token)
+		sql := d.q.publish
+		if p.Delete {
+			sql = d.q.publishDelete
+		}
+		n, err := d.db.exec(ctx, sql, p.Published, p.Token)
 		if err != nil {
 			return res, fmt.Errorf("heraldpg: acknowledging batch: %w", err)
 		}
 		res.Published = int(n)
 		return res, nil
 	}
-	w := sqlstore.NewWrites(p)
-	err := d.db.query(ctx, d.q.complete, []any{w.IDs, p.Token, w.Published, w.Dead, w.Park, w.Refund, w.DelayUS, w.Error},
+	w, sql := sqlstore.NewWrites(p), d.q.complete
+	if p.Delete {
+		sql = d.q.completeDelete
+	}
+	err := d.db.query(ctx, sql, []any{w.IDs, p.Token, w.Published, w.Dead, w.Park, w.Refund, w.DelayUS, w.Error},
 		func(scan func(...any) error) error {
 			var (
 				id        string

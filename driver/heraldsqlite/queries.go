@@ -111,6 +111,11 @@ const (
 	SET state = 'published', published_at = {{.Now}}, claim_token = NULL, lease_until = NULL
 	WHERE id IN (SELECT value FROM json_each(?1)) AND claim_token = ?2 AND state = 'claimed'`
 
+	// With CompleteParams.Delete, the confirmed rows are deleted instead,
+	// leaving nothing for retention.
+	publishDeleteSQL = `DELETE FROM {{.Table}}
+	WHERE id IN (SELECT value FROM json_each(?1)) AND claim_token = ?2 AND state = 'claimed'`
+
 	// Acknowledgement of a batch with failures, still one statement. ?1 is
 	// a JSON array of [id, published, dead, park, refund, delay_us, error
 	// or null]: the relay decided each row's outcome, the statement only
@@ -213,7 +218,7 @@ const (
 
 type queries struct {
 	insertPrefix, insertTuple                                               string
-	claim, publish, complete, releaseClaim, rescue, deletePublished, status string
+	claim, publish, publishDelete, complete, releaseClaim, rescue, deletePublished, status string
 	nextKey, keyBlocked, keyRun, keyAvailable, claimSeqs, blockedKeys       string
 	blockedKeysOf, runsOf                                                   string
 	getEvent, listEvents, requeue, discard, backlog                         string
@@ -234,6 +239,7 @@ func newQueries(n names) queries {
 		blockedKeys:     n.render(blockedKeysSQL),
 		backlog:         n.render(backlogSQL),
 		publish:         n.render(publishSQL),
+		publishDelete:   n.render(publishDeleteSQL),
 		complete:        n.render(completeSQL),
 		releaseClaim:    n.render(releaseClaimSQL),
 		rescue:          n.render(rescueSQL),

@@ -268,29 +268,65 @@ func jsonArray(v any) string {
 	return string(b)
 }
 
-// Complete implements herald.Store in one statement.
+// Complete implements herald.Store in one statement, or, for p.Delete with
+// failures, two in one transaction: SQLite has no DELETE inside a WITH.
 func (d *Driver) Complete(ctx context.Context, p herald.CompleteParams) (herald.CompleteResult, error) {
 	var res herald.CompleteResult
 	if len(p.Published)+len(p.Failed) == 0 {
 		return res, nil
 	}
 	if len(p.Failed) == 0 {
-		n, err := d.exec(ctx, d.q.publish, jsonArray(p.Published), p.Token)
+		sql := d.q.publish
+		if p.Delete {
+			sql = d.q.publishDelete
+		}
+		n, err := d.exec(ctx, sql, jsonArray(p.Published), p.Token)
 		if err != nil {
 			return res, fmt.Errorf("heraldsqlite: acknowledging batch: %w", err)
 		}
 		res.Published = n
 		return res, nil
 	}
-	rows, err := d.db.QueryContext(ctx, d.q.complete, jsonArray(sqlstore.NewWrites(p).Rows()), p.Token)
+	var c rowsQuerier = d.db
+	if p.Delete && len(p.Published) > 0 {
+		tx, err := d.db.BeginTx(ctx, nil)
+		if err != nil {
+			return res, fmt.Errorf("heraldsqlite: acknowledging batch: %w", err)
+		}
+		defer func() { _ = tx.Rollback() }()
+		r, err := tx.ExecContext(ctx, d.q.publishDelete, jsonArray(p.Published), p.Token)
+		if err != nil {
+			return res, fmt.Errorf("heraldsqlite: acknowledging batch: %w", err)
+		}
+		n, err := r.RowsAffected()
+		if err != nil {
+			return res, fmt.Errorf("heraldsqlite: acknowledging batch: %w", err)
+		}
+		res.Published, c = int(n), tx
+		p.Published = nil
+	}
+	if err := d.complete(ctx, c, p, &res); err != nil {
+		return herald.CompleteResult{}, fmt.Errorf("heraldsqlite: acknowledging batch: %w", err)
+	}
+	if tx, ok := c.(*sql.Tx); ok {
+		if err := tx.Commit(); err != nil {
+			return herald.CompleteResult{}, fmt.Errorf("heraldsqlite: acknowledging batch: %w", err)
+		}
+	}
+	return res, nil
+}
+
+// complete runs completeSQL on c and adds what it changed to res.
+func (d *Driver) complete(ctx context.Context, c rowsQuerier, p herald.CompleteParams, res *herald.CompleteResult) error {
+	rows, err := c.QueryContext(ctx, d.q.complete, jsonArray(sqlstore.NewWrites(p).Rows()), p.Token)
 	if err != nil {
-		return res, fmt.Errorf("heraldsqlite: acknowledging batch: %w", err)
+		return err
 	}
 	defer rows.Close()
 	for rows.Next() {
 		var id, state string
 		if err := rows.Scan(&id, &state); err != nil {
-			return res, fmt.Errorf("heraldsqlite: acknowledging batch: %w", err)
+			return err
 		}
 		if heraldadmin.State(state) == heraldadmin.StatePublished {
 			res.Published++
@@ -298,10 +334,7 @@ func (d *Driver) Complete(ctx context.Context, p herald.CompleteParams) (herald.
 			res.Failed = append(res.Failed, id)
 		}
 	}
-	if err := rows.Err(); err != nil {
-		return res, fmt.Errorf("heraldsqlite: acknowledging batch: %w", err)
-	}
-	return res, nil
+	return rows.Err()
 }
 
 // exec runs a statement and returns how many rows it changed.
