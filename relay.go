@@ -44,6 +44,7 @@ type Relay struct {
 	inFlight      atomic.Int64  // claimed rows not yet acknowledged or given up
 	inFlightBytes atomic.Int64  // their payload and header bytes
 	bytesFreed    chan struct{} // a batch gave its bytes back
+	acking        chan struct{} // a slot per batch being acknowledged, MaxInFlight of them
 
 	lostMu     sync.Mutex
 	lostClaims []string // tokens of claims whose answer never came
@@ -96,6 +97,7 @@ func NewRelay(cfg *RelayConfig) (*Relay, error) {
 		log:        c.Logger.With("component", "herald.relay", "owner", c.Owner),
 		wake:       make(chan struct{}, 1),
 		bytesFreed: make(chan struct{}, 1),
+		acking:     make(chan struct{}, c.MaxInFlight),
 		done:       make(chan struct{}),
 		unordered:  setOf(c.UnorderedTopics),
 		skipDead:   setOf(c.SkipDeadTopics),

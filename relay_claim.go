@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -53,9 +54,11 @@ func (r *Relay) claimLoop(ctx context.Context, slots chan struct{}) {
 		r.batches.Add(1)
 		go func() {
 			defer r.batches.Done()
-			defer func() { <-slots }()
 			defer r.release(c)
-			r.process(c)
+			var once sync.Once
+			free := func() { once.Do(func() { <-slots }) }
+			defer free()
+			r.process(c, free)
 		}()
 		if len(c.batch) < limit && !r.sleep(ctx, r.cfg.PollInterval) {
 			return

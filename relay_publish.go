@@ -8,8 +8,9 @@ import (
 )
 
 // process publishes one claimed batch, decides what becomes of each event
-// and writes it down.
-func (r *Relay) process(c claimed) {
+// and writes it down. It calls sent once the publisher is done with the
+// batch, unless the batch is given up before.
+func (r *Relay) process(c claimed, sent func()) {
 	if !r.cfg.Clock.Now().Before(c.deadline) {
 		// The process was paused or starved past its lease: another relay
 		// may be publishing these events already, so sending them now could
@@ -30,6 +31,14 @@ func (r *Relay) process(c claimed) {
 		SkipDead:    r.skipDead,
 	})
 	r.logDecision(c, d)
+	// Sent and decided, the batch gives its publish slot to the next claim
+	// while its acknowledgement is written: the acknowledgement of one
+	// batch overlaps the claim and publication of the next. At most
+	// MaxInFlight batches wait for their acknowledgement; their rows stay
+	// claimed until then, so no key moves on before it.
+	r.acking <- struct{}{}
+	sent()
+	defer func() { <-r.acking }()
 	r.acknowledge(c, d)
 }
 

@@ -217,11 +217,11 @@ const (
 )
 
 type queries struct {
-	insertPrefix, insertTuple                                               string
+	insertPrefix, insertTuple                                                              string
 	claim, publish, publishDelete, complete, releaseClaim, rescue, deletePublished, status string
-	nextKey, keyBlocked, keyRun, keyAvailable, claimSeqs, blockedKeys       string
-	blockedKeysOf, runsOf                                                   string
-	getEvent, listEvents, requeue, discard, backlog                         string
+	nextKey, keyBlocked, keyRun, keyAvailable, claimSeqs, blockedKeys                      string
+	blockedKeysOf, runsOf                                                                  string
+	getEvent, listEvents, requeue, discard, backlog                                        string
 }
 
 func newQueries(n names) queries {

@@ -58,6 +58,8 @@ type options struct {
 	payloadBytes int
 	ceiling      bool
 	maxBytes     int64 // relay MaxInFlightBytes; 0 is its default
+	deleteOnPub  bool  // relay DeleteOnPublish
+	claimConc    int   // relay ClaimConcurrency; 0 is its default
 }
 
 const usage = `usage: herald bench [producers|drain|latency|all] [flags]
@@ -96,6 +98,9 @@ Flags:
   --max-in-flight-bytes N
                          relay bound on claimed payload bytes, 0 = the relay's
                          default (64 MiB), -1 = no bound (drain)
+  --claim-concurrency N  relay claims at once, 0 = the relay's default (drain)
+  --delete-on-publish    the relay deletes each row once the broker confirms it
+                         instead of keeping it as published (drain, latency)
   --to LIST              drain destinations, comma-separated, of jetstream,
                          discard, kafka (in-process kfake), redis (127.0.0.1:6379),
                          rabbitmq (127.0.0.1:5672), webhook (in-process HTTP
@@ -129,6 +134,8 @@ func parseArgs(args []string) (options, string, error) {
 	fs.IntVar(&o.payloadBytes, "payload-bytes", payloadSize, "")
 	fs.BoolVar(&o.ceiling, "ceiling", true, "")
 	fs.Int64Var(&o.maxBytes, "max-in-flight-bytes", 0, "")
+	fs.BoolVar(&o.deleteOnPub, "delete-on-publish", false, "")
+	fs.IntVar(&o.claimConc, "claim-concurrency", 0, "")
 
 	parse := func(a []string) error {
 		err := fs.Parse(a)
@@ -165,6 +172,9 @@ func parseArgs(args []string) (options, string, error) {
 	}
 	if o.payloadBytes < 100 || o.payloadBytes > 1<<20 {
 		return o, "", fmt.Errorf("--payload-bytes: %d is not between 100 and 1048576", o.payloadBytes)
+	}
+	if o.claimConc < 0 || o.claimConc > o.maxInFlight {
+		return o, "", fmt.Errorf("--claim-concurrency: %d is not between 0 and --max-in-flight (%d)", o.claimConc, o.maxInFlight)
 	}
 	if o.maxBytes < -1 {
 		return o, "", fmt.Errorf("--max-in-flight-bytes: %d is below -1", o.maxBytes)

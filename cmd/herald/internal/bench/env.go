@@ -134,9 +134,10 @@ func (e *env) checkpoint(ctx context.Context) {
 	_, _ = e.admin.Exec(ctx, `CHECKPOINT`)
 }
 
+// countState counts the outbox rows in state, or every row for "".
 func (e *env) countState(ctx context.Context, state string) (int, error) {
 	var n int
-	err := e.admin.QueryRow(ctx, `SELECT count(*) FROM `+e.outbox+` WHERE state = $1`, state).Scan(&n)
+	err := e.admin.QueryRow(ctx, `SELECT count(*) FROM `+e.outbox+` WHERE state = $1 OR $1 = ''`, state).Scan(&n)
 	if err != nil {
 		return 0, fmt.Errorf("counting %s rows: %w", state, err)
 	}

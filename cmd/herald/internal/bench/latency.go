@@ -135,6 +135,7 @@ func runLatency(ctx context.Context, e *env, out io.Writer) (*LatencyResult, []s
 		Store: store, Publisher: pub, Logger: e.log, Owner: "herald-bench-latency",
 		BatchSize: o.batchSize, MaxInFlight: o.maxInFlight,
 		PollInterval: o.pollInterval, IdlePollInterval: max(250*time.Millisecond, o.pollInterval),
+		DeleteOnPublish: o.deleteOnPub,
 	})
 	if err != nil {
 		return res, nil, err
