@@ -229,3 +229,72 @@ func TestRelayHalvesAClaimThatRanOutOfTime(t *testing.T) {
 	defer mu.Unlock()
 	require.Equal(t, []int{100, 50, 25, 12, 6}, limits[:5], "each claim that ran out of time asks for half")
 }
+
+// A batch's acknowledgement does not hold its publish slot: with one slot,
+// the next batch is claimed and published while the first one's
+// acknowledgement waits. And no more than MaxInFlight acknowledgements
+// wait at once: the third batch is not published before one of them ends.
+func TestRelayPublishesTheNextBatchWhileOneIsAcknowledged(t *testing.T) {
+	t.Parallel()
+	var (
+		mu        sync.Mutex
+		claims    int
+		published int
+	)
+	secondSent := make(chan struct{})
+	thirdSent := make(chan struct{})
+	release := make(chan struct{})
+	store := &fakeStore{
+		ClaimFunc: func(context.Context, herald.ClaimParams) ([]herald.Envelope, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			if claims == 3 {
+				return nil, nil
+			}
+			claims++
+			return []herald.Envelope{{Message: herald.Message{ID: herald.NewID(), Topic: "t"}, Attempt: 1}}, nil
+		},
+		CompleteFunc: func(ctx context.Context, p herald.CompleteParams) (herald.CompleteResult, error) {
+			select {
+			case <-release:
+			case <-ctx.Done():
+				return herald.CompleteResult{}, ctx.Err()
+			}
+			return herald.CompleteResult{Published: len(p.Published)}, nil
+		},
+	}
+	relay, err := herald.NewRelay(&herald.RelayConfig{
+		Store: store, Logger: slog.New(slog.DiscardHandler),
+		Publisher: herald.PublisherFunc(func(context.Context, []herald.Envelope) error {
+			mu.Lock()
+			defer mu.Unlock()
+			published++
+			switch published {
+			case 2:
+				close(secondSent)
+			case 3:
+				close(thirdSent)
+			}
+			return nil
+		}),
+		MaxInFlight: 1, BatchSize: 1, PublishTimeout: 5 * time.Second, Lease: 30 * time.Second,
+		PollInterval: time.Millisecond, IdlePollInterval: time.Millisecond,
+	})
+	require.NoError(t, err)
+	require.NoError(t, relay.Start(t.Context()))
+	select {
+	case <-secondSent:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the second batch was not published while the first one's acknowledgement waited")
+	}
+	// Two batches wait for their acknowledgement now: the first, and the
+	// second, which holds the slot until the first is done.
+	select {
+	case <-thirdSent:
+		t.Fatal("a third batch was published while MaxInFlight acknowledgements were waiting")
+	case <-time.After(50 * time.Millisecond):
+	}
+	close(release)
+	require.Eventually(t, func() bool { return relay.Stats().Published == 3 }, 10*time.Second, time.Millisecond)
+	require.NoError(t, relay.Stop(context.Background()))
+}
