@@ -25,7 +25,9 @@ type RelayConfig struct {
 	// together. Defaults to 1000.
 	BatchSize int
 	// MaxInFlight is how many claimed batches may be publishing at once.
-	// Defaults to 4.
+	// A batch that is sent gives its slot to the next claim while its
+	// acknowledgement is written; as many as MaxInFlight may wait for
+	// theirs. Defaults to 4.
 	MaxInFlight int
 	// ClaimConcurrency is how many claims may run at once, sharing the
 	// MaxInFlight publish slots: while one claim waits for the database,
