@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
 	"sync"
 	"testing"
 	"time"
@@ -61,14 +62,16 @@ func benchRelease(b *testing.B, o *Kit, token string, envs []herald.Envelope) {
 
 // BenchComplete measures Store.Complete of a claimed batch of 100 and 1000
 // rows: all published, and with one event in ten failed (retried, paused
-// by an outage or dead, in turn). Each batch is written and claimed outside
-// the timer.
+// by an outage or dead, in turn), each with the published rows kept and
+// deleted (CompleteParams.Delete). Each batch is written and claimed
+// outside the timer.
 func BenchComplete(b *testing.B, h Harness) {
 	outcomes := []herald.Outcome{herald.OutcomeRetry, herald.OutcomeOutage, herald.OutcomeDead}
 	for _, mode := range []struct {
 		name      string
 		failEvery int
-	}{{"AllPublished", 0}, {"WithFailures", 10}} {
+		delete    bool
+	}{{"AllPublished", 0, false}, {"AllPublishedDeleted", 0, true}, {"WithFailures", 10, false}, {"WithFailuresDeleted", 10, true}} {
 		for _, batch := range []int{100, 1000} {
 			b.Run(fmt.Sprintf("%s/Batch%d", mode.name, batch), func(b *testing.B) {
 				o := newKit(b, h.New(b), "bench")
@@ -83,7 +86,7 @@ func BenchComplete(b *testing.B, h Harness) {
 					if err != nil || len(envs) != batch {
 						b.Fatalf("claiming %d rows: got %d, %v", batch, len(envs), err)
 					}
-					p := herald.CompleteParams{Token: token, Published: make([]string, 0, batch)}
+					p := herald.CompleteParams{Token: token, Published: make([]string, 0, batch), Delete: mode.delete}
 					for i, e := range envs {
 						if mode.failEvery == 0 || i%mode.failEvery != 0 {
 							p.Published = append(p.Published, e.ID)
@@ -114,8 +117,14 @@ func BenchComplete(b *testing.B, h Harness) {
 
 // BenchRelayDrain measures one relay draining a backlog of 20,000 events to
 // a publisher that discards them (BatchSize 1000, MaxInFlight 4), until the
-// last batch is acknowledged.
+// last batch is acknowledged: keeping the published rows (Keep) and
+// deleting them (DeleteOnPublish).
 func BenchRelayDrain(b *testing.B, h Harness) {
+	b.Run("Keep", func(b *testing.B) { benchRelayDrain(b, h, false) })
+	b.Run("DeleteOnPublish", func(b *testing.B) { benchRelayDrain(b, h, true) })
+}
+
+func benchRelayDrain(b *testing.B, h Harness, deleteOnPublish bool) {
 	const n = 20_000
 	var elapsed time.Duration
 	for range b.N {
@@ -137,6 +146,7 @@ func BenchRelayDrain(b *testing.B, h Harness) {
 		})
 		r, err := herald.NewRelay(&herald.RelayConfig{
 			Store: o.d.Store, Publisher: pub, BatchSize: 1000, Logger: slog.New(slog.DiscardHandler),
+			DeleteOnPublish: deleteOnPublish,
 		})
 		if err != nil {
 			b.Fatal(err)
@@ -153,8 +163,12 @@ func BenchRelayDrain(b *testing.B, h Harness) {
 		}
 		elapsed += time.Since(start)
 		b.StopTimer()
-		if got := o.Counts()["t/published"]; got != n {
-			b.Fatalf("%d of %d events published", got, n)
+		want := map[string]int64{"t/published": n}
+		if deleteOnPublish {
+			want = map[string]int64{}
+		}
+		if got := o.Counts(); !maps.Equal(got, want) {
+			b.Fatalf("after the drain the table holds %v, want %v", got, want)
 		}
 	}
 	b.ReportMetric(float64(n*b.N)/elapsed.Seconds(), "events/s")

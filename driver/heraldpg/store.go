@@ -24,7 +24,7 @@ var (
 func (d *Driver) Claim(ctx context.Context, p herald.ClaimParams) ([]herald.Envelope, error) {
 	return sqlstore.Claim(ctx, "heraldpg", p, sqlstore.Claimers{
 		Unordered: func(ctx context.Context, p herald.ClaimParams) ([]sqlstore.ClaimedRow, error) {
-			return d.claimRows(ctx, d.db, d.q.claim, []any{p.Limit, p.Token, p.Owner, p.Lease.Microseconds(), p.MaxBytes})
+			return d.claimRows(ctx, d.db, d.q.claim, p.Limit, []any{p.Limit, p.Token, p.Owner, p.Lease.Microseconds(), p.MaxBytes})
 		},
 		Ordered: d.claimOrdered,
 		Bury: func(ctx context.Context, p herald.CompleteParams) error {
@@ -76,7 +76,7 @@ func (d *Driver) claimOrdered(ctx context.Context, p herald.ClaimParams, perKey 
 		if err != nil || len(keys) == 0 {
 			return err
 		}
-		claimed, err = d.claimRows(ctx, tx, d.q.claimKeys, []any{topics, keys, free, perKey, p.Limit,
+		claimed, err = d.claimRows(ctx, tx, d.q.claimKeys, p.Limit, []any{topics, keys, free, perKey, p.Limit,
 			p.Token, p.Owner, p.Lease.Microseconds(), p.MaxBytes})
 		return err
 	})
@@ -87,7 +87,7 @@ func (d *Driver) claimOrdered(ctx context.Context, p herald.ClaimParams, perKey 
 // another program wrote may hold what no Envelope can (created_at at
 // infinity, a header that is a number): it comes back marked unreadable,
 // for sqlstore.Claim to dispose of, instead of failing the claim.
-func (d *Driver) claimRows(ctx context.Context, c conn, sql string, args []any) ([]sqlstore.ClaimedRow, error) {
+func (d *Driver) claimRows(ctx context.Context, c conn, sql string, limit int, args []any) ([]sqlstore.ClaimedRow, error) {
 	var rows []sqlstore.ClaimedRow
 	err := c.query(ctx, sql, args, func(scan func(...any) error) error {
 		var (
@@ -105,6 +105,9 @@ func (d *Driver) claimRows(ctx context.Context, c conn, sql string, args []any) 
 		}
 		if r.CreatedAt, err = finite("created_at", created); err != nil {
 			r.Unreadable = err.Error()
+		}
+		if rows == nil { // sized on the first row: an empty claim allocates nothing
+			rows = make([]sqlstore.ClaimedRow, 0, min(limit, 1000))
 		}
 		rows = append(rows, r)
 		return nil

@@ -84,6 +84,21 @@ func DecodeHeaders(raw []byte) (map[string]string, error) {
 	if !utf8.Valid(raw) {
 		return nil, errors.New("headers are not valid UTF-8")
 	}
+	// The common case, an object of strings (and nulls), in one pass; any
+	// other value is read again below, to say which header is wrong.
+	var strs map[string]*string
+	if raw[0] == '{' && json.Unmarshal(raw, &strs) == nil {
+		out := make(map[string]string, len(strs))
+		for name, v := range strs {
+			if v != nil {
+				out[name] = *v
+			}
+		}
+		if len(out) == 0 {
+			return nil, nil
+		}
+		return out, nil
+	}
 	var m map[string]json.RawMessage
 	if raw[0] != '{' || json.Unmarshal(raw, &m) != nil {
 		return nil, errors.New("headers are not a JSON object")
