@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -79,6 +80,10 @@ func TestTinyRunReportsEveryFigure(t *testing.T) {
 	require.Equal(t, []string{"herald", "ceiling", "herald", "ceiling"}, systems)
 	require.Equal(t, 2000.0, targets[1].(map[string]any)["stream_messages"], "the ceiling's drain is verified too")
 	positive("drain.targets.0.stream_messages")
+	if runtime.GOOS == "linux" { // read from /proc, with the test's PostgreSQL on this machine
+		positive("drain.targets.0.database_cpu_us_per_event")
+		positive("drain.targets.0.process_cpu_us_per_event")
+	}
 	positive("latency.events_per_sec")
 	for _, p := range []string{"p50_ms", "p90_ms", "p99_ms", "max_ms", "count"} {
 		positive("latency.commit_to_receive." + p)

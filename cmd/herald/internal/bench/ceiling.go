@@ -51,6 +51,7 @@ func drainCeiling(ctx context.Context, e *env, name string, pub herald.Publisher
 		errOnce   sync.Once
 		firstErr  error
 	)
+	cpu := startCPU()
 	start := time.Now()
 	for range o.maxInFlight {
 		wg.Add(1)
@@ -67,11 +68,13 @@ func drainCeiling(ctx context.Context, e *env, name string, pub herald.Publisher
 		return nil, fmt.Errorf("ceiling: %w", firstErr)
 	}
 	n := published.Load()
-	return &DrainTarget{
+	r := &DrainTarget{
 		Name: name, System: systemCeiling, Events: o.events,
 		Seconds: round(elapsed.Seconds(), 3), EventsPerSec: round2(float64(n) / elapsed.Seconds()),
 		Published: n, Breakdown: breakdown(store, tpub, elapsed),
-	}, nil
+	}
+	r.DatabaseCPUPerEventUS, r.ProcessCPUPerEventUS = cpu.stop(n)
+	return r, nil
 }
 
 // ceilingWorker claims-and-marks batches and publishes them until a claim

@@ -40,6 +40,15 @@ type DrainTarget struct {
 	// drained (Linux; absent elsewhere): the relay, its pool and the
 	// destination's client, and for jetstream the embedded server.
 	PeakRSSBytes *int64 `json:"peak_rss_bytes,omitempty"`
+	// DatabaseCPUPerEventUS is the CPU time PostgreSQL's processes spent
+	// during the drain, per event, in microseconds (Linux, with PostgreSQL
+	// on this machine; absent elsewhere): the database's work per event,
+	// background writers and autovacuum included.
+	DatabaseCPUPerEventUS *float64 `json:"database_cpu_us_per_event,omitempty"`
+	// ProcessCPUPerEventUS is this process's CPU time per event during
+	// the drain: the relay or the ceiling's workers, the destination's
+	// client, and for jetstream the embedded server.
+	ProcessCPUPerEventUS *float64 `json:"process_cpu_us_per_event,omitempty"`
 	// Where the time went: calls and mean duration of the relay's store
 	// and publisher calls. Batches overlap (MaxInFlight), so the sums may
 	// exceed Seconds.
@@ -84,7 +93,15 @@ const (
 // DrainComparison is Herald's drain rate as a share of the ceiling's to one
 // destination: one ratio per round, both measured in that round.
 type DrainComparison struct {
-	Name   string    `json:"name"`
+	Name string `json:"name"`
+	RatioStats
+	// DatabaseCPU is Herald's database CPU per event as a multiple of the
+	// ceiling's, round by round (where both were measured).
+	DatabaseCPU *RatioStats `json:"database_cpu,omitempty"`
+}
+
+// RatioStats are per-round ratios with their median and range.
+type RatioStats struct {
 	Ratios []float64 `json:"ratios"`
 	Median float64   `json:"median"`
 	Min    float64   `json:"min"`
@@ -112,7 +129,7 @@ func runDrain(ctx context.Context, e *env, out io.Writer) (*DrainResult, []strin
 		systems = append(systems, systemCeiling)
 	}
 	for _, t := range sinks {
-		rates := map[string][]float64{}
+		rates, dbCPU := map[string][]float64{}, map[string][]float64{}
 		for round := range o.rounds {
 			// Each round starts with the other system, so that neither
 			// always runs first while the machine drifts.
@@ -128,14 +145,23 @@ func runDrain(ctx context.Context, e *env, out io.Writer) (*DrainResult, []strin
 				}
 				res.Targets = append(res.Targets, *r)
 				rates[system] = append(rates[system], r.EventsPerSec)
+				if r.DatabaseCPUPerEventUS != nil {
+					dbCPU[system] = append(dbCPU[system], *r.DatabaseCPUPerEventUS)
+				}
 				printDrain(out, t, r, problems)
 			}
 		}
 		if o.ceiling {
-			c := compare(t.name, rates[systemHerald], rates[systemCeiling])
-			res.Comparisons = append(res.Comparisons, c)
+			c := DrainComparison{Name: t.name, RatioStats: ratios(rates[systemHerald], rates[systemCeiling])}
 			fmt.Fprintf(out, "  %s: Herald at %.2f of the ceiling (median of %d rounds; range %.2f-%.2f)\n",
 				t.name, c.Median, len(c.Ratios), c.Min, c.Max)
+			if len(dbCPU[systemHerald]) == o.rounds && len(dbCPU[systemCeiling]) == o.rounds {
+				cpu := ratios(dbCPU[systemHerald], dbCPU[systemCeiling])
+				c.DatabaseCPU = &cpu
+				fmt.Fprintf(out, "  %s: Herald's database CPU per event at %.2f times the ceiling's (median; range %.2f-%.2f)\n",
+					t.name, cpu.Median, cpu.Min, cpu.Max)
+			}
+			res.Comparisons = append(res.Comparisons, c)
 		}
 	}
 	return res, failures, nil
@@ -214,6 +240,9 @@ func printDrain(out io.Writer, t drainSink, r *DrainTarget, problems []string) {
 	b := r.Breakdown
 	fmt.Fprintf(out, "     claim %d x %.1fms (%.0f%% of wall time), publish %d x %.1fms, acknowledge %d x %.1fms\n",
 		b.Claims, b.ClaimMeanMS, b.ClaimBusyPct, b.Publishes, b.PublishMeanMS, b.Completes, b.CompleteMeanMS)
+	if r.DatabaseCPUPerEventUS != nil && r.ProcessCPUPerEventUS != nil {
+		fmt.Fprintf(out, "     CPU per event: PostgreSQL %.1fus, this process %.1fus\n", *r.DatabaseCPUPerEventUS, *r.ProcessCPUPerEventUS)
+	}
 	if r.PeakRSSBytes != nil {
 		fmt.Fprintf(out, "     peak resident memory while draining: %.0f MiB\n", float64(*r.PeakRSSBytes)/(1<<20))
 	}
@@ -225,25 +254,25 @@ func printDrain(out io.Writer, t drainSink, r *DrainTarget, problems []string) {
 	}
 }
 
-// compare returns Herald's rate as a share of the ceiling's, round by round.
-func compare(name string, herald, ceiling []float64) DrainComparison {
-	c := DrainComparison{Name: name}
-	for i := range min(len(herald), len(ceiling)) {
-		if ceiling[i] > 0 {
-			c.Ratios = append(c.Ratios, round(herald[i]/ceiling[i], 3))
+// ratios divides a by b round by round, with the median and range.
+func ratios(a, b []float64) RatioStats {
+	var st RatioStats
+	for i := range min(len(a), len(b)) {
+		if b[i] > 0 {
+			st.Ratios = append(st.Ratios, round(a[i]/b[i], 3))
 		}
 	}
-	if len(c.Ratios) == 0 {
-		return c
+	if len(st.Ratios) == 0 {
+		return st
 	}
-	sorted := slices.Sorted(slices.Values(c.Ratios))
-	c.Min, c.Max = sorted[0], sorted[len(sorted)-1]
+	sorted := slices.Sorted(slices.Values(st.Ratios))
+	st.Min, st.Max = sorted[0], sorted[len(sorted)-1]
 	if m := len(sorted) / 2; len(sorted)%2 == 1 {
-		c.Median = sorted[m]
+		st.Median = sorted[m]
 	} else {
-		c.Median = round((sorted[m-1]+sorted[m])/2, 3)
+		st.Median = round((sorted[m-1]+sorted[m])/2, 3)
 	}
-	return c
+	return st
 }
 
 // loadFresh empties the tables and loads the backlog, returning how long
@@ -290,6 +319,7 @@ func drainOnce(ctx context.Context, e *env, name string, pub herald.Publisher) (
 	}
 
 	measured := resetPeakRSS()
+	cpu := startCPU()
 	start := time.Now()
 	if err := relay.Start(ctx); err != nil {
 		return nil, fmt.Errorf("starting relay: %w", err)
@@ -307,6 +337,7 @@ func drainOnce(ctx context.Context, e *env, name string, pub herald.Publisher) (
 		Seconds: round(elapsed.Seconds(), 3), EventsPerSec: round2(float64(o.events) / elapsed.Seconds()),
 		Published: st.Published, Retried: st.Retried, Dead: st.Dead,
 	}
+	r.DatabaseCPUPerEventUS, r.ProcessCPUPerEventUS = cpu.stop(st.Published)
 	r.Breakdown = breakdown(store, tpub, elapsed)
 	if peak, ok := peakRSS(); ok && measured {
 		r.PeakRSSBytes = &peak

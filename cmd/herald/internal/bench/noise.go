@@ -110,6 +110,41 @@ func (s *noiseSampler) stop() Noise {
 	return n
 }
 
+// cpuMeter measures the CPU time PostgreSQL's processes and this process
+// spend during one drain: what each event costs the database, whichever
+// system drains.
+type cpuMeter struct {
+	pg     *procTicks
+	self   uint64
+	selfOK bool
+}
+
+func startCPU() *cpuMeter {
+	m := &cpuMeter{pg: newProcTicks("postgres")}
+	m.self, m.selfOK = selfTicks()
+	return m
+}
+
+// stop reads the CPU time since start, in microseconds per event: nil
+// where unknown. Call it while the drain's pool is still open, so that its
+// server processes are still there to read.
+func (m *cpuMeter) stop(events int64) (db, self *float64) {
+	if events <= 0 {
+		return nil, nil
+	}
+	perEvent := func(ticks uint64) *float64 {
+		us := round(float64(ticks)*1e6/clockTicks/float64(events), 1)
+		return &us
+	}
+	if m.pg.sample(); m.pg.ok && len(m.pg.last) > 0 { // PostgreSQL runs here
+		db = perEvent(m.pg.total)
+	}
+	if end, ok := selfTicks(); ok && m.selfOK && end >= m.self {
+		self = perEvent(end - m.self)
+	}
+	return db, self
+}
+
 // procTicks sums the CPU time of the processes of one name (comm) from
 // when it was created: each process's ticks since it was first seen, or
 // since it started when it started later.
