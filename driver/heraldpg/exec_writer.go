@@ -18,10 +18,14 @@ import (
 //   - ent: the *ent.Tx itself, when generated with --feature sql/execquery
 //   - sqlx: *sqlx.Tx (or its *sql.Tx, tx.Tx, for NewSQLWriter)
 //
-// bun.Tx has an ExecContext too, but it rewrites the query with bun's own
-// placeholders and binds no arguments; pass its *sql.Tx (tx.Tx) to
+// bun.Tx has an ExecContext too, but it rewrites the query for bun's own
+// placeholders and drops the arguments: pass its *sql.Tx (tx.Tx) to
 // NewSQLWriter instead.
-type Execer interface {
+//
+// Execer names an interface literal rather than defining a type, so that it
+// is the same type as heraldsqlite.Execer: code written against one driver's
+// *herald.Writer[Execer] takes the other's too.
+type Execer = interface {
 	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
 }
 

@@ -13,10 +13,14 @@ import (
 // Execer is the part of a database/sql transaction that NewExecWriter's
 // writer uses. ORMs that keep their *sql.Tx to themselves still pass it on
 // through a value with this method, such as an *ent.Tx generated with
-// --feature sql/execquery. sqlx and bun expose the *sql.Tx (tx.Tx) for
-// NewWriter; bun.Tx's own ExecContext rewrites the query and binds no
-// arguments, so it is not an Execer for Herald.
-type Execer interface {
+// --feature sql/execquery. sqlx and Bun expose the *sql.Tx (tx.Tx) for
+// NewWriter. bun.Tx has an ExecContext too, but it rewrites the query for
+// bun's own placeholders and drops the arguments: pass tx.Tx.
+//
+// Execer names an interface literal rather than defining a type, so that it
+// is the same type as heraldpg.Execer: code written against one driver's
+// *herald.Writer[Execer] takes the other's too.
+type Execer = interface {
 	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
 }
 
