@@ -3,11 +3,10 @@ package heraldpg
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
-	"reflect"
 
 	"github.com/herald-outbox/herald"
+	"github.com/herald-outbox/herald/internal/sqlstore"
 )
 
 // Execer is the part of a database/sql transaction that NewExecWriter's
@@ -53,7 +52,7 @@ func NewExecWriter(cfg *Config) (*herald.Writer[Execer], error) {
 type execInserter struct{ inserter }
 
 func (e execInserter) InsertTx(ctx context.Context, tx Execer, msgs []herald.Message) error {
-	if err := checkTx(tx); err != nil {
+	if err := sqlstore.CheckTx(tx); err != nil {
 		return fmt.Errorf("heraldpg: WriteTx: %w", err)
 	}
 	q, args, err := e.statement(msgs)
@@ -62,33 +61,6 @@ func (e execInserter) InsertTx(ctx context.Context, tx Execer, msgs []herald.Mes
 	}
 	if _, err := tx.ExecContext(ctx, q, args...); err != nil {
 		return fmt.Errorf("heraldpg: writing %d events: %w", len(msgs), err)
-	}
-	return nil
-}
-
-// transaction is what tells a transaction from a pool or a connection,
-// which have ExecContext too: only a transaction ends. Checking for a
-// BeginTx method instead would miss pools whose BeginTx returns the ORM's
-// own type (bun.DB, ent's Client), which an interface cannot name without
-// importing the ORM.
-type transaction interface {
-	Commit() error
-	Rollback() error
-}
-
-// checkTx refuses a nil Execer, a typed nil inside one (a nil *sql.Tx would
-// panic in ExecContext), and anything that is not a transaction.
-func checkTx(tx Execer) error {
-	if tx == nil {
-		return errors.New("tx is nil")
-	}
-	if v := reflect.ValueOf(tx); v.Kind() == reflect.Pointer && v.IsNil() {
-		return fmt.Errorf("tx is a nil %T", tx)
-	}
-	if _, ok := tx.(transaction); !ok {
-		return fmt.Errorf("%T is not a transaction (it has no Commit and Rollback): "+
-			"an event written through it would commit on its own, outside the business transaction; "+
-			"pass the transaction instead", tx)
 	}
 	return nil
 }

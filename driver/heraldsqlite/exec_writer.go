@@ -3,11 +3,10 @@ package heraldsqlite
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
-	"reflect"
 
 	"github.com/herald-outbox/herald"
+	"github.com/herald-outbox/herald/internal/sqlstore"
 )
 
 // Execer is the part of a database/sql transaction that NewExecWriter's
@@ -55,7 +54,7 @@ type execInserter struct{ *inserter }
 // InsertTx implements herald.WriteDriver with the statements of NewWriter's
 // inserter, chunked the same way.
 func (e execInserter) InsertTx(ctx context.Context, tx Execer, msgs []herald.Message) error {
-	if err := checkTx(tx); err != nil {
+	if err := sqlstore.CheckTx(tx); err != nil {
 		return fmt.Errorf("heraldsqlite: WriteTx: %w", err)
 	}
 	for len(msgs) > 0 {
@@ -85,31 +84,4 @@ func insertArgs(chunk []herald.Message) ([]any, error) {
 			payload(m.Payload), h, availableAt(m.AvailableAt))
 	}
 	return args, nil
-}
-
-// transaction is what tells a transaction from a pool or a connection,
-// which have ExecContext too: only a transaction ends. Checking for a
-// BeginTx method instead would miss pools whose BeginTx returns the ORM's
-// own type (bun.DB, ent's Client), which an interface cannot name without
-// importing the ORM.
-type transaction interface {
-	Commit() error
-	Rollback() error
-}
-
-// checkTx refuses a nil Execer, a typed nil inside one (a nil *sql.Tx would
-// panic in ExecContext), and anything that is not a transaction.
-func checkTx(tx Execer) error {
-	if tx == nil {
-		return errors.New("tx is nil")
-	}
-	if v := reflect.ValueOf(tx); v.Kind() == reflect.Pointer && v.IsNil() {
-		return fmt.Errorf("tx is a nil %T", tx)
-	}
-	if _, ok := tx.(transaction); !ok {
-		return fmt.Errorf("%T is not a transaction (it has no Commit and Rollback): "+
-			"an event written through it would commit on its own, outside the business transaction; "+
-			"pass the transaction instead", tx)
-	}
-	return nil
 }
