@@ -3,6 +3,7 @@ package heraldvet_test
 import (
 	"testing"
 
+	"github.com/stretchr/testify/require"
 	"golang.org/x/tools/go/analysis/analysistest"
 
 	"github.com/herald-outbox/herald/heraldvet"
@@ -15,4 +16,58 @@ import (
 func TestDualWrite(t *testing.T) {
 	t.Parallel()
 	analysistest.Run(t, analysistest.TestData(), heraldvet.Analyzer, "dualwrite")
+}
+
+func TestWriteTxOnAnotherTransaction(t *testing.T) {
+	t.Parallel()
+	analysistest.Run(t, analysistest.TestData(), heraldvet.Analyzer, "txmismatch")
+}
+
+func TestIgnoredWriteTxError(t *testing.T) {
+	t.Parallel()
+	analysistest.Run(t, analysistest.TestData(), heraldvet.Analyzer, "ignored")
+}
+
+func TestHTTPPostsArePublishes(t *testing.T) {
+	t.Parallel()
+	analysistest.Run(t, analysistest.TestData(), heraldvet.Analyzer, "httpposts")
+}
+
+// httpignored is httpposts without its want comments.
+func TestIgnoreHTTP(t *testing.T) {
+	t.Parallel()
+	a := heraldvet.NewAnalyzer(&heraldvet.Config{IgnoreHTTP: true})
+	analysistest.Run(t, analysistest.TestData(), a, "httpignored")
+}
+
+// Checked with the defaults, httpignored has its two POSTs reported: the
+// tests that expect none there are not vacuous.
+func TestHTTPIgnoredHasPostsByDefault(t *testing.T) {
+	t.Parallel()
+	var unexpected errorCounter
+	var diagnostics []string
+	for _, r := range analysistest.Run(&unexpected, analysistest.TestData(), heraldvet.Analyzer, "httpignored") {
+		for _, d := range r.Diagnostics {
+			diagnostics = append(diagnostics, d.Message)
+		}
+	}
+	require.Len(t, diagnostics, 2)
+	require.Contains(t, diagnostics[0], "dual write: http.Post publishes")
+	require.Contains(t, diagnostics[1], "dual write: http.Client.PostForm publishes")
+	require.Equal(t, 2, int(unexpected), "each report is unexpected there")
+}
+
+// errorCounter is an analysistest.Testing that counts the errors.
+type errorCounter int
+
+func (c *errorCounter) Errorf(string, ...any) { *c++ }
+
+// The flag go vet passes, -http=false, does what IgnoreHTTP does.
+func TestHTTPFlag(t *testing.T) {
+	t.Parallel()
+	a := heraldvet.NewAnalyzer(nil)
+	if err := a.Flags.Set("http", "false"); err != nil {
+		t.Fatal(err)
+	}
+	analysistest.Run(t, analysistest.TestData(), a, "httpignored")
 }
