@@ -82,14 +82,12 @@ func readWants(t *testing.T, file string) []want {
 }
 
 // A diagnostic is one line of go vet's report: orders.go:12:3: message.
-// The lines of its related information (where the transaction is) have
-// a tab before the message and are not diagnostics.
 type diagnostic struct {
 	line int
 	msg  string
 }
 
-var diagnosticLine = regexp.MustCompile(`^\S*orders\.go:(\d+):\d+: ([^\t].*)$`)
+var diagnosticLine = regexp.MustCompile(`^\S*orders\.go:(\d+):\d+: (.*)$`)
 
 // goVet runs go vet with tool on the module in dir and returns its
 // diagnostics. go vet exits 1 when it reports something, 0 when not.
