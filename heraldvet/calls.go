@@ -3,6 +3,7 @@ package heraldvet
 import (
 	"go/ast"
 	"go/types"
+	"slices"
 	"strings"
 
 	"golang.org/x/tools/go/types/typeutil"
@@ -14,27 +15,23 @@ import (
 // the package), then the names.
 type funcSet map[string]map[string][]string
 
-// has reports whether f is in the set.
+// has reports whether f is in the set. A method whose receiver has no
+// name matches only "*".
 func (s funcSet) has(f *types.Func) bool {
 	if f == nil || f.Pkg() == nil {
 		return false
 	}
-	recvs, ok := s[pkgPath(f.Pkg())]
+	byRecv, ok := s[pkgPath(f.Pkg())]
 	if !ok {
 		return false
 	}
-	recv := recvName(f)
-	for _, r := range []string{recv, "*"} {
-		if r == "*" && recv == "" {
-			continue // "*" stands for methods, not package-level functions
-		}
-		for _, name := range recvs[r] {
-			if name == f.Name() {
-				return true
-			}
-		}
+	if f.Type().(*types.Signature).Recv() == nil {
+		return slices.Contains(byRecv[""], f.Name())
 	}
-	return false
+	if r := recvName(f); r != "" && slices.Contains(byRecv[r], f.Name()) {
+		return true
+	}
+	return slices.Contains(byRecv["*"], f.Name())
 }
 
 // publishes are the SDK calls that send a message to a broker: made in a
@@ -174,12 +171,7 @@ func isTxType(t types.Type) bool {
 	if named == nil || named.Obj().Pkg() == nil {
 		return false
 	}
-	for _, name := range txTypes[pkgPath(named.Obj().Pkg())] {
-		if named.Obj().Name() == name {
-			return true
-		}
-	}
-	return isEntTx(named)
+	return slices.Contains(txTypes[pkgPath(named.Obj().Pkg())], named.Obj().Name()) || isEntTx(named)
 }
 
 // isEntTx recognises the Tx that ent generates into the user's own package

@@ -4,6 +4,7 @@ import (
 	"go/ast"
 	"go/token"
 	"go/types"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -127,8 +128,8 @@ func checkDualWrite(u *unit, reportHTTP bool) {
 
 // checkWriteTxTransaction reports a WriteTx given a transaction other than
 // the one the function's statements (Exec, Query, QueryRow...) run on: its
-// events would commit or roll back apart from the business rows. The
-// function is body alone, without any function literal in it: a literal
+// events would commit or roll back apart from the business rows. A
+// function is its body alone, without the function literals in it: a literal
 // passed to pgx.BeginFunc has a transaction of its own. When a
 // statement's transaction cannot be named (a call's result, a map entry),
 // the function is not checked.
@@ -220,15 +221,7 @@ func checkIgnoredWriteTx(pass *analysis.Pass) {
 // isStatement reports whether f runs SQL: the methods whose receiver is
 // the transaction a function's business writes go through.
 func isStatement(f *types.Func) bool {
-	if f == nil {
-		return false
-	}
-	for _, name := range statements {
-		if f.Name() == name {
-			return true
-		}
-	}
-	return false
+	return f != nil && slices.Contains(statements, f.Name())
 }
 
 // A txRef names a transaction by the variable that holds it, and the
