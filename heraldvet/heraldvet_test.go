@@ -13,24 +13,15 @@ import (
 // carries a `// want` comment, and every other line must not be. The SDKs
 // are stubs under testdata/src at their real import paths.
 
-func TestDualWrite(t *testing.T) {
+// One load for the four packages: loading type-checks net/http and
+// database/sql from source, the slow part of these tests. The packages
+// are dualwrite (a publish in a function that runs a transaction),
+// txmismatch (WriteTx on another transaction than the statements),
+// ignored (WriteTx errors dropped) and httpposts (net/http POSTs as
+// publishes).
+func TestAnalyzer(t *testing.T) {
 	t.Parallel()
-	analysistest.Run(t, analysistest.TestData(), heraldvet.Analyzer, "dualwrite")
-}
-
-func TestWriteTxOnAnotherTransaction(t *testing.T) {
-	t.Parallel()
-	analysistest.Run(t, analysistest.TestData(), heraldvet.Analyzer, "txmismatch")
-}
-
-func TestIgnoredWriteTxError(t *testing.T) {
-	t.Parallel()
-	analysistest.Run(t, analysistest.TestData(), heraldvet.Analyzer, "ignored")
-}
-
-func TestHTTPPostsArePublishes(t *testing.T) {
-	t.Parallel()
-	analysistest.Run(t, analysistest.TestData(), heraldvet.Analyzer, "httpposts")
+	analysistest.Run(t, analysistest.TestData(), heraldvet.Analyzer, "dualwrite", "txmismatch", "ignored", "httpposts")
 }
 
 // httpignored is httpposts without its want comments.
