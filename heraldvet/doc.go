@@ -34,8 +34,8 @@
 // goroutine or in a literal stored for later, or behind an interface of the
 // service's own (an EventBus); nor a transaction begun elsewhere and
 // reached through a *gorm.DB or a context; nor a write made outside any
-// transaction (db.Exec) next to a publish. Test files are not checked for
-// dual writes.
+// transaction (db.Exec) next to a publish. Test files are checked only for
+// ignored WriteTx errors.
 //
 // Run it with go vet, or as a golangci-lint module plugin (package
 // heraldvet/golangci):

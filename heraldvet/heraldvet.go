@@ -25,7 +25,7 @@ heraldvet reports three mistakes:
 
 It checks one function at a time: a publish in another function called
 from the transaction, in a goroutine, or behind an interface is not seen.
-Test files are not checked for dual writes.`
+Test files are checked only for ignored WriteTx errors.`
 
 // Config configures an analyzer made by NewAnalyzer. A nil *Config means
 // defaults.
