@@ -32,6 +32,8 @@
 //   - heraldprom: Prometheus metrics; heraldotel: trace context through
 //     the outbox (OpenTelemetry); heraldinbox: the consumer's side, which
 //     makes a handler idempotent;
+//   - heraldvet: a go vet analyzer that reports dual writes and misused
+//     WriteTx calls (cmd/heraldvet; heraldvet/golangci for golangci-lint);
 //   - cmd/herald: the relay as a daemon, and the operator CLI.
 //
 // Guarantees, each shown by a test:
