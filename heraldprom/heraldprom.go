@@ -22,6 +22,7 @@ import (
 
 	"github.com/herald-outbox/herald"
 	"github.com/herald-outbox/herald/heraldadmin"
+	"github.com/herald-outbox/herald/internal/buildinfo"
 )
 
 // Config configures Metrics.
@@ -119,7 +120,13 @@ func New(cfg *Config) (*Metrics, error) {
 		Name: "herald_relay_leased_events", Help: "Claimed rows this relay holds under its lease now.",
 	}, func() float64 { _, n := m.relayState(); return float64(n) })
 	m.backlog = newBacklogCollector(c)
-	m.reg.MustRegister(m.published, m.failed, m.latency, m.attempts, m.batchSize, m.rescued, relayUp, leased, m.backlog,
+	bi := buildinfo.Read()
+	build := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "herald_build_info", Help: "1, labelled with the Herald version, its commit (checkout builds) and the Go version.",
+		ConstLabels: prometheus.Labels{"version": bi.Version, "revision": bi.Revision, "goversion": bi.GoVersion},
+	})
+	build.Set(1)
+	m.reg.MustRegister(m.published, m.failed, m.latency, m.attempts, m.batchSize, m.rescued, relayUp, leased, m.backlog, build,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m, nil
 }

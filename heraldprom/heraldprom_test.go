@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http/httptest"
 	"os"
+	"runtime"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -94,6 +95,7 @@ func TestMetricsCountWhatTheRelayReports(t *testing.T) {
 		`herald_rescued_total 4`,
 		`herald_relay_up 1`,
 		`herald_relay_leased_events 42`,
+		`herald_build_info{goversion="` + runtime.Version() + `",revision="",version="(devel)"} 1`,
 		`herald_pending_events{topic="orders"} 10`,
 		`herald_oldest_pending_seconds{topic="orders"} 90`,
 		`herald_dead_events{topic="orders"} 2`,

@@ -57,6 +57,7 @@ Commands:
 		line(strings.TrimSpace(c.name+" "+c.args), c.summary)
 	}
 	line("bench [producers|drain|latency|all] [flags]", "benchmarks (see herald bench -h)")
+	line("version", "Herald's version, the Go version and the platform")
 	line("help [COMMAND]", "this help, or one command's")
 	b.WriteString(`
 Flags and arguments may come in any order. A flag listed with an env

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/herald-outbox/herald/cmd/herald/internal/bench"
+	"github.com/herald-outbox/herald/internal/buildinfo"
 )
 
 // Exit codes.
@@ -76,6 +77,9 @@ func runWith(ctx context.Context, sys system, args []string, stdout, stderr io.W
 		return help(rest, stdout, stderr)
 	case "bench":
 		return bench.Main(ctx, rest, stdout, stderr)
+	case "version", "-version", "--version":
+		fmt.Fprintln(stdout, buildinfo.Read())
+		return exitOK
 	case "dead":
 		if len(rest) == 0 || rest[0] == "-h" || rest[0] == "--help" || rest[0] == "-help" {
 			if len(rest) == 0 {
@@ -98,11 +102,12 @@ func runWith(ctx context.Context, sys system, args []string, stdout, stderr io.W
 	cmd := lookup(name)
 	if cmd == nil {
 		if len(name) > 5 && name[:5] == "dead " {
-			fmt.Fprintf(stderr, "herald: unknown dead subcommand %q: use list, show, requeue or discard\n", red.scrub(name[5:]))
+			fmt.Fprintf(stderr, "herald: unknown dead subcommand %q (%suse list, show, requeue or discard)\n",
+				red.scrub(name[5:]), didYouMean(name[5:], "list", "show", "requeue", "discard"))
 		} else if len(name) > 5 && name[:5] == "keys " {
 			fmt.Fprintf(stderr, "herald: unknown keys subcommand %q: use blocked\n", red.scrub(name[5:]))
 		} else {
-			fmt.Fprintf(stderr, "herald: unknown command %q (see herald help)\n", red.scrub(name))
+			fmt.Fprintf(stderr, "herald: unknown command %q (%ssee herald help)\n", red.scrub(name), didYouMean(name, topCommands()...))
 		}
 		return exitUsage
 	}

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"net"
 	"os"
+	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -61,7 +62,10 @@ func TestBadInputGivesOneClearLine(t *testing.T) {
 		code    int
 		message string
 	}{
-		{"UnknownCommand", nil, []string{"frobnicate"}, 2, `herald: unknown command "frobnicate"`},
+		{"UnknownCommand", nil, []string{"frobnicate"}, 2, `herald: unknown command "frobnicate" (see herald help)`},
+		{"MistypedCommand", nil, []string{"stauts"}, 2, `herald: unknown command "stauts" (did you mean "status"? see herald help)`},
+		{"MistypedRelay", nil, []string{"relya"}, 2, `herald: unknown command "relya" (did you mean "relay"? see herald help)`},
+		{"MistypedDeadSubcommand", nil, []string{"dead", "lsit"}, 2, `unknown dead subcommand "lsit" (did you mean "list"? use list`},
 		{"UnknownDeadSubcommand", nil, []string{"dead", "bury"}, 2, `unknown dead subcommand "bury"`},
 		{"UnknownKeysSubcommand", nil, []string{"keys", "unlock"}, 2, `unknown keys subcommand "unlock"`},
 		{"KeysWithoutSubcommand", nil, []string{"keys"}, 2, "keys needs a subcommand: blocked"},
@@ -220,6 +224,35 @@ func TestRetentionFlag(t *testing.T) {
 		_, err := f.parse([]string{"--retention", in}, func(string) (string, bool) { return "", false })
 		require.NoError(t, err, in)
 		require.Equal(t, want, *r.retention, in)
+	}
+}
+
+func TestVersionSaysWhichHeraldAndGo(t *testing.T) {
+	t.Parallel()
+	for _, arg := range []string{"version", "--version", "-version"} {
+		res := cli(t, nil, arg)
+		require.Equal(t, exitOK, res.code, res.stderr)
+		require.Regexp(t, `^herald \S+( \(\S+\))?, go1\.\d+\S* \w+/\w+\n$`, res.stdout)
+		require.Contains(t, res.stdout, runtime.Version())
+	}
+	require.Contains(t, usage(), "version")
+}
+
+func TestDidYouMeanOnlySuggestsWhatIsClose(t *testing.T) {
+	t.Parallel()
+	words := topCommands()
+	require.ElementsMatch(t, []string{"bench", "help", "version", "migrate", "relay", "status", "dead", "keys", "demo"}, words)
+	for typed, want := range map[string]string{
+		"stauts": "status", "STATUS": "status", "migarte": "migrate", "mgirate": "migrate",
+		"relays": "relay", "daed": "dead", "kyes": "keys", "vresion": "version",
+		"frobnicate": "", "x": "", "publish": "", "de": "", strings.Repeat("status", 40): "",
+	} {
+		got := didYouMean(typed, words...)
+		if want == "" {
+			require.Empty(t, got, typed)
+			continue
+		}
+		require.Equal(t, `did you mean "`+want+`"? `, got, typed)
 	}
 }
 
