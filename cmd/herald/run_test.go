@@ -244,7 +244,7 @@ func TestDidYouMeanOnlySuggestsWhatIsClose(t *testing.T) {
 	require.ElementsMatch(t, []string{"bench", "help", "version", "migrate", "relay", "status", "dead", "keys", "demo"}, words)
 	for typed, want := range map[string]string{
 		"stauts": "status", "STATUS": "status", "migarte": "migrate", "mgirate": "migrate",
-		"relays": "relay", "daed": "dead", "kyes": "keys", "vresion": "version",
+		"relays": "relay", "deda": "dead", "kyes": "keys", "vresion": "version",
 		"frobnicate": "", "x": "", "publish": "", "de": "", strings.Repeat("status", 40): "",
 	} {
 		got := didYouMean(typed, words...)
