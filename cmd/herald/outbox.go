@@ -2,8 +2,11 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
+	"os"
 	"regexp"
 	"strings"
 	"time"
@@ -154,6 +157,20 @@ func (d *dbFlags) parseSQLite(inv *invocation, path string) (*database, error) {
 	return &database{sqlitePath: path, sqlite: cfg, where: path}, nil
 }
 
+// mustExist refuses a SQLite file that does not exist: opening it would
+// create an empty database, and a mistyped path would go unnoticed. Only
+// herald migrate (and the demo) create one.
+func (db *database) mustExist(inv *invocation) error {
+	if db.sqlite == nil {
+		return nil
+	}
+	if _, err := os.Stat(db.sqlitePath); errors.Is(err, fs.ErrNotExist) {
+		return usagef("%s: SQLite database %s does not exist; herald migrate --db sqlite:%s creates it",
+			inv.flags.label("db"), db.sqlitePath, db.sqlitePath)
+	}
+	return nil
+}
+
 // connect opens the database and checks it answers. The caller closes it.
 func (db *database) connect(ctx context.Context) (closer, outbox, error) {
 	pool, driver, err := db.open()
@@ -216,6 +233,9 @@ func (d *dbFlags) open(ctx context.Context, inv *invocation) (closer, outbox, er
 	}
 	db, err := d.parseDB(inv)
 	if err != nil {
+		return nil, nil, err
+	}
+	if err := db.mustExist(inv); err != nil {
 		return nil, nil, err
 	}
 	pool, driver, err := db.connect(ctx)

@@ -257,6 +257,9 @@ const stopGrace = 2 * time.Second
 
 func runRelay(ctx context.Context, inv *invocation, log *slog.Logger, db *database, plan *plan,
 	relayCfg *herald.RelayConfig, natsCfg *heraldnats.Config, shutdownTimeout time.Duration, adminAddr string) (err error) {
+	if err := db.mustExist(inv); err != nil {
+		return err
+	}
 	pool, store, err := db.open()
 	if err != nil {
 		return err

@@ -47,6 +47,28 @@ func TestSQLiteDSN(t *testing.T) {
 		require.Len(t, entries, 1, "no -wal or -shm file was created beside it")
 	})
 
+	t.Run("OnlyMigrateCreatesTheFile", func(t *testing.T) {
+		t.Parallel()
+		dir := t.TempDir()
+		typo := filepath.Join(dir, "typo.db")
+		for _, args := range [][]string{
+			{"status"}, {"dead", "list"}, {"keys", "blocked"},
+			{"relay", "--publisher", "nats://127.0.0.1:1"},
+		} {
+			r := cli(t, nil, append(args, "--db", "sqlite:"+typo)...)
+			require.Equal(t, exitUsage, r.code, "%v: %s", args, r.stderr)
+			require.Equal(t, 1, countLines(r.stderr), r.stderr)
+			require.Contains(t, r.stderr, "does not exist; herald migrate --db sqlite:"+typo+" creates it")
+			entries, err := os.ReadDir(dir)
+			require.NoError(t, err)
+			require.Empty(t, entries, "%v created a file", args)
+		}
+		r := cli(t, nil, "migrate", "--db", "sqlite:"+typo)
+		require.Equal(t, 0, r.code, r.stderr)
+		r = cli(t, nil, "status", "--db", "sqlite:"+typo)
+		require.Equal(t, 0, r.code, r.stderr)
+	})
+
 	t.Run("RefusesAPathThatCannotBeCreated", func(t *testing.T) {
 		t.Parallel()
 		file := filepath.Join(t.TempDir(), "plain-file")
