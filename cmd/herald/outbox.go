@@ -101,8 +101,14 @@ func (d *dbFlags) parseDB(inv *invocation) (*database, error) {
 	inv.stderr.add(userinfoSecrets(raw, false)...)
 	scheme, _, found := strings.Cut(raw, "://")
 	switch {
+	case !found && keywordDSN.MatchString(raw):
+		// libpq's keyword/value form, host=... user=... dbname=...
+		if pw := keywordPassword.FindStringSubmatch(raw); pw != nil {
+			inv.stderr.add(strings.Trim(pw[1], "'"))
+		}
+		return d.parsePostgres(inv, raw)
 	case !found || !schemeLike.MatchString(scheme):
-		return nil, usagef("%s: not a postgres:// or postgresql:// URL, nor sqlite:path", label)
+		return nil, usagef("%s: not a postgres:// or postgresql:// URL, a host=... user=... connection string, nor sqlite:path", label)
 	case !strings.EqualFold(scheme, "postgres") && !strings.EqualFold(scheme, "postgresql"):
 		return nil, usagef("%s: scheme %q is not supported: use postgres://, postgresql:// or sqlite:path", label, scheme)
 	}
@@ -114,7 +120,20 @@ func (d *dbFlags) parseDB(inv *invocation) (*database, error) {
 		return nil, usagef("%s: the password holds an '@' or '/' that is not percent-encoded: write them %%40 and %%2F", label)
 	}
 	// pgx takes the scheme in lower case only.
-	raw = strings.ToLower(scheme) + raw[len(scheme):]
+	return d.parsePostgres(inv, strings.ToLower(scheme)+raw[len(scheme):])
+}
+
+// keywordDSN is libpq's keyword/value connection string; keywordPassword
+// finds its password, quoted or not, to keep it out of every message.
+var (
+	keywordDSN      = regexp.MustCompile(`^[a-z_]+\s*=`)
+	keywordPassword = regexp.MustCompile(`(?:^|\s)password\s*=\s*('(?:[^'\\]|\\.)*'|\S+)`)
+)
+
+// parsePostgres parses a PostgreSQL DSN, URL or keyword/value, and the
+// table names.
+func (d *dbFlags) parsePostgres(inv *invocation, raw string) (*database, error) {
+	label := inv.flags.label("db")
 	cfg, err := pgxpool.ParseConfig(raw)
 	if err != nil {
 		return nil, usagef("%s: %s", label, inv.stderr.scrub(err.Error()))
