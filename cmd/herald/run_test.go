@@ -378,3 +378,19 @@ func listen(t *testing.T) string {
 	})
 	return ln.Addr().String()
 }
+
+func TestKeywordDSNIsParsed(t *testing.T) {
+	t.Parallel()
+	f := newFlagSet("status")
+	d := addDBFlags(f)
+	_, err := f.parse([]string{"--db", "host=db.example user=app password='p w' dbname=shop port=6543"},
+		func(string) (string, bool) { return "", false })
+	require.NoError(t, err)
+	var stderr bytes.Buffer
+	red := &redactor{w: &stderr}
+	db, err := d.parseDB(&invocation{flags: f, stderr: red})
+	require.NoError(t, err)
+	require.Equal(t, "app@db.example:6543/shop", db.where)
+	require.Equal(t, "p w", db.pool.ConnConfig.Password)
+	require.Equal(t, "x "+redacted+" y", red.scrub("x p w y"), "the password is a secret of the run")
+}
