@@ -25,6 +25,7 @@ type outbox interface {
 	herald.Store
 	heraldadmin.Admin
 	Table() string
+	SchemaVersion(ctx context.Context) (current, latest int, err error)
 }
 
 // closer releases a database's connections.

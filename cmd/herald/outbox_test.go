@@ -25,7 +25,7 @@ func setup(t *testing.T) db {
 	d := db{flags: []string{"--db", heraldtest.PostgresDSN(t), "--schema", schema}, schema: schema}
 	r := d.cli(t, "migrate")
 	require.Equal(t, 0, r.code, r)
-	require.Contains(t, r.stdout, "up to date")
+	require.Contains(t, r.stdout, "migrate: created outbox table")
 	return d
 }
 
@@ -46,12 +46,23 @@ func TestMigrateTwiceIsIdempotent(t *testing.T) {
 	d := setup(t)
 	r := d.cli(t, "migrate")
 	require.Equal(t, 0, r.code, r)
-	require.Equal(t, fmt.Sprintf("migrated: outbox table %q.\"herald_outbox\" is up to date\n", d.schema), r.stdout)
+	require.Regexp(t, fmt.Sprintf(`^migrate: outbox table %q\."herald_outbox" is up to date \(schema version \d+\)\n$`, d.schema), r.stdout)
 
-	// A table of another name, given by environment variable.
-	r = cli(t, map[string]string{"HERALD_TABLE": "events_out"}, append([]string{"migrate"}, d.flags...)...)
+	// A table of another name, given by environment variable: created.
+	env := map[string]string{"HERALD_TABLE": "events_out"}
+	r = cli(t, env, append([]string{"migrate"}, d.flags...)...)
 	require.Equal(t, 0, r.code, r)
-	require.Contains(t, r.stdout, `"events_out"`)
+	require.Regexp(t, fmt.Sprintf(`^migrate: created outbox table %q\."events_out" at schema version \d+\n$`, d.schema), r.stdout)
+	r = cli(t, env, append([]string{"migrate"}, d.flags...)...)
+	require.Equal(t, 0, r.code, r)
+	require.Contains(t, r.stdout, "is up to date")
+}
+
+func TestMigrateSaysWhatItDid(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, "migrate: created outbox table t at schema version 4", migrated("t", 0, 4))
+	require.Equal(t, "migrate: upgraded outbox table t from schema version 2 to 4", migrated("t", 2, 4))
+	require.Equal(t, "migrate: outbox table t is up to date (schema version 4)", migrated("t", 4, 4))
 }
 
 func TestStatusOnAnEmptyTable(t *testing.T) {

@@ -32,6 +32,10 @@ func setupMigrate(f *flagSet) func(context.Context, *invocation) error {
 			return err
 		}
 		defer pool.Close()
+		before, _, err := driver.SchemaVersion(ctx)
+		if err != nil {
+			return err
+		}
 		if err := driver.Migrate(ctx); err != nil {
 			return err
 		}
@@ -40,7 +44,11 @@ func setupMigrate(f *flagSet) func(context.Context, *invocation) error {
 		if err := driver.Ping(ctx); err != nil {
 			return err
 		}
-		fmt.Fprintf(inv.stdout, "migrated: outbox table %s is up to date\n", driver.Table())
+		_, latest, err := driver.SchemaVersion(ctx)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintln(inv.stdout, migrated(driver.Table(), before, latest))
 		return nil
 	}
 }
@@ -218,4 +226,17 @@ func schemaOf(d *dbFlags) string {
 		return ""
 	}
 	return *d.schema
+}
+
+// migrated says what herald migrate did. Another process migrating at the
+// same moment may have done it instead: the versions are read before and
+// after, not inside the migration's lock.
+func migrated(table string, before, latest int) string {
+	switch {
+	case before == 0:
+		return fmt.Sprintf("migrate: created outbox table %s at schema version %d", table, latest)
+	case before < latest:
+		return fmt.Sprintf("migrate: upgraded outbox table %s from schema version %d to %d", table, before, latest)
+	}
+	return fmt.Sprintf("migrate: outbox table %s is up to date (schema version %d)", table, latest)
 }

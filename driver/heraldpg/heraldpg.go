@@ -109,6 +109,13 @@ func (d *Driver) Ping(ctx context.Context) error {
 	return nil
 }
 
+// SchemaVersion returns the outbox table's schema version (0 when it does
+// not exist) and the latest this driver knows, which Migrate brings it to.
+func (d *Driver) SchemaVersion(ctx context.Context) (current, latest int, err error) {
+	current, err = d.schemaVersion(ctx, d.db)
+	return current, latestVersion(), err
+}
+
 // Validate checks the configuration without connecting: the schema and
 // table names and the payload cap.
 func (c *Config) Validate() error {

@@ -43,6 +43,13 @@ func (d *Driver) Migrate(ctx context.Context) error {
 	return nil
 }
 
+// SchemaVersion returns the outbox table's schema version (0 when it does
+// not exist) and the latest this driver knows, which Migrate brings it to.
+func (d *Driver) SchemaVersion(ctx context.Context) (current, latest int, err error) {
+	current, err = d.schemaVersion(ctx, d.db)
+	return current, migrations[len(migrations)-1].Version, err
+}
+
 // migrate applies ms, a prefix of migrations: all of them but in tests of
 // a migration on an older table.
 func (d *Driver) migrate(ctx context.Context, ms []sqlstore.Migration) (err error) {
