@@ -63,6 +63,10 @@ func TestBadInputGivesOneClearLine(t *testing.T) {
 		message string
 	}{
 		{"UnknownCommand", nil, []string{"frobnicate"}, 2, `herald: unknown command "frobnicate" (see herald help)`},
+		{"PrintSQLFromAnUnknownVersion", nil, []string{"migrate", "--print-sql", "--from", "99", "--db", "postgres://u:" + secret + "@127.0.0.1:1/db"}, 2,
+			"herald: --from: 99 is not a schema version this herald knows"},
+		{"FromWithoutPrintSQL", nil, []string{"migrate", "--from", "2", "--db", "postgres://127.0.0.1:1/db"}, 2,
+			"herald: --from goes with --print-sql"},
 		{"MistypedCommand", nil, []string{"stauts"}, 2, `herald: unknown command "stauts" (did you mean "status"? see herald help)`},
 		{"MistypedRelay", nil, []string{"relya"}, 2, `herald: unknown command "relya" (did you mean "relay"? see herald help)`},
 		{"MistypedDeadSubcommand", nil, []string{"dead", "lsit"}, 2, `unknown dead subcommand "lsit" (did you mean "list"? use list`},

@@ -47,6 +47,28 @@ func TestSQLiteDSN(t *testing.T) {
 		require.Len(t, entries, 1, "no -wal or -shm file was created beside it")
 	})
 
+	t.Run("PrintSQLIsWhatMigrateRuns", func(t *testing.T) {
+		t.Parallel()
+		dir := t.TempDir()
+		path := filepath.Join(dir, "tool.db")
+		r := cli(t, nil, "migrate", "--print-sql", "--db", "sqlite:"+path)
+		require.Equal(t, 0, r.code, r.stderr)
+		entries, err := os.ReadDir(dir)
+		require.NoError(t, err)
+		require.Empty(t, entries, "printing connects to nothing")
+		// Another tool runs the script; herald then finds the table at its version.
+		db, err := sql.Open("sqlite", path)
+		require.NoError(t, err)
+		_, err = db.Exec(r.stdout)
+		require.NoError(t, err)
+		require.NoError(t, db.Close())
+		r = cli(t, nil, "migrate", "--db", "sqlite:"+path)
+		require.Equal(t, 0, r.code, r.stderr)
+		require.Contains(t, r.stdout, "is up to date")
+		r = cli(t, nil, "status", "--db", "sqlite:"+path)
+		require.Equal(t, 0, r.code, r.stderr)
+	})
+
 	t.Run("OnlyMigrateCreatesTheFile", func(t *testing.T) {
 		t.Parallel()
 		dir := t.TempDir()

@@ -11,11 +11,15 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/herald-outbox/herald/driver/heraldpg"
+	"github.com/herald-outbox/herald/driver/heraldsqlite"
 	"github.com/herald-outbox/herald/heraldadmin"
 )
 
 func setupMigrate(f *flagSet) func(context.Context, *invocation) error {
 	d := addDBFlags(f)
+	printSQL := f.LocalBool("print-sql", "print the SQL that migrating runs, for goose, Flyway or Atlas, instead of running it (no connection)")
+	from := f.LocalInt("from", 0, "with --print-sql, the schema `version` the table is at (0: no table yet)")
 	return func(ctx context.Context, inv *invocation) error {
 		if _, err := d.logger(inv); err != nil {
 			return err
@@ -26,6 +30,12 @@ func setupMigrate(f *flagSet) func(context.Context, *invocation) error {
 		}
 		if err := noArgs(inv); err != nil {
 			return err
+		}
+		if *printSQL {
+			return db.printMigrationSQL(inv, *from)
+		}
+		if *from != 0 {
+			return usagef("--from goes with --print-sql")
 		}
 		pool, driver, err := db.connect(ctx)
 		if err != nil {
@@ -239,4 +249,23 @@ func migrated(table string, before, latest int) string {
 		return fmt.Sprintf("migrate: upgraded outbox table %s from schema version %d to %d", table, before, latest)
 	}
 	return fmt.Sprintf("migrate: outbox table %s is up to date (schema version %d)", table, latest)
+}
+
+// printMigrationSQL prints the migration script of the table --db and
+// --table name, from schema version from.
+func (db *database) printMigrationSQL(inv *invocation, from int) error {
+	var (
+		script string
+		err    error
+	)
+	if db.sqlite != nil {
+		script, err = heraldsqlite.MigrationSQL(db.sqlite, from)
+	} else {
+		script, err = heraldpg.MigrationSQL(db.names, from)
+	}
+	if err != nil {
+		return usagef("--from: %d is not a schema version this herald knows (0 up to its latest)", from)
+	}
+	_, err = io.WriteString(inv.stdout, script)
+	return err
 }

@@ -5,6 +5,7 @@ import (
 	"embed"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/jackc/pgx/v5/pgconn"
 
@@ -25,6 +26,47 @@ func latestVersion() int { return migrations[len(migrations)-1].Version }
 // refuses a table whose schema is newer than this driver knows.
 func (d *Driver) Migrate(ctx context.Context) error { return d.migrate(ctx, migrations) }
 
+// MigrationSQL returns the SQL that Migrate runs to bring an outbox table
+// from schema version from (0: no table) to the latest, as one script for
+// teams that apply migrations with their own tool (goose, Flyway, Atlas):
+// each migration followed by the row that records it, so that Herald sees
+// the table at the version it expects. The script is one transaction
+// (BEGIN ... COMMIT; a tool that wraps each file in its own transaction
+// can drop those two lines). Unlike Migrate, it takes no advisory lock:
+// the tool serializes its own runs.
+func MigrationSQL(cfg *Config, from int) (string, error) {
+	n, err := cfg.names()
+	if err != nil {
+		return "", err
+	}
+	latest := latestVersion()
+	if from < 0 || from > latest {
+		return "", fmt.Errorf("heraldpg: MigrationSQL: version %d is not between 0 and %d", from, latest)
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "-- Herald outbox table %s: schema version %d to %d.\nBEGIN;\n", n.Qualified, from, latest)
+	if from == 0 {
+		fmt.Fprintf(&b, "CREATE SCHEMA IF NOT EXISTS \"%s\";\n%s;\n", n.Schema, createMigrationsSQL(n))
+	}
+	for _, m := range migrations {
+		if m.Version <= from {
+			continue
+		}
+		fmt.Fprintf(&b, "\n-- migration %d: %s\n%s\n", m.Version, m.Name, strings.TrimSpace(n.render(m.SQL)))
+		fmt.Fprintf(&b, "INSERT INTO %s (version, name) VALUES (%d, '%s');\n",
+			n.Migrations, m.Version, strings.ReplaceAll(m.Name, "'", "''"))
+	}
+	b.WriteString("\nCOMMIT;\n")
+	return b.String(), nil
+}
+
+func createMigrationsSQL(n names) string {
+	return `CREATE TABLE IF NOT EXISTS ` + n.Migrations + ` (
+	version    integer     PRIMARY KEY,
+	name       text        NOT NULL,
+	applied_at timestamptz NOT NULL DEFAULT now())`
+}
+
 // migrate applies ms, a prefix of migrations: all of them but in tests of
 // a migration on an older table.
 func (d *Driver) migrate(ctx context.Context, ms []sqlstore.Migration) error {
@@ -34,10 +76,7 @@ func (d *Driver) migrate(ctx context.Context, ms []sqlstore.Migration) error {
 		}
 		stmts := []string{
 			`CREATE SCHEMA IF NOT EXISTS "` + d.names.Schema + `"`,
-			`CREATE TABLE IF NOT EXISTS ` + d.names.Migrations + ` (
-				version    integer     PRIMARY KEY,
-				name       text        NOT NULL,
-				applied_at timestamptz NOT NULL DEFAULT now())`,
+			createMigrationsSQL(d.names),
 		}
 		for _, s := range stmts {
 			if _, err := tx.exec(ctx, s); err != nil {

@@ -6,6 +6,7 @@ import (
 	"database/sql/driver"
 	"embed"
 	"fmt"
+	"strings"
 
 	"github.com/herald-outbox/herald/internal/sqlstore"
 )
@@ -41,6 +42,38 @@ func (d *Driver) Migrate(ctx context.Context) error {
 		return fmt.Errorf("heraldsqlite: migrate: %w", err)
 	}
 	return nil
+}
+
+// MigrationSQL returns the SQL that Migrate runs to bring an outbox table
+// from schema version from (0: no table) to the latest, as one script for
+// teams that apply migrations with their own tool: each migration followed
+// by the row that records it, so that Herald sees the table at the version
+// it expects. The script is one transaction (BEGIN IMMEDIATE ... COMMIT; a
+// tool that wraps each file in its own transaction can drop those lines).
+func MigrationSQL(cfg *Config, from int) (string, error) {
+	n, err := cfg.names()
+	if err != nil {
+		return "", err
+	}
+	latest := migrations[len(migrations)-1].Version
+	if from < 0 || from > latest {
+		return "", fmt.Errorf("heraldsqlite: MigrationSQL: version %d is not between 0 and %d", from, latest)
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "-- Herald outbox table %s: schema version %d to %d.\nBEGIN IMMEDIATE;\n", n.Qualified, from, latest)
+	if from == 0 {
+		fmt.Fprintf(&b, "%s;\n", n.render(createMigrationsSQL))
+	}
+	for _, m := range migrations {
+		if m.Version <= from {
+			continue
+		}
+		fmt.Fprintf(&b, "\n-- migration %d: %s\n%s\n", m.Version, m.Name, strings.TrimSpace(n.render(m.SQL)))
+		fmt.Fprintf(&b, "INSERT INTO %s (version, name) VALUES (%d, '%s');\n",
+			n.Migrations, m.Version, strings.ReplaceAll(m.Name, "'", "''"))
+	}
+	b.WriteString("\nCOMMIT;\n")
+	return b.String(), nil
 }
 
 // SchemaVersion returns the outbox table's schema version (0 when it does
