@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
+	"os"
 	"time"
 
 	"github.com/herald-outbox/herald/cmd/herald/internal/demo"
@@ -33,6 +35,7 @@ func setupDemo(f *flagSet) func(context.Context, *invocation) error {
 		stdout := inv.stdout
 		if !*quiet {
 			cfg.Progress = stdout
+			cfg.PlainProgress = !isTerminal(stdout)
 		}
 		cfg.Log = stdout
 		fmt.Fprintf(stdout, "Herald demo: %d orders at %d/s on SQLite, relayed to an embedded NATS JetStream.\n"+
@@ -51,4 +54,15 @@ func setupDemo(f *flagSet) func(context.Context, *invocation) error {
 		fmt.Fprintln(stdout, "\nEvery committed order's event arrived; no rolled-back order's event did.")
 		return nil
 	}
+}
+
+// isTerminal reports whether w is a terminal (a character device), where a
+// status line may be rewritten in place.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
 }

@@ -17,6 +17,15 @@ func TestDemoCommand(t *testing.T) {
 		require.Regexp(t, `lost\s+0\s+ok`, r.stdout)
 		require.Regexp(t, `ghosts\s+0\s+ok`, r.stdout)
 		require.Contains(t, r.stdout, "Every committed order's event arrived")
+		require.Contains(t, r.stdout, "(includes the 300ms broker outage", "the p99 says what it includes")
+	})
+
+	t.Run("PrintsPlainLinesWhenNotATerminal", func(t *testing.T) {
+		t.Parallel()
+		r := cli(t, nil, "demo", "--duration", "1s", "--rate", "100", "--outage", "100ms")
+		require.Equal(t, 0, r.code, r.String())
+		require.NotContains(t, r.stdout, "\r", "no line rewritten in place in a log")
+		require.Regexp(t, `(?m)^committed +\d+ +published +\d+ +received +\d+ +backlog +\d+$`, r.stdout)
 	})
 
 	for name, args := range map[string][]string{

@@ -51,6 +51,10 @@ type Config struct {
 	Dir string
 	// Progress receives a live status line; nil for none.
 	Progress io.Writer
+	// PlainProgress writes the status as a full line every few seconds
+	// instead of rewriting one line in place: for output that is not a
+	// terminal (a file, a CI log).
+	PlainProgress bool
 	// Log receives one line per injected fault; nil for none.
 	Log io.Writer
 }
@@ -96,6 +100,9 @@ type Report struct {
 	P50        time.Duration `json:"latency_p50_ns"`
 	P99        time.Duration `json:"latency_p99_ns"`
 	Elapsed    time.Duration `json:"elapsed_ns"`
+	// Outage is how long the broker was stopped on purpose: events
+	// committed meanwhile waited for it, and the p99 includes them.
+	Outage time.Duration `json:"outage_ns"`
 }
 
 // OK reports whether the invariants held.
@@ -118,7 +125,11 @@ func (r *Report) Print(w io.Writer) {
 	fmt.Fprintf(w, "  ghosts                   %6d  %s\n", r.Ghosts, mark(r.Ghosts == 0))
 	fmt.Fprintf(w, "  duplicates absorbed      %6d  (by event id, in the consumer)\n", r.Duplicates)
 	fmt.Fprintf(w, "  commit-to-receive p50    %9s\n", r.P50.Round(100*time.Microsecond))
-	fmt.Fprintf(w, "  commit-to-receive p99    %9s\n", r.P99.Round(100*time.Microsecond))
+	fmt.Fprintf(w, "  commit-to-receive p99    %9s", r.P99.Round(100*time.Microsecond))
+	if r.Outage > 0 {
+		fmt.Fprintf(w, "  (includes the %s broker outage: events committed during it waited for the broker)", r.Outage)
+	}
+	fmt.Fprintln(w)
 }
 
 const (
@@ -189,14 +200,18 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	stopProgress := make(chan struct{})
 	go func() {
 		defer close(progressDone)
-		t := time.NewTicker(200 * time.Millisecond)
+		every := 200 * time.Millisecond
+		if cfg.PlainProgress {
+			every = 2 * time.Second
+		}
+		t := time.NewTicker(every)
 		defer t.Stop()
 		for {
 			select {
 			case <-t.C:
-				progress(ctx, cfg.Progress, shop, cons, store)
+				progress(ctx, cfg, shop, cons, store)
 			case <-stopProgress:
-				progress(ctx, cfg.Progress, shop, cons, store)
+				progress(ctx, cfg, shop, cons, store)
 				return
 			}
 		}
@@ -266,7 +281,11 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		fmt.Fprintln(cfg.Progress)
 	}
 	relay.stop()
-	return report(ctx, shop, cons, store, time.Since(start))
+	r, err := report(ctx, shop, cons, store, time.Since(start))
+	if r != nil {
+		r.Outage = cfg.Outage
+	}
+	return r, err
 }
 
 func publishedCount(ctx context.Context, store *heraldsqlite.Driver) int {
@@ -283,7 +302,8 @@ func publishedCount(ctx context.Context, store *heraldsqlite.Driver) int {
 	return n
 }
 
-func progress(ctx context.Context, w io.Writer, s *shop, c *consumer, store *heraldsqlite.Driver) {
+func progress(ctx context.Context, cfg Config, s *shop, c *consumer, store *heraldsqlite.Driver) {
+	w := cfg.Progress
 	if w == nil {
 		return
 	}
@@ -300,7 +320,11 @@ func progress(ctx context.Context, w io.Writer, s *shop, c *consumer, store *her
 			backlog += ts.Count
 		}
 	}
-	fmt.Fprintf(w, "\rcommitted %6d   published %6d   received %6d   backlog %5d ", s.committedCount(), published, c.distinct(), backlog)
+	start, end := "\r", " "
+	if cfg.PlainProgress {
+		start, end = "", "\n"
+	}
+	fmt.Fprintf(w, "%scommitted %6d   published %6d   received %6d   backlog %5d%s", start, s.committedCount(), published, c.distinct(), backlog, end)
 }
 
 func report(ctx context.Context, s *shop, c *consumer, store *heraldsqlite.Driver, elapsed time.Duration) (*Report, error) {

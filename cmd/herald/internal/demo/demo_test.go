@@ -40,6 +40,8 @@ func TestDemoSmallRunKeepsEveryInvariant(t *testing.T) {
 	r.Print(&out)
 	require.Contains(t, out.String(), "lost                          0  ok")
 	require.Contains(t, out.String(), "ghosts                        0  ok")
+	require.Contains(t, out.String(), "(includes the 500ms broker outage")
+	require.Contains(t, progress.String(), "\rcommitted", "a terminal's line is rewritten in place")
 }
 
 func TestDemoRefusesBadSizes(t *testing.T) {
