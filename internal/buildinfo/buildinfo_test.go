@@ -19,7 +19,7 @@ func TestFromBuildInfo(t *testing.T) {
 			Main: debug.Module{Path: modulePath, Version: "v0.3.0"}},
 			Info{Version: "v0.3.0", GoVersion: "go1.26.8"}},
 		{"Checkout", &debug.BuildInfo{GoVersion: "go1.26.8",
-			Main: debug.Module{Path: modulePath, Version: "(devel)"},
+			Main:     debug.Module{Path: modulePath, Version: "(devel)"},
 			Settings: []debug.BuildSetting{{Key: "vcs.revision", Value: "abc123"}, {Key: "vcs.modified", Value: "true"}}},
 			Info{Version: "(devel)", Revision: "abc123-modified", GoVersion: "go1.26.8"}},
 		{"Dependency", &debug.BuildInfo{GoVersion: "go1.26.8",
