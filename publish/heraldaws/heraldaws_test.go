@@ -415,3 +415,31 @@ func TestEventWithoutDestinationIsPermanent(t *testing.T) {
 	require.NoError(t, be.Errs[0])
 	require.True(t, herald.IsPermanent(be.Errs[1]), "%v", be.Errs[1])
 }
+
+// When AWS answers no request of a round, the events not yet sent are
+// given that round's error (unavailable here), never the permanent error
+// an event of the round earned for itself; no second round is sent.
+func TestRoundWithoutAnswerStopsWithItsOwnError(t *testing.T) {
+	t.Parallel()
+	fake := &fakeSQS{send: func(*sqs.SendMessageBatchInput) (*sqs.SendMessageBatchOutput, error) {
+		return nil, &types.RequestThrottled{}
+	}}
+	p, err := heraldaws.NewSQS(fake, &heraldaws.SQSConfig{QueueURL: heraldaws.Fixed("https://sqs.eu-west-1.amazonaws.com/1/q"), MaxMessageBytes: 1024})
+	require.NoError(t, err)
+	envs := envelopes(t,
+		herald.Message{Topic: "t", Key: "big", Payload: bytes.Repeat([]byte("x"), 2048)},
+		herald.Message{Topic: "t", Key: "a", Payload: []byte("1")},
+		herald.Message{Topic: "t", Key: "a", Payload: []byte("2")},
+		herald.Message{Topic: "t", Key: "b", Payload: []byte("3")},
+		herald.Message{Topic: "t", Key: "b", Payload: []byte("4")},
+	)
+	err = publish(t, p, envs)
+	var be *herald.BatchError
+	require.ErrorAs(t, err, &be, "the too-large event was answered for: per-event results")
+	require.True(t, herald.IsPermanent(be.Errs[0]), "%v", be.Errs[0])
+	for _, i := range []int{1, 2, 3, 4} {
+		require.Truef(t, herald.IsUnavailable(be.Errs[i]), "event %d: %v", i, be.Errs[i])
+		require.Falsef(t, herald.IsPermanent(be.Errs[i]), "event %d: %v", i, be.Errs[i])
+	}
+	require.Equal(t, 1, fake.calls, "one request in the first round, none after")
+}

@@ -124,8 +124,11 @@ func (s *sending) round(ctx context.Context, idx []int, errs []error) error {
 	s.answered += n
 	if n == 0 && len(chunks) > 0 {
 		// Every request failed without an answer: later rounds would only
-		// wait for the same failure, event after event of a key.
-		return firstError(errs)
+		// wait for the same failure, event after event of a key. The
+		// events not yet sent get this round's error, not one an event
+		// earned for itself (a permanent one would send them to the dead
+		// letters).
+		return errs[chunks[0][0].i]
 	}
 	return nil
 }
