@@ -4,11 +4,20 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
+	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/sns"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
@@ -19,6 +28,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/herald-outbox/herald/internal/heraldtest"
+	"github.com/herald-outbox/herald/publish/heraldaws"
 	"github.com/herald-outbox/herald/publish/heraldwebhook"
 )
 
@@ -181,4 +191,145 @@ func TestWebhookDestinationIsShownByItsOrigin(t *testing.T) {
 	ep, err := parseEndpoint(inv, "--destination hook", "hook", "https://u:pw@hooks.example.com:8443/services/T0/B0/XXXX?token=t")
 	require.NoError(t, err)
 	require.Equal(t, "https://hooks.example.com:8443", ep.display)
+}
+
+// sqs:// and sns:// destinations against moto_server: one queue by name,
+// and an SNS FIFO topic (its account found with STS) with a FIFO queue
+// subscribed; credentials from the environment, never shown.
+func TestRelayPublishesToSQSAndSNS(t *testing.T) {
+	t.Parallel()
+	d := setup(t)
+	moto := heraldtest.Moto(t)
+	const secret = "aws-Secret-Key-0123456789"
+	transport := &http.Transport{}
+	t.Cleanup(transport.CloseIdleConnections)
+	cfg := aws.Config{
+		Region: "eu-west-1", BaseEndpoint: aws.String(moto.URL), HTTPClient: &http.Client{Transport: transport},
+		Credentials: credentials.NewStaticCredentialsProvider("AKIDTEST", secret, ""),
+	}
+	sq, sn := sqs.NewFromConfig(cfg), sns.NewFromConfig(cfg)
+	ctx := t.Context()
+	queue := "orders-" + d.schema
+	q, err := sq.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String(queue)})
+	require.NoError(t, err)
+	topic := "billing-" + d.schema + ".fifo"
+	tp, err := sn.CreateTopic(ctx, &sns.CreateTopicInput{Name: aws.String(topic), Attributes: map[string]string{"FifoTopic": "true"}})
+	require.NoError(t, err)
+	sub, err := sq.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String("sub-" + topic), Attributes: map[string]string{"FifoQueue": "true"}})
+	require.NoError(t, err)
+	subAttrs, err := sq.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{QueueUrl: sub.QueueUrl, AttributeNames: []sqstypes.QueueAttributeName{"QueueArn"}})
+	require.NoError(t, err)
+	_, err = sn.Subscribe(ctx, &sns.SubscribeInput{TopicArn: tp.TopicArn, Protocol: aws.String("sqs"),
+		Endpoint: aws.String(subAttrs.Attributes["QueueArn"]), Attributes: map[string]string{"RawMessageDelivery": "true"}})
+	require.NoError(t, err)
+
+	d.exec(t, `INSERT INTO %s.herald_outbox (topic, key, type, payload) VALUES
+		('orders.placed', 'o1', 'OrderPlaced', '{"order":1}'), ('billing.invoiced', 'i1', 'Invoiced', 'invoice')`)
+	rctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan result, 1)
+	go func() {
+		done <- cliCtx(rctx, map[string]string{"AWS_ACCESS_KEY_ID": "AKIDTEST", "AWS_SECRET_ACCESS_KEY": secret}, nil,
+			append([]string{"relay",
+				"--destination", "q=sqs://" + queue + "?region=eu-west-1&endpoint=" + moto.URL,
+				"--destination", "n=sns://" + topic + "?region=eu-west-1&endpoint=" + moto.URL + "&max_message_bytes=65536",
+				"--route", "orders.*=q", "--route", "billing.*=n", "--log-level", "debug"}, d.flags...)...)
+	}()
+	require.Eventually(t, func() bool {
+		var published int
+		err := heraldtest.PostgresPool(t).QueryRow(context.Background(), fmt.Sprintf(
+			`SELECT count(*) FROM %s.herald_outbox WHERE state = 'published'`, d.schema)).Scan(&published)
+		return err == nil && published == 2
+	}, 30*time.Second, 20*time.Millisecond)
+	cancel()
+	r := <-done
+	require.Equal(t, 0, r.code, r)
+	require.NotContains(t, r.stdout+r.stderr, secret)
+
+	for _, c := range []struct{ queueURL, topic, key, payload string }{
+		{aws.ToString(q.QueueUrl), "orders.placed", "o1", `{"order":1}`},
+		{aws.ToString(sub.QueueUrl), "billing.invoiced", "i1", "invoice"},
+	} {
+		out, err := sq.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: aws.String(c.queueURL), MaxNumberOfMessages: 10,
+			MessageAttributeNames: []string{"All"}})
+		require.NoError(t, err)
+		require.Len(t, out.Messages, 1, "one event in %s", c.queueURL)
+		ev, err := heraldaws.Parse(out.Messages[0])
+		require.NoError(t, err)
+		require.Equal(t, c.topic, ev.Topic)
+		require.Equal(t, c.key, ev.Key)
+		require.Equal(t, c.payload, string(ev.Payload))
+	}
+}
+
+// sqs:// and sns:// URLs are checked before anything connects, in one
+// line naming the flag; a URL with credentials never echoes them.
+func TestAWSDestinationURLsAreChecked(t *testing.T) {
+	t.Parallel()
+	const secret = "hunter2-Secret"
+	db := "postgres://127.0.0.1:1/db"
+	for _, tc := range []struct{ name, url, message string }{
+		{"UnknownOption", "sqs://orders?region=eu-west-1&visibility=30", `--destination q: sqs option "visibility" is not supported: use region, account, endpoint or max_message_bytes`},
+		{"BadRegion", "sqs://orders?region=Europe", `region="Europe" is not an AWS region`},
+		{"BadAccount", "sns://billing?account=42", `account="42" is not a 12-digit AWS account id`},
+		{"BadQueueName", "sqs://orders.v2", `"orders.v2" is not an SQS queue name`},
+		{"TopicWithPath", "sns://billing/x", "an sns:// URL is sns://TOPIC?region=...&account=...: no path"},
+		{"QueueURLNotAWS", "sqs://example.com/123456789012/q", "an sqs:// URL is sqs://QUEUE?region=... or sqs://sqs.REGION.amazonaws.com/ACCOUNT/QUEUE"},
+		{"OptionTwice", "sqs://orders?region=eu-west-1&region=eu-west-2", `option "region" is given twice`},
+		{"MaxMessageBytes", "sqs://orders?max_message_bytes=2000000", `max_message_bytes="2000000" is not a number of bytes`},
+		{"EndpointNotHTTP", "sqs://orders?endpoint=ftp://127.0.0.1", "endpoint is not an http:// or https:// URL without credentials"},
+		{"EndpointWithCredentials", "sqs://orders?endpoint=http://u:" + secret + "@127.0.0.1:1", "endpoint is not an http:// or https:// URL without credentials"},
+		{"CredentialsInURL", "sns://AKID:" + secret + "@billing", "an sns:// URL takes no credentials"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			r := cli(t, nil, "relay", "--db", db, "--destination", "q="+tc.url)
+			require.Equal(t, 2, r.code, r)
+			require.Contains(t, r.stderr, tc.message, r)
+			require.NotContains(t, r.stdout+r.stderr, secret, "a secret reached the output")
+			require.Equal(t, 1, strings.Count(r.stderr, "\n"), "one line on stderr: %q", r.stderr)
+		})
+	}
+
+	inv := &invocation{stderr: &redactor{w: io.Discard}, flags: newFlagSet("relay")}
+	for _, raw := range []string{
+		"sqs://orders.fifo?region=eu-west-1&account=123456789012&endpoint=http://127.0.0.1:4566&max_message_bytes=1048576",
+		"sqs://sqs.eu-west-1.amazonaws.com/123456789012/orders",
+		"sns://billing_events?region=us-gov-west-1",
+	} {
+		ep, err := parseEndpoint(inv, "--destination q", "q", raw)
+		require.NoError(t, err, raw)
+		require.Equal(t, raw, ep.display)
+	}
+	u, err := url.Parse("sqs://sqs.eu-west-1.amazonaws.com/123456789012/orders")
+	require.NoError(t, err)
+	d, err := parseAWSDestination("sqs", u)
+	require.NoError(t, err)
+	require.Equal(t, awsDestination{kind: "sqs", name: "orders", region: "eu-west-1", account: "123456789012"}, d)
+	require.Equal(t, "aws-us-gov", awsPartition("us-gov-west-1"))
+	require.Equal(t, "aws-cn", awsPartition("cn-north-1"))
+	require.Equal(t, "aws", awsPartition("eu-west-1"))
+}
+
+// A queue that does not exist is waited for, as an unreachable broker is:
+// it may be created after the relay starts.
+func TestMissingQueueIsWaitedFor(t *testing.T) {
+	t.Parallel()
+	moto := heraldtest.Moto(t)
+	inv := &invocation{stderr: &redactor{w: io.Discard}, flags: newFlagSet("relay"),
+		getenv: func(name string) (string, bool) {
+			v, ok := map[string]string{"AWS_ACCESS_KEY_ID": "AKIDTEST", "AWS_SECRET_ACCESS_KEY": "test"}[name]
+			return v, ok
+		}}
+	for _, raw := range []string{
+		"sqs://missing?region=eu-west-1&endpoint=" + moto.URL,
+		"sns://missing?region=eu-west-1&endpoint=" + moto.URL,
+	} {
+		ep, err := parseEndpoint(inv, "--destination q", "q", raw)
+		require.NoError(t, err)
+		_, _, err = openEndpoint(t.Context(), inv, slog.New(slog.DiscardHandler), "test", ep, nil)
+		require.Error(t, err)
+		require.True(t, isUnreachable(err), "%s: %v", raw, err)
+		require.ErrorContains(t, err, "missing")
+	}
 }

@@ -104,7 +104,9 @@ Flags:
   --to LIST              drain destinations, comma-separated, of jetstream,
                          discard, kafka (in-process kfake), redis (127.0.0.1:6379),
                          rabbitmq (127.0.0.1:5672), webhook (in-process HTTP
-                         server) (drain) (default jetstream,discard)
+                         server), sqs, sns (FIFO, SNS to a queue; moto_server,
+                         an AWS emulator started on loopback) (drain)
+                         (default jetstream,discard)
   --rate N               events/s written (latency) (default 1000)
   --poll-interval D      relay poll interval (latency) (default 5ms)
 `

@@ -6,8 +6,20 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"sync/atomic"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/sns"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
@@ -16,6 +28,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/herald-outbox/herald"
+	"github.com/herald-outbox/herald/publish/heraldaws"
 	"github.com/herald-outbox/herald/publish/heraldkafka"
 	"github.com/herald-outbox/herald/publish/heraldnats"
 	"github.com/herald-outbox/herald/publish/heraldrabbit"
@@ -43,6 +56,8 @@ var drainSinks = []drainSink{
 	{name: "redis", note: "the Redis server on 127.0.0.1:6379", open: openRedis},
 	{name: "rabbitmq", note: "the RabbitMQ server on 127.0.0.1:5672, publisher confirms", open: openRabbit},
 	{name: "webhook", note: "signed POSTs to an in-process HTTP server on loopback", open: openWebhook},
+	{name: "sqs", note: "SendMessageBatch to a FIFO queue of moto_server (an AWS emulator) on loopback", open: openSQS},
+	{name: "sns", note: "PublishBatch to a FIFO topic of moto_server on loopback, raw delivery to a FIFO queue", open: openSNS},
 }
 
 // sinksNamed returns the sinks of a comma-separated list.
@@ -202,4 +217,156 @@ func openWebhook(ctx context.Context, e *env) (herald.Publisher, func(context.Co
 	}
 	count := func(context.Context) (int64, error) { return received.Load(), nil }
 	return pub, count, func() { _ = pub.Close(); srv.Close() }, nil
+}
+
+// motoListening is the line moto_server logs once it listens.
+var motoListening = regexp.MustCompile(`Running on (http://127\.0\.0\.1:[0-9]+)`)
+
+// awsEmulator is moto_server, an emulator of SQS and SNS, on a random loopback
+// port, and clients of it.
+type awsEmulator struct {
+	cmd       *exec.Cmd
+	dir       string
+	transport *http.Transport
+	sqs       *sqs.Client
+	sns       *sns.Client
+}
+
+// startMoto starts moto_server (from PATH, or HERALD_BENCH_MOTO) and waits
+// until it listens.
+func startMoto(ctx context.Context) (*awsEmulator, error) {
+	bin := os.Getenv("HERALD_BENCH_MOTO")
+	if bin == "" {
+		var err error
+		if bin, err = exec.LookPath("moto_server"); err != nil {
+			return nil, fmt.Errorf("moto_server, an AWS emulator, is not in PATH (install the Python package moto[server]): %w", err)
+		}
+	}
+	dir, err := os.MkdirTemp("", "herald-bench-moto-")
+	if err != nil {
+		return nil, err
+	}
+	logPath := filepath.Join(dir, "moto.log")
+	logf, err := os.Create(logPath)
+	if err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, err
+	}
+	cmd := exec.Command(bin, "-H", "127.0.0.1", "-p", "0")
+	cmd.Stdout, cmd.Stderr = logf, logf
+	err = cmd.Start()
+	_ = logf.Close()
+	if err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, fmt.Errorf("starting moto_server: %w", err)
+	}
+	a := &awsEmulator{cmd: cmd, dir: dir}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		out, _ := os.ReadFile(logPath)
+		if m := motoListening.FindSubmatch(out); m != nil {
+			a.connect(string(m[1]))
+			return a, nil
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			a.close()
+			return nil, fmt.Errorf("moto_server not listening after 30s:\n%s", out)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func (a *awsEmulator) connect(endpoint string) {
+	a.transport = &http.Transport{MaxIdleConnsPerHost: 64}
+	cfg := aws.Config{
+		Region: "eu-west-1", BaseEndpoint: aws.String(endpoint), HTTPClient: &http.Client{Transport: a.transport},
+		Credentials: credentials.NewStaticCredentialsProvider("AKIDBENCH", "bench", ""),
+	}
+	a.sqs, a.sns = sqs.NewFromConfig(cfg), sns.NewFromConfig(cfg)
+}
+
+func (a *awsEmulator) close() {
+	if a.transport != nil {
+		a.transport.CloseIdleConnections()
+	}
+	_ = a.cmd.Process.Kill()
+	_ = a.cmd.Wait()
+	_ = os.RemoveAll(a.dir)
+}
+
+// queue creates a FIFO queue and returns its URL and a count of the
+// messages it holds (moto's count is exact). FIFO, so that the queue drops
+// the events the relay republishes after a publish timed out, as AWS does
+// within five minutes: the count is then the backlog exactly, and a lost
+// or surplus event shows.
+func (a *awsEmulator) queue(ctx context.Context, name string) (string, func(context.Context) (int64, error), error) {
+	q, err := a.sqs.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String(name),
+		Attributes: map[string]string{"FifoQueue": "true"}})
+	if err != nil {
+		return "", nil, fmt.Errorf("creating queue %s: %w", name, err)
+	}
+	url := aws.ToString(q.QueueUrl)
+	count := func(ctx context.Context) (int64, error) {
+		out, err := a.sqs.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{QueueUrl: aws.String(url),
+			AttributeNames: []sqstypes.QueueAttributeName{sqstypes.QueueAttributeNameApproximateNumberOfMessages}})
+		if err != nil {
+			return 0, err
+		}
+		return strconv.ParseInt(out.Attributes[string(sqstypes.QueueAttributeNameApproximateNumberOfMessages)], 10, 64)
+	}
+	return url, count, nil
+}
+
+func openSQS(ctx context.Context, e *env) (herald.Publisher, func(context.Context) (int64, error), func(), error) {
+	a, err := startMoto(ctx)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	url, count, err := a.queue(ctx, "herald-bench-drain.fifo")
+	if err != nil {
+		a.close()
+		return nil, nil, nil, err
+	}
+	pub, err := heraldaws.NewSQS(a.sqs, &heraldaws.SQSConfig{QueueURL: heraldaws.Fixed(url), Logger: e.log})
+	if err != nil {
+		a.close()
+		return nil, nil, nil, err
+	}
+	return pub, count, a.close, nil
+}
+
+func openSNS(ctx context.Context, e *env) (herald.Publisher, func(context.Context) (int64, error), func(), error) {
+	a, err := startMoto(ctx)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	fail := func(err error) (herald.Publisher, func(context.Context) (int64, error), func(), error) {
+		a.close()
+		return nil, nil, nil, err
+	}
+	url, count, err := a.queue(ctx, "herald-bench-drain.fifo")
+	if err != nil {
+		return fail(err)
+	}
+	topic, err := a.sns.CreateTopic(ctx, &sns.CreateTopicInput{Name: aws.String("herald-bench-drain.fifo"),
+		Attributes: map[string]string{"FifoTopic": "true"}})
+	if err != nil {
+		return fail(fmt.Errorf("creating topic: %w", err))
+	}
+	attrs, err := a.sqs.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{QueueUrl: aws.String(url),
+		AttributeNames: []sqstypes.QueueAttributeName{sqstypes.QueueAttributeNameQueueArn}})
+	if err != nil {
+		return fail(err)
+	}
+	_, err = a.sns.Subscribe(ctx, &sns.SubscribeInput{TopicArn: topic.TopicArn, Protocol: aws.String("sqs"),
+		Endpoint:   aws.String(attrs.Attributes[string(sqstypes.QueueAttributeNameQueueArn)]),
+		Attributes: map[string]string{"RawMessageDelivery": "true"}})
+	if err != nil {
+		return fail(fmt.Errorf("subscribing the queue: %w", err))
+	}
+	pub, err := heraldaws.NewSNS(a.sns, &heraldaws.SNSConfig{TopicARN: heraldaws.Fixed(aws.ToString(topic.TopicArn)), Logger: e.log})
+	if err != nil {
+		return fail(err)
+	}
+	return pub, count, a.close, nil
 }

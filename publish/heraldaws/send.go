@@ -1,0 +1,235 @@
+package heraldaws
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+
+	"github.com/herald-outbox/herald"
+)
+
+// DefaultMaxConcurrentRequests is the default MaxConcurrentRequests.
+const DefaultMaxConcurrentRequests = 8
+
+// sendFunc sends msgs, all to dest, in one batch request (SendMessageBatch
+// or PublishBatch), the entry of msgs[j] having the id strconv.Itoa(j).
+// It returns the request's error, or else AWS's answer per entry.
+type sendFunc func(ctx context.Context, dest string, msgs []*message) (answer, error)
+
+// answer is AWS's answer to a batch request: the ids of the entries it
+// accepted and those it refused.
+type answer struct {
+	accepted []string
+	refused  []refusal
+}
+
+// refusal is one entry AWS refused (a BatchResultErrorEntry).
+type refusal struct {
+	id, code, msg string
+	senderFault   bool
+}
+
+// publisher is what the SQS and SNS publishers share: everything but the
+// request itself.
+type publisher struct {
+	what        string // "queue" or "topic", for errors
+	dest        func(env *herald.Envelope) string
+	maxBytes    int
+	concurrency int
+	send        sendFunc
+	log         *slog.Logger
+}
+
+// publish sends the batch in rounds of herald.SendInRounds, one event per
+// ordered key in each round, since neither SQS nor SNS stops a batch at an
+// entry it refused: a later event of the same message group in the same
+// request would be stored after an earlier one failed.
+func (p *publisher) publish(ctx context.Context, batch []herald.Envelope) error {
+	if len(batch) == 0 {
+		return nil
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("heraldaws: not published: %w", context.Cause(ctx))
+	}
+	s := &sending{p: p, batch: batch}
+	errs := herald.SendInRounds(ctx, batch, 1, s.round)
+	result := herald.BatchResult(errs)
+	switch {
+	case result == nil:
+		p.log.Debug("published batch", "batch_size", len(batch), "rounds", s.rounds, "requests", s.requests)
+		return nil
+	case s.answered == 0:
+		// AWS answered for no event: it is unreachable, throttling or
+		// refusing the credentials, and the relay takes a plain error as an
+		// outage, spending no attempt.
+		return fmt.Errorf("heraldaws: no event of %d confirmed: %w", len(batch), firstError(errs))
+	}
+	return result
+}
+
+func firstError(errs []error) error {
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// sending is one Publish call's state across its rounds.
+type sending struct {
+	p     *publisher
+	batch []herald.Envelope
+	// answered counts the events AWS answered for (accepted, or refused
+	// for themselves) and those refused before sending.
+	answered, rounds, requests int
+}
+
+// round is the herald.RoundFunc of a Publish: it builds the round's
+// messages, sends them in batch requests, several at once, and stops the
+// Publish when AWS answered for none of them.
+func (s *sending) round(ctx context.Context, idx []int, errs []error) error {
+	s.rounds++
+	msgs := make([]*message, 0, len(idx))
+	for _, i := range idx {
+		env := &s.batch[i]
+		m, err := buildMessage(env, i, s.p.dest(env), s.p.maxBytes)
+		if err != nil {
+			errs[i] = err
+			s.answered++
+			continue
+		}
+		msgs = append(msgs, &m)
+	}
+	chunks := s.p.chunks(msgs)
+	s.requests += len(chunks)
+	answered := make([]int, len(chunks))
+	var wg sync.WaitGroup
+	limit := make(chan struct{}, s.p.concurrency)
+	for c, chunk := range chunks {
+		limit <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-limit }()
+			answered[c] = s.p.sendChunk(ctx, chunk, errs)
+		})
+	}
+	wg.Wait()
+	n := 0
+	for _, a := range answered {
+		n += a
+	}
+	s.answered += n
+	if n == 0 && len(chunks) > 0 {
+		// Every request failed without an answer: later rounds would only
+		// wait for the same failure, event after event of a key. The
+		// events not yet sent get this round's error, not one an event
+		// earned for itself (a permanent one would send them to the dead
+		// letters).
+		return errs[chunks[0][0].i]
+	}
+	return nil
+}
+
+// chunks splits msgs into batch requests: one destination each, at most
+// maxBatchEntries entries and maxBytes in all, in batch order.
+func (p *publisher) chunks(msgs []*message) [][]*message {
+	var out [][]*message
+	open := map[string]int{} // destination -> its chunk being filled
+	size := map[string]int{}
+	for _, m := range msgs {
+		c, ok := open[m.dest]
+		if !ok || len(out[c]) == maxBatchEntries || size[m.dest]+m.size > p.maxBytes {
+			out = append(out, nil)
+			c, open[m.dest], size[m.dest] = len(out)-1, len(out)-1, 0
+		}
+		out[c] = append(out[c], m)
+		size[m.dest] += m.size
+	}
+	return out
+}
+
+// sendChunk sends one batch request and sets the errors of its events. It
+// returns how many events AWS answered for.
+func (p *publisher) sendChunk(ctx context.Context, msgs []*message, errs []error) int {
+	dest := msgs[0].dest
+	ans, err := p.send(ctx, dest, msgs)
+	if err == nil {
+		return p.settle(dest, msgs, ans, errs)
+	}
+	err = fmt.Errorf("heraldaws: sending to %s %s: %w", p.what, dest, err)
+	if ctx.Err() != nil {
+		// The caller gave up: not AWS's answer, nor the event's fault.
+		for _, m := range msgs {
+			errs[m.i] = err
+		}
+		return 0
+	}
+	switch judge(err) {
+	case invalid:
+		if len(msgs) > 1 {
+			// AWS refused the whole request over one message it does not
+			// say: send each alone, so that only that one fails.
+			p.log.Debug("batch request refused; sending its messages one by one", "destination", dest, "batch_size", len(msgs), "error", err)
+			n := 0
+			for _, m := range msgs {
+				n += p.sendChunk(ctx, []*message{m}, errs)
+			}
+			return n
+		}
+		errs[msgs[0].i] = herald.Permanent(err)
+		return 1
+	case unavailable:
+		for _, m := range msgs {
+			errs[m.i] = herald.Unavailable(err)
+		}
+		return 0
+	}
+	for _, m := range msgs {
+		errs[m.i] = err
+	}
+	return len(msgs)
+}
+
+// settle sets the errors of a batch request's events from AWS's answer and
+// returns how many it answered for. An entry the answer does not mention
+// keeps herald.ErrNoAnswer.
+func (p *publisher) settle(dest string, msgs []*message, ans answer, errs []error) int {
+	entry := func(id string) *message {
+		j, err := strconv.Atoi(id)
+		if err != nil || j < 0 || j >= len(msgs) || strconv.Itoa(j) != id {
+			p.log.Warn("AWS answered for an entry that was not sent", "destination", dest, "entry_id", id)
+			return nil
+		}
+		return msgs[j]
+	}
+	n := 0
+	for _, id := range ans.accepted {
+		if m := entry(id); m != nil && errors.Is(errs[m.i], herald.ErrNoAnswer) {
+			errs[m.i] = nil
+			n++
+		}
+	}
+	for _, r := range ans.refused {
+		if m := entry(r.id); m != nil {
+			if errs[m.i] == nil {
+				n-- // said both: take the refusal
+			}
+			errs[m.i] = entryError(p.what, dest, p.eventID(m), r.code, r.msg, r.senderFault)
+			n++
+		}
+	}
+	return n
+}
+
+// eventID is the id of the event m carries, for errors.
+func (p *publisher) eventID(m *message) string {
+	for _, a := range m.attrs {
+		if a.name == herald.HeaderID {
+			return a.value
+		}
+	}
+	return "#" + strconv.Itoa(m.i)
+}
