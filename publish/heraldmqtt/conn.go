@@ -154,16 +154,20 @@ func (ls *links) disconnected(d *paho.Disconnect) {
 func (ls *links) failed(err error) {
 	ce := &connectError{err: err}
 	ls.mu.Lock()
-	ls.lastErr = ce
 	first := !ls.failing
 	ls.failing = true
-	ls.broadcast()
 	ls.mu.Unlock()
+	// Logged before Publish can return the error: a caller that saw it
+	// finds it in the log too.
 	if first {
 		ls.log.Warn("connecting to the MQTT broker failed; retrying", "error", ce.Error())
 	} else {
 		ls.log.Debug("connecting to the MQTT broker failed", "error", ce.Error())
 	}
+	ls.mu.Lock()
+	ls.lastErr = ce
+	ls.broadcast()
+	ls.mu.Unlock()
 }
 
 // connectError is why an attempt to connect failed, scrubbed of any
