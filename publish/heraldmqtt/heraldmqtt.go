@@ -81,6 +81,12 @@ var ErrClosed = errors.New("heraldmqtt: publisher closed")
 // five bytes and a remaining length of at most 268,435,455 bytes.
 const MaxPacketBytes = 1 + 4 + 268_435_455
 
+// The defaults of Config.ReconnectMinDelay and Config.ReconnectMaxDelay.
+const (
+	defaultReconnectMinDelay = 100 * time.Millisecond
+	defaultReconnectMaxDelay = 10 * time.Second
+)
+
 // DefaultKeepAlive is the keep-alive a zero autopaho.ClientConfig.KeepAlive
 // is taken as, in seconds: without pings, a connection that died silently
 // is only noticed when a write fails.
@@ -169,10 +175,10 @@ func New(client autopaho.ClientConfig, cfg *Config) (*Publisher, error) {
 		c.MaxPacketBytes = MaxPacketBytes
 	}
 	if c.ReconnectMinDelay == 0 {
-		c.ReconnectMinDelay = 100 * time.Millisecond
+		c.ReconnectMinDelay = defaultReconnectMinDelay
 	}
 	if c.ReconnectMaxDelay == 0 {
-		c.ReconnectMaxDelay = 10 * time.Second
+		c.ReconnectMaxDelay = defaultReconnectMaxDelay
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -180,10 +186,7 @@ func New(client autopaho.ClientConfig, cfg *Config) (*Publisher, error) {
 	if err := validate(&client, &c); err != nil {
 		return nil, err
 	}
-	namer, err := newTopicNamer(c.TopicPrefix, c.TopicMapping, c.AllowEmptyLevels)
-	if err != nil {
-		return nil, err
-	}
+	namer, _ := newTopicNamer(c.TopicPrefix, c.TopicMapping, c.AllowEmptyLevels) // checked by validate
 	log := c.Logger.With("component", "herald.mqtt")
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &Publisher{
@@ -217,6 +220,27 @@ func validate(client *autopaho.ClientConfig, c *Config) error {
 			"the outbox, not an MQTT session, keeps the events the broker has not acknowledged")
 	case client.Queue != nil:
 		return errors.New("heraldmqtt: autopaho.ClientConfig.Queue must be nil: Publish waits for each PUBACK itself")
+	}
+	return c.Validate()
+}
+
+// Validate reports the first field of c that New would refuse, naming it;
+// zero fields stand for their defaults. It connects to nothing, so that a
+// program can check its configuration before it dials.
+func (c Config) Validate() error {
+	if c.MaxPacketBytes == 0 {
+		c.MaxPacketBytes = MaxPacketBytes
+	}
+	if c.ReconnectMinDelay == 0 {
+		c.ReconnectMinDelay = defaultReconnectMinDelay
+	}
+	if c.ReconnectMaxDelay == 0 {
+		c.ReconnectMaxDelay = defaultReconnectMaxDelay
+	}
+	if _, err := newTopicNamer(c.TopicPrefix, c.TopicMapping, c.AllowEmptyLevels); err != nil {
+		return err
+	}
+	switch {
 	case c.TopicMapping != TopicVerbatim && c.TopicMapping != TopicDotsToSlashes:
 		return fmt.Errorf("heraldmqtt: Config.TopicMapping %d is not a TopicMapping", c.TopicMapping)
 	case c.MaxPacketBytes < 0 || c.MaxPacketBytes > MaxPacketBytes:
