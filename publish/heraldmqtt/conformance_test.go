@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/eclipse/paho.golang/autopaho"
+	"github.com/eclipse/paho.golang/packets"
 	"github.com/stretchr/testify/require"
 
 	"github.com/herald-outbox/herald"
@@ -23,6 +24,12 @@ func TestConformance(t *testing.T) {
 	b := setup(t)
 	var topics atomic.Int64
 	mqttTopic := func(topic string) string { return b.prefix + strings.ReplaceAll(topic, ".", "/") }
+	busy := startRefusingBroker(t, func(n int64, _ *packets.Publish) byte {
+		if n%3 == 0 {
+			return heraldmqtt.ReasonQuotaExceeded
+		}
+		return 0
+	})
 
 	publishertest.Run(t, publishertest.Harness{
 		// KeyOrder: rounds per key. PermanentTooLarge: the packet size is
@@ -50,5 +57,15 @@ func TestConformance(t *testing.T) {
 			return newPublisher(t, autopaho.ClientConfig{ServerUrls: []*url.URL{u}}, nil)
 		},
 		TooLarge: tooLarge,
+		// A broker that answers every third PUBLISH with Quota exceeded.
+		Busy: &publishertest.Busy{
+			New: func(t *testing.T) herald.Publisher {
+				return newPublisher(t, clientConfig(t, busy.ln.Addr().String()),
+					&heraldmqtt.Config{TopicPrefix: b.prefix, TopicMapping: heraldmqtt.TopicDotsToSlashes})
+			},
+			Read: func(t *testing.T, topic string, n int) []publishertest.Received {
+				return busy.read(t, mqttTopic(topic), n)
+			},
+		},
 	})
 }

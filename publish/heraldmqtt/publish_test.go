@@ -74,11 +74,14 @@ func TestEventsNoBrokerTakesFailAloneBeforeSending(t *testing.T) {
 	require.NoError(t, errs[0])
 	require.NoError(t, errs[5])
 
+	// Keys a and e went in one round, in either order.
 	got := b.sub.wait(t, b.prefix+"ok", 2)
-	require.Equal(t, []string{"1", "2"}, payloads(got))
+	require.ElementsMatch(t, []string{"1", "2"}, payloads(got))
 	// The same publisher goes on: its connection was never dropped.
 	require.NoError(t, p.Publish(t.Context(), []herald.Envelope{envelope("ok", "a", "3")}))
-	require.Equal(t, []string{"1", "2", "3"}, payloads(b.sub.wait(t, b.prefix+"ok", 3)))
+	got = b.sub.wait(t, b.prefix+"ok", 3)
+	require.Len(t, got, 3)
+	require.Equal(t, "3", string(got[2].Payload))
 }
 
 func payloads(msgs []*paho.Publish) []string {
