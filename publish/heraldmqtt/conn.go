@@ -28,7 +28,8 @@ type link struct {
 // PUBACKs when it is lost: the client forgets a lost connection's
 // publishes without answering them.
 type links struct {
-	log *slog.Logger
+	log     *slog.Logger
+	servers string // the broker addresses, for logs
 	// calls counts Publish and Connect calls in progress, which Close
 	// waits for.
 	calls sync.WaitGroup
@@ -42,8 +43,8 @@ type links struct {
 	bye     *paho.Disconnect
 }
 
-func newLinks(log *slog.Logger) *links {
-	return &links{log: log, changed: make(chan struct{})}
+func newLinks(log *slog.Logger, servers string) *links {
+	return &links{log: log, servers: servers, changed: make(chan struct{})}
 }
 
 // enter registers a call in progress and reports false once closed.
@@ -122,7 +123,7 @@ func (ls *links) up(ca *paho.Connack) {
 	ls.cur, ls.lastErr, ls.failing, ls.bye = l, nil, false, nil
 	ls.broadcast()
 	ls.mu.Unlock()
-	ls.log.Info("connected to the MQTT broker", "max_packet_size", l.maxPacket, "receive_maximum", l.receiveMax)
+	ls.log.Info("connected to the MQTT broker", "broker", ls.servers, "max_packet_size", l.maxPacket, "receive_maximum", l.receiveMax)
 }
 
 // down records the loss of the connection.
@@ -136,10 +137,11 @@ func (ls *links) down() {
 	ls.broadcast()
 	ls.mu.Unlock()
 	if bye != nil {
-		ls.log.Warn("the MQTT broker closed the connection; reconnecting", "reason_code", fmt.Sprintf("0x%02x", bye.ReasonCode))
+		ls.log.Warn("the MQTT broker closed the connection; reconnecting", "broker", ls.servers,
+			"reason_code", fmt.Sprintf("0x%02x", bye.ReasonCode))
 		return
 	}
-	ls.log.Warn("connection to the MQTT broker lost; reconnecting")
+	ls.log.Warn("connection to the MQTT broker lost; reconnecting", "broker", ls.servers)
 }
 
 // disconnected records the DISCONNECT the broker sent, for the log line
@@ -160,9 +162,9 @@ func (ls *links) failed(err error) {
 	// Logged before Publish can return the error: a caller that saw it
 	// finds it in the log too.
 	if first {
-		ls.log.Warn("connecting to the MQTT broker failed; retrying", "error", ce.Error())
+		ls.log.Warn("connecting to the MQTT broker failed; retrying", "broker", ls.servers, "error", ce.Error())
 	} else {
-		ls.log.Debug("connecting to the MQTT broker failed", "error", ce.Error())
+		ls.log.Debug("connecting to the MQTT broker failed", "broker", ls.servers, "error", ce.Error())
 	}
 	ls.mu.Lock()
 	ls.lastErr = ce

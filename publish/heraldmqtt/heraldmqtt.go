@@ -65,6 +65,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -193,7 +194,7 @@ func New(client autopaho.ClientConfig, cfg *Config) (*Publisher, error) {
 		topics:     namer,
 		maxPacket:  c.MaxPacketBytes,
 		requireSub: c.RequireSubscribers,
-		links:      newLinks(log),
+		links:      newLinks(log, servers(&client)),
 		log:        log,
 		ctx:        ctx,
 		cancel:     cancel,
@@ -268,7 +269,7 @@ func (p *Publisher) configure(client *autopaho.ClientConfig, c *Config) error {
 	if client.KeepAlive == 0 {
 		client.KeepAlive = DefaultKeepAlive
 	}
-	if client.ReconnectBackoff == nil && client.ConnectRetryDelay == 0 {
+	if client.ReconnectBackoff == nil && client.ConnectRetryDelay == 0 { //nolint:staticcheck // a deprecated setting still honoured by autopaho, so still the user's choice
 		// Full jitter between the bounds, doubling: relays restarted
 		// together do not reconnect in step.
 		client.ReconnectBackoff = autopaho.NewExponentialBackoff(
@@ -373,6 +374,20 @@ func (p *Publisher) Publish(ctx context.Context, batch []herald.Envelope) error 
 		return fmt.Errorf("heraldmqtt: no event of %d acknowledged: %w", len(batch), cause)
 	}
 	return result
+}
+
+// servers names the client's brokers for logs: their addresses, without
+// any user information a URL may hold.
+func servers(client *autopaho.ClientConfig) string {
+	urls := client.ServerUrls
+	if len(urls) == 0 {
+		urls = client.BrokerUrls
+	}
+	hosts := make([]string, len(urls))
+	for i, u := range urls {
+		hosts[i] = u.Host
+	}
+	return strings.Join(hosts, ",")
 }
 
 func firstError(errs []error) error {

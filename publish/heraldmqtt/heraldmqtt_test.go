@@ -123,13 +123,6 @@ func (s *subscriber) wait(t *testing.T, topic string, n int) []*paho.Publish {
 	}
 }
 
-// count returns how many messages arrived on topic so far.
-func (s *subscriber) count(topic string) int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.got[topic])
-}
-
 // clientConfig is the autopaho configuration of a publisher of addr.
 func clientConfig(t *testing.T, addr string) autopaho.ClientConfig {
 	t.Helper()

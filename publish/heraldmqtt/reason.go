@@ -23,7 +23,16 @@ const (
 
 // ReasonError is a PUBACK that failed an event: its reason code (0x80 or
 // above, or 0x10 with Config.RequireSubscribers) and the reason string the
-// broker gave, if any.
+// broker gave, if any. Publish reports it to the relay as the code asks:
+//
+//   - Quota exceeded (0x97) and Server busy (0x89) say the broker is
+//     overloaded: wrapped with herald.Unavailable, retried after a pause
+//     without spending an attempt;
+//   - Not authorized (0x87), Topic Name invalid (0x90), Payload format
+//     invalid (0x99) and Packet too large (0x95) say the event itself
+//     cannot be taken, on every retry: wrapped with herald.Permanent, to
+//     the dead letters at once;
+//   - any other code is an ordinary failure, retried per the retry policy.
 type ReasonError struct {
 	EventID string
 	Topic   string // the MQTT topic name
@@ -39,15 +48,8 @@ func (e *ReasonError) Error() string {
 	return s
 }
 
-// refused returns the error an event's refusal is reported with:
-//
-//   - Quota exceeded and Server busy say the broker is overloaded:
-//     herald.Unavailable, retried after a pause without spending an
-//     attempt;
-//   - Not authorized, Topic Name invalid, Payload format invalid and Packet
-//     too large say the event itself cannot be taken, on every retry:
-//     herald.Permanent, to the dead letters at once;
-//   - any other code is an ordinary failure, retried per the retry policy.
+// refused returns the error an event's refusal is reported with (see
+// ReasonError).
 func refused(e *ReasonError) error {
 	switch e.Code {
 	case ReasonQuotaExceeded, ReasonServerBusy:

@@ -171,8 +171,10 @@ func (p *Publisher) round(ctx context.Context, l *link, batch []herald.Envelope,
 			answered++
 			return
 		}
-		if stopped == nil {
+		if stopped == nil && a.err != nil {
 			stopped = fmt.Errorf("publishing: %s", herald.Scrub(a.err.Error()))
+		} else if stopped == nil {
+			stopped = errors.New("publishing: no PUBACK")
 		}
 	}
 	for pending := len(idx); pending > 0; pending-- {
