@@ -97,9 +97,9 @@ const DefaultKeepAlive = 30
 type Config struct {
 	// TopicPrefix is prepended, as it is, to the MQTT topic name of every
 	// event: with "herald/", the event topic "orders" is published to
-	// "herald/orders". It must not hold a wildcard (+ or #) or a NUL, nor
-	// start with '$' (reserved for the broker's own topics). Defaults to ""
-	// (no prefix).
+	// "herald/orders". It must not hold a wildcard (+ or #) or a character
+	// brokers refuse (see the package documentation), nor start with '$'
+	// (reserved for the broker's own topics). Defaults to "" (no prefix).
 	TopicPrefix string
 	// TopicMapping is how an event topic becomes an MQTT topic name.
 	// Defaults to TopicVerbatim.
