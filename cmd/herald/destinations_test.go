@@ -1,13 +1,26 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
 	"fmt"
 	"io"
 	"log/slog"
+	"math/big"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -18,10 +31,9 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sns"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
-
-	amqp "github.com/rabbitmq/amqp091-go"
-
+	"github.com/eclipse/paho.golang/paho"
 	"github.com/nats-io/nats.go/jetstream"
+	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kfake"
@@ -29,6 +41,7 @@ import (
 
 	"github.com/herald-outbox/herald/internal/heraldtest"
 	"github.com/herald-outbox/herald/publish/heraldaws"
+	"github.com/herald-outbox/herald/publish/heraldmqtt"
 	"github.com/herald-outbox/herald/publish/heraldwebhook"
 )
 
@@ -332,4 +345,293 @@ func TestMissingQueueIsWaitedFor(t *testing.T) {
 		require.True(t, isUnreachable(err), "%s: %v", raw, err)
 		require.ErrorContains(t, err, "missing")
 	}
+}
+
+// An mqtt:// destination's options are checked when the command line is
+// read: one line naming the flag, no password, and nothing unknown let
+// through.
+func TestMQTTDestinationOptionsAreChecked(t *testing.T) {
+	t.Parallel()
+	const password = "mqtt-s3cret"
+	for raw, want := range map[string]string{
+		"mqtt://u:" + password + "@127.0.0.1:1883?topic-prefx=a/":             `option "topic-prefx" is not known: an mqtt(s):// URL takes topic-prefix`,
+		"mqtt://u:" + password + "@127.0.0.1:1883/orders":                     "has no path",
+		"mqtt://127.0.0.1?topic-mapping=slashes":                              `topic-mapping="slashes": use verbatim or dots-to-slashes`,
+		"mqtt://127.0.0.1?topic-prefix=a/%2B/":                                "topic-prefix holds a wildcard",
+		"mqtt://127.0.0.1?topic-prefix=$SYS/":                                 "topic-prefix starts with '$'",
+		"mqtt://127.0.0.1?require-subscribers=maybe":                          `require-subscribers="maybe": use true or false`,
+		"mqtt://127.0.0.1?max-packet-bytes=0":                                 "max-packet-bytes",
+		"mqtt://127.0.0.1?keepalive=70000":                                    "keepalive",
+		"mqtt://127.0.0.1?client-id=a/b":                                      "client-id",
+		"mqtt://127.0.0.1?topic-prefix=a/&topic-prefix=b/":                    "option topic-prefix is given twice",
+		"mqtt://127.0.0.1?ca=/etc/ssl/certs/ca-certificates.crt":              "option ca is for mqtts://",
+		"mqtts://u:" + password + "@127.0.0.1?ca=/nonexistent/ca.pem":         "ca=/nonexistent/ca.pem: no such file",
+		"mqtts://127.0.0.1?ca=" + url.QueryEscape(filepath.Join(t.TempDir())): "ca=",
+	} {
+		var stderr bytes.Buffer
+		inv := &invocation{stderr: &redactor{w: &stderr}, flags: newFlagSet("relay")}
+		_, err := parseEndpoint(inv, "--destination mq", "mq", raw)
+		require.Error(t, err, raw)
+		msg := err.Error()
+		require.Contains(t, msg, want, raw)
+		require.True(t, strings.HasPrefix(msg, "--destination mq: "), "names the flag: %s", msg)
+		require.NotContains(t, msg, "\n", "one line")
+		require.NotContains(t, msg, password)
+	}
+	for _, raw := range []string{
+		"mqtt://127.0.0.1",
+		"mqtt://u:" + password + "@broker.example:1884/?topic-prefix=herald/&topic-mapping=dots-to-slashes&allow-empty-levels=true" +
+			"&max-packet-bytes=65536&require-subscribers=true&client-id=relay-1&keepalive=15",
+		"mqtts://broker.example",
+	} {
+		inv := &invocation{stderr: &redactor{w: io.Discard}, flags: newFlagSet("relay")}
+		ep, err := parseEndpoint(inv, "--destination mq", "mq", raw)
+		require.NoError(t, err, raw)
+		require.Equal(t, "mqtt", ep.kind)
+		require.NotContains(t, ep.display, password)
+	}
+}
+
+// The URL's options reach the client and the publisher: credentials as
+// the CONNECT's user name and password (not in the server URL, which
+// autopaho quotes in errors), the default ports, the TLS roots of ca=.
+func TestMQTTDestinationConfiguresClientAndPublisher(t *testing.T) {
+	t.Parallel()
+	u, err := url.Parse("mqtt://relay:pa%2Fss@broker.example/?topic-prefix=herald/&topic-mapping=dots-to-slashes" +
+		"&allow-empty-levels=true&max-packet-bytes=65536&require-subscribers=true&client-id=relay-1&keepalive=15")
+	require.NoError(t, err)
+	client, cfg, err := mqttDestination("--destination mq", u)
+	require.NoError(t, err)
+	require.Equal(t, "mqtt://broker.example:1883", client.ServerUrls[0].String())
+	require.Equal(t, "relay", client.ConnectUsername)
+	require.Equal(t, []byte("pa/ss"), client.ConnectPassword)
+	require.Equal(t, "relay-1", client.ClientID)
+	require.EqualValues(t, 15, client.KeepAlive)
+	require.Equal(t, heraldmqtt.Config{TopicPrefix: "herald/", TopicMapping: heraldmqtt.TopicDotsToSlashes,
+		AllowEmptyLevels: true, MaxPacketBytes: 65536, RequireSubscribers: true}, cfg)
+
+	ca := filepath.Join(t.TempDir(), "ca.pem")
+	require.NoError(t, os.WriteFile(ca, selfSignedPEM(t), 0o600))
+	u, err = url.Parse("mqtts://broker.example?ca=" + url.QueryEscape(ca))
+	require.NoError(t, err)
+	client, _, err = mqttDestination("--destination mq", u)
+	require.NoError(t, err)
+	require.Equal(t, "mqtts://broker.example:8883", client.ServerUrls[0].String())
+	require.Equal(t, "broker.example", client.TlsCfg.ServerName)
+	require.NotNil(t, client.TlsCfg.RootCAs, "the roots of ca=, not the system's")
+}
+
+// selfSignedPEM is a throwaway CA certificate in PEM.
+func selfSignedPEM(t *testing.T) []byte {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	require.NoError(t, err)
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "herald test CA"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), IsCA: true,
+		BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	require.NoError(t, err)
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+}
+
+// An mqtt:// destination end to end: the relay publishes each row to the
+// machine's Mosquitto at QoS 1, the topic mapped by the URL's options, and
+// marks it published once the broker's PUBACK came.
+func TestRelayPublishesToMQTT(t *testing.T) {
+	t.Parallel()
+	d := setup(t)
+	prefix := "herald-cli/" + d.schema + "/"
+	received := make(chan *paho.Publish, 10)
+	conn, err := net.DialTimeout("tcp", "127.0.0.1:1883", 5*time.Second)
+	if err != nil {
+		heraldtest.Unavailable(t, fmt.Sprintf("Mosquitto is not reachable at 127.0.0.1:1883 (%v): start it with mosquitto -d -c /etc/mosquitto/mosquitto.conf", err))
+	}
+	sub := paho.NewClient(paho.ClientConfig{Conn: conn, OnPublishReceived: []func(paho.PublishReceived) (bool, error){
+		func(pr paho.PublishReceived) (bool, error) { received <- pr.Packet; return true, nil },
+	}})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, err = sub.Connect(ctx, &paho.Connect{ClientID: "herald-cli-" + d.schema, CleanStart: true, KeepAlive: 30})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = sub.Disconnect(&paho.Disconnect{}) })
+	_, err = sub.Subscribe(ctx, &paho.Subscribe{Subscriptions: []paho.SubscribeOptions{{Topic: prefix + "#", QoS: 1}}})
+	require.NoError(t, err)
+
+	d.exec(t, `INSERT INTO %s.herald_outbox (topic, key, payload) VALUES ('orders.placed', 'o1', 'to mqtt')`)
+	rctx, rcancel := context.WithCancel(context.Background())
+	defer rcancel()
+	done := make(chan result, 1)
+	go func() {
+		done <- cliCtx(rctx, nil, nil, append([]string{"relay",
+			"--destination", "mq=mqtt://127.0.0.1:1883?topic-prefix=" + url.QueryEscape(prefix) + "&topic-mapping=dots-to-slashes",
+			"--log-level", "warn"}, d.flags...)...)
+	}()
+	var msg *paho.Publish
+	select {
+	case msg = <-received:
+	case <-ctx.Done():
+		require.FailNow(t, "no message reached the subscriber")
+	}
+	require.Eventually(t, func() bool {
+		var published int
+		err := heraldtest.PostgresPool(t).QueryRow(context.Background(), fmt.Sprintf(
+			`SELECT count(*) FROM %s.herald_outbox WHERE state = 'published'`, d.schema)).Scan(&published)
+		return err == nil && published == 1
+	}, 30*time.Second, 20*time.Millisecond)
+	rcancel()
+	r := <-done
+	require.Equal(t, 0, r.code, r)
+
+	require.Equal(t, prefix+"orders/placed", msg.Topic)
+	require.EqualValues(t, 1, msg.QoS)
+	m, err := heraldmqtt.Parse(msg)
+	require.NoError(t, err)
+	require.Equal(t, "orders.placed", m.Topic)
+	require.Equal(t, "o1", m.Key)
+	require.Equal(t, "to mqtt", string(m.Payload))
+}
+
+// An mqtts:// destination end to end: a Mosquitto of the test's own with a
+// TLS listener whose certificate a throwaway CA signed; the relay trusts
+// that CA through ca= and publishes, and a subscriber on the broker's
+// plain listener receives the event.
+func TestRelayPublishesToMQTTOverTLS(t *testing.T) {
+	t.Parallel()
+	d := setup(t)
+	dir := t.TempDir()
+	caPEM, certPEM, keyPEM := testCertificates(t)
+	for name, content := range map[string][]byte{"ca.pem": caPEM, "server.pem": certPEM, "server.key": keyPEM} {
+		require.NoError(t, os.WriteFile(filepath.Join(dir, name), content, 0o600))
+	}
+	tlsPort, plainPort := freeTCPPort(t), freeTCPPort(t)
+	conf := []string{
+		"listener " + plainPort + " 127.0.0.1",
+		"listener " + tlsPort + " 127.0.0.1",
+		"cafile " + filepath.Join(dir, "ca.pem"),
+		"certfile " + filepath.Join(dir, "server.pem"),
+		"keyfile " + filepath.Join(dir, "server.key"),
+		"allow_anonymous true", "persistence false", "log_dest none",
+	}
+	if os.Geteuid() == 0 {
+		conf = append(conf, "user root") // else it runs as mosquitto, who cannot read the test's files
+	}
+	startTestMosquitto(t, dir, conf, "127.0.0.1:"+plainPort)
+
+	// The TLS settings the URL gives: the system's roots do not trust the
+	// throwaway CA; ca= does.
+	for query, trusted := range map[string]bool{"": false, "?ca=" + url.QueryEscape(filepath.Join(dir, "ca.pem")): true} {
+		u, err := url.Parse("mqtts://127.0.0.1:" + tlsPort + query)
+		require.NoError(t, err)
+		client, _, err := mqttDestination("--destination mq", u)
+		require.NoError(t, err)
+		c, err := tls.Dial("tcp", client.ServerUrls[0].Host, client.TlsCfg)
+		if !trusted {
+			var unknown x509.UnknownAuthorityError
+			require.ErrorAs(t, err, &unknown)
+			continue
+		}
+		require.NoError(t, err)
+		_ = c.Close()
+	}
+
+	received := make(chan *paho.Publish, 10)
+	conn, err := net.DialTimeout("tcp", "127.0.0.1:"+plainPort, 5*time.Second)
+	require.NoError(t, err)
+	sub := paho.NewClient(paho.ClientConfig{Conn: conn, OnPublishReceived: []func(paho.PublishReceived) (bool, error){
+		func(pr paho.PublishReceived) (bool, error) { received <- pr.Packet; return true, nil },
+	}})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, err = sub.Connect(ctx, &paho.Connect{ClientID: "herald-tls-sub", CleanStart: true, KeepAlive: 30})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = sub.Disconnect(&paho.Disconnect{}) })
+	_, err = sub.Subscribe(ctx, &paho.Subscribe{Subscriptions: []paho.SubscribeOptions{{Topic: "tls/#", QoS: 1}}})
+	require.NoError(t, err)
+
+	d.exec(t, `INSERT INTO %s.herald_outbox (topic, key, payload) VALUES ('secure', 'k', 'over tls')`)
+	rctx, rcancel := context.WithCancel(context.Background())
+	defer rcancel()
+	done := make(chan result, 1)
+	go func() {
+		done <- cliCtx(rctx, nil, nil, append([]string{"relay",
+			"--destination", "mq=mqtts://127.0.0.1:" + tlsPort + "?topic-prefix=tls/&ca=" + url.QueryEscape(filepath.Join(dir, "ca.pem")),
+			"--log-level", "warn"}, d.flags...)...)
+	}()
+	select {
+	case msg := <-received:
+		require.Equal(t, "tls/secure", msg.Topic)
+		require.Equal(t, "over tls", string(msg.Payload))
+	case <-ctx.Done():
+		rcancel()
+		require.FailNow(t, "no message reached the subscriber", "%s", <-done)
+	}
+	rcancel()
+	r := <-done
+	require.Equal(t, 0, r.code, r)
+}
+
+// testCertificates returns a throwaway CA and a server certificate and key
+// it signed for 127.0.0.1, in PEM.
+func testCertificates(t *testing.T) (caPEM, certPEM, keyPEM []byte) {
+	t.Helper()
+	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	require.NoError(t, err)
+	ca := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "herald test CA"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), IsCA: true,
+		BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
+	caDER, err := x509.CreateCertificate(rand.Reader, ca, ca, &caKey.PublicKey, caKey)
+	require.NoError(t, err)
+	ca, err = x509.ParseCertificate(caDER)
+	require.NoError(t, err)
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	require.NoError(t, err)
+	leaf := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "127.0.0.1"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}, KeyUsage: x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
+	leafDER, err := x509.CreateCertificate(rand.Reader, leaf, ca, &key.PublicKey, caKey)
+	require.NoError(t, err)
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	require.NoError(t, err)
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}),
+		pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: leafDER}),
+		pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER})
+}
+
+// freeTCPPort returns a port of 127.0.0.1 that was free a moment ago.
+func freeTCPPort(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer l.Close()
+	_, port, err := net.SplitHostPort(l.Addr().String())
+	require.NoError(t, err)
+	return port
+}
+
+// startTestMosquitto runs Mosquitto with the configuration lines conf,
+// written in dir, until the test ends, and waits until ready (an address
+// it listens on) takes connections. Without Mosquitto the test skips, or
+// fails with CI=true.
+func startTestMosquitto(t *testing.T, dir string, conf []string, ready string) {
+	t.Helper()
+	bin, err := exec.LookPath("mosquitto")
+	if err != nil {
+		bin = "/usr/sbin/mosquitto" // Debian's package puts it out of a user's PATH
+		if _, statErr := os.Stat(bin); statErr != nil {
+			heraldtest.Unavailable(t, "mosquitto is not installed (apt-get install mosquitto)")
+		}
+	}
+	path := filepath.Join(dir, "mosquitto.conf")
+	require.NoError(t, os.WriteFile(path, []byte(strings.Join(conf, "\n")+"\n"), 0o600))
+	cmd := exec.Command(bin, "-c", path)
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	require.Eventually(t, func() bool {
+		c, err := net.DialTimeout("tcp", ready, time.Second)
+		if err == nil {
+			_ = c.Close()
+		}
+		return err == nil
+	}, 10*time.Second, 20*time.Millisecond, "mosquitto did not start")
 }

@@ -103,10 +103,10 @@ Flags:
                          instead of keeping it as published (drain, latency)
   --to LIST              drain destinations, comma-separated, of jetstream,
                          discard, kafka (in-process kfake), redis (127.0.0.1:6379),
-                         rabbitmq (127.0.0.1:5672), webhook (in-process HTTP
-                         server), sqs, sns (FIFO, SNS to a queue; moto_server,
-                         an AWS emulator started on loopback) (drain)
-                         (default jetstream,discard)
+                         rabbitmq (127.0.0.1:5672), mqtt (127.0.0.1:1883),
+                         webhook (in-process HTTP server), sqs, sns (FIFO, SNS
+                         to a queue; moto_server, an AWS emulator started on
+                         loopback) (drain) (default jetstream,discard)
   --rate N               events/s written (latency) (default 1000)
   --poll-interval D      relay poll interval (latency) (default 5ms)
 `

@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,7 +22,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sns"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
-
+	"github.com/eclipse/paho.golang/autopaho"
+	"github.com/eclipse/paho.golang/paho"
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/redis/go-redis/v9"
@@ -30,6 +33,7 @@ import (
 	"github.com/herald-outbox/herald"
 	"github.com/herald-outbox/herald/publish/heraldaws"
 	"github.com/herald-outbox/herald/publish/heraldkafka"
+	"github.com/herald-outbox/herald/publish/heraldmqtt"
 	"github.com/herald-outbox/herald/publish/heraldnats"
 	"github.com/herald-outbox/herald/publish/heraldrabbit"
 	"github.com/herald-outbox/herald/publish/heraldredis"
@@ -55,6 +59,7 @@ var drainSinks = []drainSink{
 	{name: "kafka", note: "franz-go against kfake, an in-process Kafka: no disk, no network", open: openKafka},
 	{name: "redis", note: "the Redis server on 127.0.0.1:6379", open: openRedis},
 	{name: "rabbitmq", note: "the RabbitMQ server on 127.0.0.1:5672, publisher confirms", open: openRabbit},
+	{name: "mqtt", note: "the MQTT 5 broker (Mosquitto) on 127.0.0.1:1883, QoS 1, a PUBACK per event", open: openMQTT},
 	{name: "webhook", note: "signed POSTs to an in-process HTTP server on loopback", open: openWebhook},
 	{name: "sqs", note: "SendMessageBatch to a FIFO queue of moto_server (an AWS emulator) on loopback", open: openSQS},
 	{name: "sns", note: "PublishBatch to a FIFO topic of moto_server on loopback, raw delivery to a FIFO queue", open: openSNS},
@@ -369,4 +374,65 @@ func openSNS(ctx context.Context, e *env) (herald.Publisher, func(context.Contex
 		return fail(err)
 	}
 	return pub, count, a.close, nil
+}
+
+// mqttAddr is the machine's MQTT broker.
+const mqttAddr = "127.0.0.1:1883"
+
+// mqttSinks numbers the drains' subscribers: a client id is unique on a
+// broker.
+var mqttSinks atomic.Int64
+
+// openMQTT publishes to the machine's MQTT broker under a topic prefix of
+// the drain's own, where a subscriber, subscribed first (a broker drops
+// what no subscription wants), counts what arrives.
+func openMQTT(ctx context.Context, e *env) (herald.Publisher, func(context.Context) (int64, error), func(), error) {
+	prefix := "herald-bench/" + e.schema + "/"
+	var received atomic.Int64
+	arrived := make(chan struct{}, 1)
+	conn, err := net.DialTimeout("tcp", mqttAddr, 5*time.Second)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("MQTT broker on %s: %w", mqttAddr, err)
+	}
+	sub := paho.NewClient(paho.ClientConfig{Conn: conn, OnPublishReceived: []func(paho.PublishReceived) (bool, error){
+		func(paho.PublishReceived) (bool, error) {
+			received.Add(1)
+			select {
+			case arrived <- struct{}{}:
+			default:
+			}
+			return true, nil
+		},
+	}})
+	id := fmt.Sprintf("herald-bench-%s-%d", e.schema, mqttSinks.Add(1))
+	if _, err := sub.Connect(ctx, &paho.Connect{ClientID: id, CleanStart: true, KeepAlive: 30}); err != nil {
+		return nil, nil, nil, fmt.Errorf("MQTT broker on %s: %w", mqttAddr, err)
+	}
+	stopSub := func() { _ = sub.Disconnect(&paho.Disconnect{}) }
+	if _, err := sub.Subscribe(ctx, &paho.Subscribe{Subscriptions: []paho.SubscribeOptions{{Topic: prefix + "#", QoS: 1}}}); err != nil {
+		stopSub()
+		return nil, nil, nil, fmt.Errorf("subscribing to %s#: %w", prefix, err)
+	}
+	server := &url.URL{Scheme: "mqtt", Host: mqttAddr}
+	pub, err := heraldmqtt.New(autopaho.ClientConfig{ServerUrls: []*url.URL{server}}, &heraldmqtt.Config{TopicPrefix: prefix, Logger: e.log})
+	if err != nil {
+		stopSub()
+		return nil, nil, nil, err
+	}
+	// Every event the broker acknowledged reaches the subscriber soon
+	// after: wait until the backlog has, or for a quiet spell.
+	count := func(ctx context.Context) (int64, error) {
+		want := int64(e.o.events)
+		for received.Load() < want {
+			select {
+			case <-arrived:
+			case <-time.After(10 * time.Second):
+				return received.Load(), nil
+			case <-ctx.Done():
+				return received.Load(), ctx.Err()
+			}
+		}
+		return received.Load(), nil
+	}
+	return pub, count, func() { _ = pub.Close(); stopSub() }, nil
 }

@@ -1,0 +1,71 @@
+package heraldmqtt
+
+import (
+	"errors"
+
+	"github.com/eclipse/paho.golang/paho"
+	"github.com/google/uuid"
+
+	"github.com/herald-outbox/herald"
+)
+
+// ErrNotHerald is returned by Parse for a message without a valid
+// Herald-Id user property: it was not published by a Herald relay.
+var ErrNotHerald = errors.New("heraldmqtt: not a Herald event (no valid Herald-Id user property)")
+
+// Parse turns a received PUBLISH (paho.PublishReceived.Packet) back into
+// the event a producer wrote: ID, Topic (the event topic, not the MQTT
+// topic name), Key, Type, AggregateType, AggregateID (from the Herald-*
+// user properties), Payload (byte for byte) and the producer's own
+// Headers. Consumers key their inbox on the returned ID.
+//
+// Headers holds the user properties whose names a producer may use (see
+// herald.ValidateHeaderName: no Herald-*); where a name comes more than
+// once, the last value wins.
+func Parse(pub *paho.Publish) (herald.Message, error) {
+	if pub == nil || pub.Properties == nil {
+		return herald.Message{}, ErrNotHerald
+	}
+	var m herald.Message
+	for _, up := range pub.Properties.User {
+		if dst := heraldField(&m, up.Key); dst != nil {
+			*dst = up.Value
+			continue
+		}
+		if herald.ValidateHeaderName(up.Key) != nil {
+			continue
+		}
+		if m.Headers == nil {
+			m.Headers = make(map[string]string, len(pub.Properties.User))
+		}
+		m.Headers[up.Key] = up.Value
+	}
+	if _, err := uuid.Parse(m.ID); err != nil {
+		return herald.Message{}, ErrNotHerald
+	}
+	m.Payload = pub.Payload
+	if m.Payload == nil {
+		m.Payload = []byte{}
+	}
+	return m, nil
+}
+
+// heraldField returns the field of m that the Herald-* property name
+// carries, nil for any other name.
+func heraldField(m *herald.Message, name string) *string {
+	switch name {
+	case herald.HeaderID:
+		return &m.ID
+	case herald.HeaderTopic:
+		return &m.Topic
+	case herald.HeaderKey:
+		return &m.Key
+	case herald.HeaderType:
+		return &m.Type
+	case herald.HeaderAggregateType:
+		return &m.AggregateType
+	case herald.HeaderAggregateID:
+		return &m.AggregateID
+	}
+	return nil
+}
