@@ -19,9 +19,6 @@ import (
 
 func TestMain(m *testing.M) {
 	heraldtest.Main(m,
-		// OpenCensus, which the client records publish metrics with,
-		// starts its worker when the package loads and never stops it.
-		goleak.IgnoreTopFunction("go.opencensus.io/stats/view.(*worker).start"),
 		// A subscriber's keep-alive goroutine notices that Receive
 		// returned only at its next tick, up to 10s later.
 		goleak.IgnoreTopFunction("cloud.google.com/go/pubsub/v2.(*messageIterator).streamKeepAliveHandler"),

@@ -73,11 +73,14 @@ import (
 
 	"cloud.google.com/go/pubsub/v2"
 	vkit "cloud.google.com/go/pubsub/v2/apiv1"
+	pb "cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 	gax "github.com/googleapis/gax-go/v2"
+	"google.golang.org/api/iterator"
 	"google.golang.org/api/option"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 
 	"github.com/herald-outbox/herald"
 )
@@ -220,6 +223,21 @@ func EmulatorOptions(hostport string) []option.ClientOption {
 		option.WithoutAuthentication(),
 		option.WithTelemetryDisabled(),
 	}
+}
+
+// Ping asks the service for a topic of the project and reports whether it
+// answered. It returns nil also when the service answered PermissionDenied:
+// an account that may only publish (roles/pubsub.publisher) may not list
+// topics, and the answer shows the service reachable and the credentials
+// taken. It returns an error when the service is unreachable, refused the
+// credentials (Unauthenticated) or knows no such project.
+func (p *Publisher) Ping(ctx context.Context) error {
+	it := p.client.TopicAdminClient.ListTopics(ctx, &pb.ListTopicsRequest{Project: "projects/" + p.project, PageSize: 1})
+	_, err := it.Next()
+	if err == nil || errors.Is(err, iterator.Done) || status.Code(err) == codes.PermissionDenied {
+		return nil
+	}
+	return fmt.Errorf("heraldpubsub: asking Pub/Sub for the topics of project %q: %w", p.project, err)
 }
 
 // Close stops the client's publishers of the topics p used, which sends

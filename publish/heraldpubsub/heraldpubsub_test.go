@@ -13,6 +13,7 @@ import (
 
 	"cloud.google.com/go/pubsub/v2"
 	pb "cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	"cloud.google.com/go/pubsub/v2/pstest"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -394,4 +395,38 @@ func TestPublishAfterCloseFails(t *testing.T) {
 	require.NoError(t, p.Close(), "closing twice")
 	require.ErrorIs(t, p.Publish(t.Context(), envs), heraldpubsub.ErrClosed)
 	require.Len(t, f.stored("orders"), 1)
+}
+
+// Ping counts any answer of the service as reachable, PermissionDenied
+// included (a publish-only account may not list topics), and fails when
+// the service is unreachable or refuses the credentials.
+func TestPingTellsAReachableServiceFromAnUnreachableOne(t *testing.T) {
+	t.Parallel()
+	f := newFake(t, nil)
+	require.NoError(t, f.publisher(t, nil).Ping(t.Context()))
+
+	for code, reachable := range map[codes.Code]bool{codes.PermissionDenied: true, codes.Unauthenticated: false} {
+		srv := pstest.NewServer(pstest.WithErrorInjection("ListTopics", code, "no"))
+		t.Cleanup(func() { _ = srv.Close() })
+		client, err := heraldpubsub.NewClient(t.Context(), project, heraldpubsub.EmulatorOptions(srv.Addr)...)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = client.Close() })
+		p, err := heraldpubsub.New(client, nil)
+		require.NoError(t, err)
+		err = p.Ping(t.Context())
+		if reachable {
+			require.NoError(t, err, "%s", code)
+		} else {
+			require.Equal(t, code, status.Code(err))
+		}
+	}
+
+	client, err := heraldpubsub.NewClient(t.Context(), project, heraldpubsub.EmulatorOptions("127.0.0.1:1")...)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = client.Close() })
+	p, err := heraldpubsub.New(client, nil)
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
+	defer cancel()
+	require.Error(t, p.Ping(ctx))
 }
