@@ -5,19 +5,25 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/url"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
+	"cloud.google.com/go/pubsub/v2"
 	"github.com/nats-io/nats.go"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/redis/go-redis/v9"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/herald-outbox/herald"
 	"github.com/herald-outbox/herald/publish/heraldkafka"
 	"github.com/herald-outbox/herald/publish/heraldnats"
+	"github.com/herald-outbox/herald/publish/heraldpubsub"
 	"github.com/herald-outbox/herald/publish/heraldrabbit"
 	"github.com/herald-outbox/herald/publish/heraldredis"
 	"github.com/herald-outbox/herald/publish/heraldroute"
@@ -41,10 +47,11 @@ var schemes = map[string]string{
 	"redis": "redis", "rediss": "redis",
 	"amqp": "amqp", "amqps": "amqp",
 	"http": "webhook", "https": "webhook",
+	"pubsub": "pubsub",
 }
 
 // supportedSchemes is said in errors.
-const supportedSchemes = "nats://, kafka://, redis://, amqp:// or http(s)://"
+const supportedSchemes = "nats://, kafka://, redis://, amqp:// or http(s)://, or Google Cloud's pubsub://"
 
 var destinationName = regexp.MustCompile(`^[a-z][a-z0-9_-]{0,39}$`)
 
@@ -87,6 +94,11 @@ func parseEndpoint(inv *invocation, label, name, raw string) (endpoint, error) {
 			return ep, usagef("%s: one destination takes URLs of one broker; give another --destination for %s", label, scheme)
 		case u.Hostname() == "":
 			return ep, usagef("%s: %s has no host", label, inv.stderr.scrub(redactURL(u, true)))
+		}
+		if kind == "pubsub" {
+			if _, err := parsePubSub(label, u); err != nil {
+				return ep, err
+			}
 		}
 		if p := u.Port(); p != "" {
 			var n int
@@ -472,6 +484,8 @@ func openEndpoint(ctx context.Context, inv *invocation, log *slog.Logger, owner 
 			return nil, nil, unreachable(err)
 		}
 		return pub, func() { _ = pub.Close() }, nil
+	case "pubsub":
+		return openPubSub(ctx, inv, log, ep)
 	case "webhook":
 		// The signing secret comes from the environment only, never from a
 		// flag that would show in the process list.
@@ -513,4 +527,102 @@ func connectNATS(inv *invocation, log *slog.Logger, owner, urls string) (*nats.C
 			nlog.Warn("NATS error", "error", inv.stderr.scrub(err.Error()))
 		}),
 	)
+}
+
+// pubsubDest is a pubsub:// destination's settings: pubsub://PROJECT with
+// the options emulator=HOST:PORT and prefix=TOPIC_PREFIX.
+type pubsubDest struct {
+	project, emulator, prefix string
+}
+
+// pubsubEmulatorEnv names the emulator's address, as the Pub/Sub client
+// reads it; emulator= wins over it.
+const pubsubEmulatorEnv = "PUBSUB_EMULATOR_HOST"
+
+// pubsubProject is Google Cloud's rule for project IDs.
+var pubsubProject = regexp.MustCompile(`^[a-z][a-z0-9-]{4,28}[a-z0-9]$`)
+
+// parsePubSub checks a pubsub:// URL. Credentials never appear in it: the
+// client takes Application Default Credentials.
+func parsePubSub(label string, u *url.URL) (pubsubDest, error) {
+	d := pubsubDest{project: u.Hostname()}
+	switch {
+	case u.User != nil:
+		return d, usagef("%s: pubsub:// takes no user information: credentials come from Application Default Credentials (GOOGLE_APPLICATION_CREDENTIALS)", label)
+	case u.Port() != "":
+		return d, usagef("%s: pubsub://PROJECT takes no port: give an emulator as ?emulator=HOST:PORT", label)
+	case u.Path != "" && u.Path != "/":
+		return d, usagef("%s: pubsub://PROJECT takes no path: give a topic prefix as ?prefix=PREFIX", label)
+	case !pubsubProject.MatchString(d.project):
+		return d, usagef("%s: %q is not a Google Cloud project ID (6 to 30 lower-case letters, digits and hyphens)", label, clean(d.project))
+	}
+	q := u.Query()
+	names := make([]string, 0, len(q))
+	for name := range q {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		v := q[name]
+		switch {
+		case name != "emulator" && name != "prefix":
+			return d, usagef("%s: pubsub:// option %q is not supported: use emulator=HOST:PORT or prefix=PREFIX", label, clean(name))
+		case len(v) != 1:
+			return d, usagef("%s: pubsub:// option %s is given %d times", label, name, len(v))
+		case name == "prefix":
+			d.prefix = v[0]
+		default:
+			if _, port, err := net.SplitHostPort(v[0]); err != nil || port == "" {
+				return d, usagef("%s: emulator=%q is not HOST:PORT", label, clean(v[0]))
+			}
+			d.emulator = v[0]
+		}
+	}
+	return d, nil
+}
+
+// openPubSub builds a pubsub:// destination's client and publisher, and
+// checks that the service answers.
+func openPubSub(ctx context.Context, inv *invocation, log *slog.Logger, ep endpoint) (herald.Publisher, func(), error) {
+	label := "destination " + ep.name
+	u, err := url.Parse(ep.raw)
+	if err != nil {
+		return nil, nil, usagef("%s: not a URL", label)
+	}
+	d, err := parsePubSub(label, u)
+	if err != nil {
+		return nil, nil, err
+	}
+	if d.emulator == "" {
+		d.emulator, _ = inv.getenv(pubsubEmulatorEnv)
+	}
+	// Without an emulator the client finds Application Default
+	// Credentials: GOOGLE_APPLICATION_CREDENTIALS, gcloud's application
+	// default login, or the metadata server on Google Cloud.
+	var client *pubsub.Client
+	if d.emulator != "" {
+		client, err = heraldpubsub.NewClient(ctx, d.project, heraldpubsub.EmulatorOptions(d.emulator)...)
+	} else {
+		client, err = heraldpubsub.NewClient(ctx, d.project)
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s: %s (credentials come from Application Default Credentials)", label, inv.stderr.scrub(err.Error()))
+	}
+	pub, err := heraldpubsub.New(client, &heraldpubsub.Config{TopicPrefix: d.prefix, Logger: log})
+	if err != nil {
+		_ = client.Close()
+		return nil, nil, usagef("%s: %s", label, strings.ReplaceAll(err.Error(), "Config.TopicPrefix", "prefix="))
+	}
+	closeAll := func() { _ = pub.Close(); _ = client.Close() }
+	pctx, cancel := context.WithTimeout(ctx, brokerConnectTimeout)
+	defer cancel()
+	if err := pub.Ping(pctx); err != nil {
+		closeAll()
+		msg := inv.stderr.scrub(herald.Scrub(err.Error()))
+		if status.Code(err) == codes.Unauthenticated {
+			return nil, nil, fmt.Errorf("destination %s at %s refused the credentials: %s", ep.name, ep.display, msg)
+		}
+		return nil, nil, &unreachableError{fmt.Sprintf("cannot reach destination %s at %s: %s", ep.name, ep.display, msg)}
+	}
+	return pub, closeAll, nil
 }

@@ -231,8 +231,12 @@ func EmulatorOptions(hostport string) []option.ClientOption {
 // topics, and the answer shows the service reachable and the credentials
 // taken. It returns an error when the service is unreachable, refused the
 // credentials (Unauthenticated) or knows no such project.
+//
+// It asks once, without the client's retries: a caller that waits for the
+// service asks again at its own pace.
 func (p *Publisher) Ping(ctx context.Context) error {
-	it := p.client.TopicAdminClient.ListTopics(ctx, &pb.ListTopicsRequest{Project: "projects/" + p.project, PageSize: 1})
+	once := gax.WithRetry(func() gax.Retryer { return nil })
+	it := p.client.TopicAdminClient.ListTopics(ctx, &pb.ListTopicsRequest{Project: "projects/" + p.project, PageSize: 1}, once)
 	_, err := it.Next()
 	if err == nil || errors.Is(err, iterator.Done) || status.Code(err) == codes.PermissionDenied {
 		return nil
