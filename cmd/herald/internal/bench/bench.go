@@ -104,7 +104,8 @@ Flags:
   --to LIST              drain destinations, comma-separated, of jetstream,
                          discard, kafka (in-process kfake), redis (127.0.0.1:6379),
                          rabbitmq (127.0.0.1:5672), webhook (in-process HTTP
-                         server) (drain) (default jetstream,discard)
+                         server), pubsub (in-process pstest) (drain)
+                         (default jetstream,discard)
   --rate N               events/s written (latency) (default 1000)
   --poll-interval D      relay poll interval (latency) (default 5ms)
 `

@@ -11,6 +11,8 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	pubsubpb "cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	"cloud.google.com/go/pubsub/v2/pstest"
 	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -18,6 +20,7 @@ import (
 	"github.com/herald-outbox/herald"
 	"github.com/herald-outbox/herald/publish/heraldkafka"
 	"github.com/herald-outbox/herald/publish/heraldnats"
+	"github.com/herald-outbox/herald/publish/heraldpubsub"
 	"github.com/herald-outbox/herald/publish/heraldrabbit"
 	"github.com/herald-outbox/herald/publish/heraldredis"
 	"github.com/herald-outbox/herald/publish/heraldwebhook"
@@ -43,6 +46,7 @@ var drainSinks = []drainSink{
 	{name: "redis", note: "the Redis server on 127.0.0.1:6379", open: openRedis},
 	{name: "rabbitmq", note: "the RabbitMQ server on 127.0.0.1:5672, publisher confirms", open: openRabbit},
 	{name: "webhook", note: "signed POSTs to an in-process HTTP server on loopback", open: openWebhook},
+	{name: "pubsub", note: "the Pub/Sub client against pstest, its in-process fake server: no quotas, no disk", open: openPubSub},
 }
 
 // sinksNamed returns the sinks of a comma-separated list.
@@ -202,4 +206,70 @@ func openWebhook(ctx context.Context, e *env) (herald.Publisher, func(context.Co
 	}
 	count := func(context.Context) (int64, error) { return received.Load(), nil }
 	return pub, count, func() { _ = pub.Close(); srv.Close() }, nil
+}
+
+// openPubSub starts pstest, the Pub/Sub client library's in-process fake
+// server, with the drain's topic and a subscription to it. The count is
+// what a consumer receives: it pulls and acknowledges the subscription
+// until it has the backlog, then once more to see any message beyond it.
+func openPubSub(ctx context.Context, e *env) (herald.Publisher, func(context.Context) (int64, error), func(), error) {
+	const project = "herald-bench"
+	srv := pstest.NewServer()
+	client, err := heraldpubsub.NewClient(ctx, project, heraldpubsub.EmulatorOptions(srv.Addr)...)
+	if err != nil {
+		_ = srv.Close()
+		return nil, nil, nil, err
+	}
+	closeAll := func() { _ = client.Close(); _ = srv.Close() }
+	topic := "projects/" + project + "/topics/" + drainSubject
+	sub := "projects/" + project + "/subscriptions/herald-bench-drain"
+	if _, err := client.TopicAdminClient.CreateTopic(ctx, &pubsubpb.Topic{Name: topic}); err != nil {
+		closeAll()
+		return nil, nil, nil, fmt.Errorf("creating topic %s: %w", topic, err)
+	}
+	// Unordered: the count needs no order, and an ordered subscription
+	// hands out one message of a key per pull.
+	if _, err := client.SubscriptionAdminClient.CreateSubscription(ctx, &pubsubpb.Subscription{
+		Name: sub, Topic: topic, AckDeadlineSeconds: 600,
+	}); err != nil {
+		closeAll()
+		return nil, nil, nil, fmt.Errorf("creating subscription %s: %w", sub, err)
+	}
+	pub, err := heraldpubsub.New(client, &heraldpubsub.Config{Project: project, Logger: e.log})
+	if err != nil {
+		closeAll()
+		return nil, nil, nil, err
+	}
+	count := func(ctx context.Context) (int64, error) {
+		want := int64(e.o.events)
+		var n int64
+		// With nothing to hand out, pstest answers empty after 500ms: stop
+		// at the first empty answer once the backlog is in, or after 10
+		// (5s with nothing new) short of it.
+		for empty := 0; empty < 10; {
+			resp, err := client.SubscriptionAdminClient.Pull(ctx, &pubsubpb.PullRequest{Subscription: sub, MaxMessages: 1000})
+			if err != nil {
+				return n, err
+			}
+			got := resp.GetReceivedMessages()
+			if len(got) == 0 {
+				if n >= want {
+					return n, nil
+				}
+				empty++
+				continue
+			}
+			empty = 0
+			ids := make([]string, len(got))
+			for i, m := range got {
+				ids[i] = m.GetAckId()
+			}
+			n += int64(len(got))
+			if err := client.SubscriptionAdminClient.Acknowledge(ctx, &pubsubpb.AcknowledgeRequest{Subscription: sub, AckIds: ids}); err != nil {
+				return n, err
+			}
+		}
+		return n, nil
+	}
+	return pub, count, func() { _ = pub.Close(); closeAll() }, nil
 }
