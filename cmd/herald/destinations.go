@@ -17,6 +17,7 @@ import (
 	"strings"
 	"time"
 
+	"cloud.google.com/go/pubsub/v2"
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/credentials"
@@ -28,12 +29,15 @@ import (
 	"github.com/nats-io/nats.go"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/redis/go-redis/v9"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/herald-outbox/herald"
 	"github.com/herald-outbox/herald/publish/heraldaws"
 	"github.com/herald-outbox/herald/publish/heraldkafka"
 	"github.com/herald-outbox/herald/publish/heraldmqtt"
 	"github.com/herald-outbox/herald/publish/heraldnats"
+	"github.com/herald-outbox/herald/publish/heraldpubsub"
 	"github.com/herald-outbox/herald/publish/heraldrabbit"
 	"github.com/herald-outbox/herald/publish/heraldredis"
 	"github.com/herald-outbox/herald/publish/heraldroute"
@@ -59,10 +63,11 @@ var schemes = map[string]string{
 	"mqtt": "mqtt", "mqtts": "mqtt",
 	"http": "webhook", "https": "webhook",
 	"sqs": "sqs", "sns": "sns",
+	"pubsub": "pubsub",
 }
 
 // supportedSchemes is said in errors.
-const supportedSchemes = "nats://, kafka://, redis://, amqp://, mqtt(s):// or http(s)://, or AWS's sqs:// or sns://"
+const supportedSchemes = "nats://, kafka://, redis://, amqp://, mqtt(s):// or http(s)://, or AWS's sqs:// or sns://, or Google Cloud's pubsub://"
 
 var destinationName = regexp.MustCompile(`^[a-z][a-z0-9_-]{0,39}$`)
 
@@ -115,6 +120,11 @@ func parseEndpoint(inv *invocation, label, name, raw string) (endpoint, error) {
 		if kind == "sqs" || kind == "sns" {
 			if _, err := parseAWSDestination(kind, u); err != nil {
 				return ep, usagef("%s: %v", label, err)
+			}
+		}
+		if kind == "pubsub" {
+			if _, err := parsePubSub(label, u); err != nil {
+				return ep, err
 			}
 		}
 		if kind == "mqtt" {
@@ -504,6 +514,8 @@ func openEndpoint(ctx context.Context, inv *invocation, log *slog.Logger, owner 
 		return openAWS(ctx, inv, log, ep)
 	case "mqtt":
 		return openMQTT(ctx, inv, log, ep, unreachable)
+	case "pubsub":
+		return openPubSub(ctx, inv, log, ep)
 	case "webhook":
 		// The signing secret comes from the environment only, never from a
 		// flag that would show in the process list.
@@ -948,4 +960,102 @@ func openMQTT(ctx context.Context, inv *invocation, log *slog.Logger, ep endpoin
 func mqttRefusedCredentials(err error) bool {
 	var ce *autopaho.ConnackError
 	return errors.As(err, &ce) && (ce.ReasonCode == 0x86 || ce.ReasonCode == 0x87 || ce.ReasonCode == 0x8c)
+}
+
+// pubsubDest is a pubsub:// destination's settings: pubsub://PROJECT with
+// the options emulator=HOST:PORT and prefix=TOPIC_PREFIX.
+type pubsubDest struct {
+	project, emulator, prefix string
+}
+
+// pubsubEmulatorEnv names the emulator's address, as the Pub/Sub client
+// reads it; emulator= wins over it.
+const pubsubEmulatorEnv = "PUBSUB_EMULATOR_HOST"
+
+// pubsubProject is Google Cloud's rule for project IDs.
+var pubsubProject = regexp.MustCompile(`^[a-z][a-z0-9-]{4,28}[a-z0-9]$`)
+
+// parsePubSub checks a pubsub:// URL. Credentials never appear in it: the
+// client takes Application Default Credentials.
+func parsePubSub(label string, u *url.URL) (pubsubDest, error) {
+	d := pubsubDest{project: u.Hostname()}
+	switch {
+	case u.User != nil:
+		return d, usagef("%s: pubsub:// takes no user information: credentials come from Application Default Credentials (GOOGLE_APPLICATION_CREDENTIALS)", label)
+	case u.Port() != "":
+		return d, usagef("%s: pubsub://PROJECT takes no port: give an emulator as ?emulator=HOST:PORT", label)
+	case u.Path != "" && u.Path != "/":
+		return d, usagef("%s: pubsub://PROJECT takes no path: give a topic prefix as ?prefix=PREFIX", label)
+	case !pubsubProject.MatchString(d.project):
+		return d, usagef("%s: %q is not a Google Cloud project ID (6 to 30 lower-case letters, digits and hyphens)", label, clean(d.project))
+	}
+	q := u.Query()
+	names := make([]string, 0, len(q))
+	for name := range q {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		v := q[name]
+		switch {
+		case name != "emulator" && name != "prefix":
+			return d, usagef("%s: pubsub:// option %q is not supported: use emulator=HOST:PORT or prefix=PREFIX", label, clean(name))
+		case len(v) != 1:
+			return d, usagef("%s: pubsub:// option %s is given %d times", label, name, len(v))
+		case name == "prefix":
+			d.prefix = v[0]
+		default:
+			if _, port, err := net.SplitHostPort(v[0]); err != nil || port == "" {
+				return d, usagef("%s: emulator=%q is not HOST:PORT", label, clean(v[0]))
+			}
+			d.emulator = v[0]
+		}
+	}
+	return d, nil
+}
+
+// openPubSub builds a pubsub:// destination's client and publisher, and
+// checks that the service answers.
+func openPubSub(ctx context.Context, inv *invocation, log *slog.Logger, ep endpoint) (herald.Publisher, func(), error) {
+	label := "destination " + ep.name
+	u, err := url.Parse(ep.raw)
+	if err != nil {
+		return nil, nil, usagef("%s: not a URL", label)
+	}
+	d, err := parsePubSub(label, u)
+	if err != nil {
+		return nil, nil, err
+	}
+	if d.emulator == "" {
+		d.emulator, _ = inv.getenv(pubsubEmulatorEnv)
+	}
+	// Without an emulator the client finds Application Default
+	// Credentials: GOOGLE_APPLICATION_CREDENTIALS, gcloud's application
+	// default login, or the metadata server on Google Cloud.
+	var client *pubsub.Client
+	if d.emulator != "" {
+		client, err = heraldpubsub.NewClient(ctx, d.project, heraldpubsub.EmulatorOptions(d.emulator)...)
+	} else {
+		client, err = heraldpubsub.NewClient(ctx, d.project)
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s: %s (credentials come from Application Default Credentials)", label, inv.stderr.scrub(err.Error()))
+	}
+	pub, err := heraldpubsub.New(client, &heraldpubsub.Config{TopicPrefix: d.prefix, Logger: log})
+	if err != nil {
+		_ = client.Close()
+		return nil, nil, usagef("%s: %s", label, strings.ReplaceAll(err.Error(), "Config.TopicPrefix", "prefix="))
+	}
+	closeAll := func() { _ = pub.Close(); _ = client.Close() }
+	pctx, cancel := context.WithTimeout(ctx, brokerConnectTimeout)
+	defer cancel()
+	if err := pub.Ping(pctx); err != nil {
+		closeAll()
+		msg := inv.stderr.scrub(herald.Scrub(err.Error()))
+		if status.Code(err) == codes.Unauthenticated {
+			return nil, nil, fmt.Errorf("destination %s at %s refused the credentials: %s", ep.name, ep.display, msg)
+		}
+		return nil, nil, &unreachableError{fmt.Sprintf("cannot reach destination %s at %s: %s", ep.name, ep.display, msg)}
+	}
+	return pub, closeAll, nil
 }

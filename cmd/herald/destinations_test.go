@@ -26,6 +26,9 @@ import (
 	"testing"
 	"time"
 
+	"cloud.google.com/go/pubsub/v2"
+	pubsubpb "cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	"cloud.google.com/go/pubsub/v2/pstest"
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/sns"
@@ -42,6 +45,7 @@ import (
 	"github.com/herald-outbox/herald/internal/heraldtest"
 	"github.com/herald-outbox/herald/publish/heraldaws"
 	"github.com/herald-outbox/herald/publish/heraldmqtt"
+	"github.com/herald-outbox/herald/publish/heraldpubsub"
 	"github.com/herald-outbox/herald/publish/heraldwebhook"
 )
 
@@ -634,4 +638,119 @@ func startTestMosquitto(t *testing.T, dir string, conf []string, ready string) {
 		}
 		return err == nil
 	}, 10*time.Second, 20*time.Millisecond, "mosquitto did not start")
+}
+
+// pubsub:// destinations: the relay publishes through the client to the
+// emulator the URL's emulator= option names (here pstest, the library's
+// in-process server), into the URL's project, with the topic prefix.
+func TestRelayPublishesToPubSub(t *testing.T) {
+	t.Parallel()
+	d := setup(t)
+	srv := pstest.NewServer()
+	t.Cleanup(func() { _ = srv.Close() })
+	const topic = "projects/herald-cli/topics/prod-orders.placed"
+	_, err := srv.GServer.CreateTopic(context.Background(), &pubsubpb.Topic{Name: topic})
+	require.NoError(t, err)
+
+	d.exec(t, `INSERT INTO %s.herald_outbox (topic, key, type, payload, headers) VALUES
+		('orders.placed', 'o1', 'OrderPlaced', 'first', '{"X-Tenant": "acme"}'), ('orders.placed', 'o1', 'OrderPlaced', 'second', '{}')`)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan result, 1)
+	go func() {
+		done <- cliCtx(ctx, nil, nil, append([]string{"relay",
+			"--destination", "gcp=pubsub://herald-cli?emulator=" + srv.Addr + "&prefix=prod-",
+			"--log-level", "warn"}, d.flags...)...)
+	}()
+	waitPublished(t, d, 2)
+	cancel()
+	r := <-done
+	require.Equal(t, 0, r.code, r)
+
+	msgs := srv.Messages()
+	require.Len(t, msgs, 2)
+	for i, want := range []string{"first", "second"} {
+		m := msgs[i]
+		require.Equal(t, topic, m.Topic)
+		require.Equal(t, want, string(m.Data), "the key's order")
+		require.Equal(t, "o1", m.OrderingKey)
+		got, err := heraldpubsub.Parse(&pubsub.Message{Data: m.Data, Attributes: m.Attributes})
+		require.NoError(t, err)
+		require.Equal(t, "orders.placed", got.Topic)
+		require.Equal(t, "OrderPlaced", got.Type)
+	}
+	require.Equal(t, "acme", msgs[0].Attributes["X-Tenant"])
+}
+
+// The relay finds the emulator as the client library does, through
+// PUBSUB_EMULATOR_HOST, and waits for it while it does not answer.
+func TestRelayWaitsForThePubSubEmulatorFromTheEnvironment(t *testing.T) {
+	t.Parallel()
+	d := setup(t)
+	addr := freeAddr(t)
+	d.exec(t, `INSERT INTO %s.herald_outbox (topic, key, payload) VALUES ('audit', '', 'x')`)
+	r := start(t, map[string]string{"PUBSUB_EMULATOR_HOST": addr},
+		append([]string{"relay", "--publisher", "pubsub://herald-cli"}, d.flags...)...)
+	require.Eventually(t, func() bool {
+		return strings.Contains(r.stderr.String(), "attempt=2 ")
+	}, 30*time.Second, 10*time.Millisecond, r.stderr.String())
+	require.Contains(t, r.stderr.String(), `msg="waiting for the destination default before relaying"`)
+	require.Contains(t, r.stderr.String(), "cannot reach destination default at pubsub://herald-cli")
+
+	srv := pstest.NewServerWithAddress(addr)
+	t.Cleanup(func() { _ = srv.Close() })
+	_, err := srv.GServer.CreateTopic(context.Background(), &pubsubpb.Topic{Name: "projects/herald-cli/topics/audit"})
+	require.NoError(t, err)
+	waitPublished(t, d, 1)
+	res := r.stop(t)
+	require.Equal(t, 0, res.code, res)
+	msgs := srv.Messages()
+	require.Len(t, msgs, 1)
+	require.Equal(t, "x", string(msgs[0].Data))
+	require.Empty(t, msgs[0].OrderingKey, "no key, no ordering key")
+}
+
+// waitPublished waits until n rows of d's outbox are published.
+func waitPublished(t *testing.T, d db, n int) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		var published int
+		err := heraldtest.PostgresPool(t).QueryRow(context.Background(), fmt.Sprintf(
+			`SELECT count(*) FROM %s.herald_outbox WHERE state = 'published'`, d.schema)).Scan(&published)
+		return err == nil && published == n
+	}, 30*time.Second, 20*time.Millisecond)
+}
+
+// A pubsub:// URL's mistakes are refused before anything starts, in one
+// line naming the flag or variable it came from.
+func TestPubSubURLMistakesGiveOneClearLine(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name    string
+		env     map[string]string
+		url     string
+		message string
+	}{
+		{"UnknownOption", nil, "pubsub://my-project?endpoint=x:1", `--publisher: pubsub:// option "endpoint" is not supported: use emulator=HOST:PORT or prefix=PREFIX`},
+		{"UnknownOptionFromEnv", map[string]string{"HERALD_PUBLISHER": "pubsub://my-project?ordering=on"}, "", `HERALD_PUBLISHER: pubsub:// option "ordering" is not supported`},
+		{"OptionTwice", nil, "pubsub://my-project?prefix=a-&prefix=b-", "option prefix is given 2 times"},
+		{"EmulatorWithoutPort", nil, "pubsub://my-project?emulator=localhost", `emulator="localhost" is not HOST:PORT`},
+		{"Port", nil, "pubsub://my-project:8085", "pubsub://PROJECT takes no port"},
+		{"Path", nil, "pubsub://my-project/orders", "pubsub://PROJECT takes no path"},
+		{"UserInfo", nil, "pubsub://key:hunter2-Secret@my-project", "takes no user information"},
+		{"NotAProjectID", nil, "pubsub://My_Project", `"My_Project" is not a Google Cloud project ID`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			args := []string{"relay", "--db", "postgres://127.0.0.1:1/db"}
+			if tc.url != "" {
+				args = append(args, "--publisher", tc.url)
+			}
+			r := cli(t, tc.env, args...)
+			require.Equal(t, 2, r.code, r)
+			require.Contains(t, r.stderr, tc.message, r)
+			require.NotContains(t, r.stderr, "hunter2-Secret")
+			require.Equal(t, 1, strings.Count(r.stderr, "\n"), "one line on stderr: %q", r.stderr)
+		})
+	}
 }

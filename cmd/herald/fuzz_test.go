@@ -97,7 +97,7 @@ func FuzzParseEndpoint(f *testing.F) {
 		}
 		shown := printed(inv, &out, ep.display, false)
 		require.False(t, holdsCore(shown), "the display form of %q shows its password: %s", raw, shown)
-		require.Contains(t, []string{"nats", "kafka", "redis", "amqp", "mqtt", "webhook"}, ep.kind)
+		require.Contains(t, []string{"nats", "kafka", "redis", "amqp", "mqtt", "webhook", "sqs", "sns", "pubsub"}, ep.kind)
 		if ep.kind == "webhook" {
 			// A webhook's path or query is often its credential.
 			_, where, _ := strings.Cut(ep.display, "://")

@@ -106,7 +106,8 @@ Flags:
                          rabbitmq (127.0.0.1:5672), mqtt (127.0.0.1:1883),
                          webhook (in-process HTTP server), sqs, sns (FIFO, SNS
                          to a queue; moto_server, an AWS emulator started on
-                         loopback) (drain) (default jetstream,discard)
+                         loopback), pubsub (in-process pstest) (drain)
+                         (default jetstream,discard)
   --rate N               events/s written (latency) (default 1000)
   --poll-interval D      relay poll interval (latency) (default 5ms)
 `

@@ -17,6 +17,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	pubsubpb "cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	"cloud.google.com/go/pubsub/v2/pstest"
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/sns"
@@ -35,6 +37,7 @@ import (
 	"github.com/herald-outbox/herald/publish/heraldkafka"
 	"github.com/herald-outbox/herald/publish/heraldmqtt"
 	"github.com/herald-outbox/herald/publish/heraldnats"
+	"github.com/herald-outbox/herald/publish/heraldpubsub"
 	"github.com/herald-outbox/herald/publish/heraldrabbit"
 	"github.com/herald-outbox/herald/publish/heraldredis"
 	"github.com/herald-outbox/herald/publish/heraldwebhook"
@@ -63,6 +66,7 @@ var drainSinks = []drainSink{
 	{name: "webhook", note: "signed POSTs to an in-process HTTP server on loopback", open: openWebhook},
 	{name: "sqs", note: "SendMessageBatch to a FIFO queue of moto_server (an AWS emulator) on loopback", open: openSQS},
 	{name: "sns", note: "PublishBatch to a FIFO topic of moto_server on loopback, raw delivery to a FIFO queue", open: openSNS},
+	{name: "pubsub", note: "the Pub/Sub client against pstest, its in-process fake server: no quotas, no disk", open: openPubSub},
 }
 
 // sinksNamed returns the sinks of a comma-separated list.
@@ -435,4 +439,70 @@ func openMQTT(ctx context.Context, e *env) (herald.Publisher, func(context.Conte
 		return received.Load(), nil
 	}
 	return pub, count, func() { _ = pub.Close(); stopSub() }, nil
+}
+
+// openPubSub starts pstest, the Pub/Sub client library's in-process fake
+// server, with the drain's topic and a subscription to it. The count is
+// what a consumer receives: it pulls and acknowledges the subscription
+// until it has the backlog, then once more to see any message beyond it.
+func openPubSub(ctx context.Context, e *env) (herald.Publisher, func(context.Context) (int64, error), func(), error) {
+	const project = "herald-bench"
+	srv := pstest.NewServer()
+	client, err := heraldpubsub.NewClient(ctx, project, heraldpubsub.EmulatorOptions(srv.Addr)...)
+	if err != nil {
+		_ = srv.Close()
+		return nil, nil, nil, err
+	}
+	closeAll := func() { _ = client.Close(); _ = srv.Close() }
+	topic := "projects/" + project + "/topics/" + drainSubject
+	sub := "projects/" + project + "/subscriptions/herald-bench-drain"
+	if _, err := client.TopicAdminClient.CreateTopic(ctx, &pubsubpb.Topic{Name: topic}); err != nil {
+		closeAll()
+		return nil, nil, nil, fmt.Errorf("creating topic %s: %w", topic, err)
+	}
+	// Unordered: the count needs no order, and an ordered subscription
+	// hands out one message of a key per pull.
+	if _, err := client.SubscriptionAdminClient.CreateSubscription(ctx, &pubsubpb.Subscription{
+		Name: sub, Topic: topic, AckDeadlineSeconds: 600,
+	}); err != nil {
+		closeAll()
+		return nil, nil, nil, fmt.Errorf("creating subscription %s: %w", sub, err)
+	}
+	pub, err := heraldpubsub.New(client, &heraldpubsub.Config{Project: project, Logger: e.log})
+	if err != nil {
+		closeAll()
+		return nil, nil, nil, err
+	}
+	count := func(ctx context.Context) (int64, error) {
+		want := int64(e.o.events)
+		var n int64
+		// With nothing to hand out, pstest answers empty after 500ms: stop
+		// at the first empty answer once the backlog is in, or after 10
+		// (5s with nothing new) short of it.
+		for empty := 0; empty < 10; {
+			resp, err := client.SubscriptionAdminClient.Pull(ctx, &pubsubpb.PullRequest{Subscription: sub, MaxMessages: 1000})
+			if err != nil {
+				return n, err
+			}
+			got := resp.GetReceivedMessages()
+			if len(got) == 0 {
+				if n >= want {
+					return n, nil
+				}
+				empty++
+				continue
+			}
+			empty = 0
+			ids := make([]string, len(got))
+			for i, m := range got {
+				ids[i] = m.GetAckId()
+			}
+			n += int64(len(got))
+			if err := client.SubscriptionAdminClient.Acknowledge(ctx, &pubsubpb.AcknowledgeRequest{Subscription: sub, AckIds: ids}); err != nil {
+				return n, err
+			}
+		}
+		return n, nil
+	}
+	return pub, count, func() { _ = pub.Close(); closeAll() }, nil
 }

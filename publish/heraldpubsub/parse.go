@@ -1,0 +1,58 @@
+package heraldpubsub
+
+import (
+	"errors"
+	"strings"
+
+	"cloud.google.com/go/pubsub/v2"
+	"github.com/google/uuid"
+
+	"github.com/herald-outbox/herald"
+)
+
+// ErrNotHerald is returned by Parse for a message without a valid
+// Herald-Id attribute: it was not published by a Herald relay.
+var ErrNotHerald = errors.New("heraldpubsub: not a Herald event (no valid Herald-Id attribute)")
+
+// Parse turns a received message back into the event a producer wrote:
+// ID, Topic (the event's topic, without any TopicPrefix), Key, Type,
+// AggregateType, AggregateID (from the Herald-* attributes), Payload (the
+// data) and the producer's own Headers. Consumers key their inbox on the
+// returned ID, not on the message's ID: Pub/Sub gives a republished event
+// a new message ID.
+//
+// Headers holds the attributes other than Herald-* and those whose names
+// start with "goog", which Pub/Sub and its client libraries set (such as
+// googclient_traceparent when the publishing client traces).
+func Parse(m *pubsub.Message) (herald.Message, error) {
+	if m == nil {
+		return herald.Message{}, errors.New("heraldpubsub: Parse: nil message")
+	}
+	id := m.Attributes[herald.HeaderID]
+	if _, err := uuid.Parse(id); err != nil {
+		return herald.Message{}, ErrNotHerald
+	}
+	out := herald.Message{
+		ID:            id,
+		Topic:         m.Attributes[herald.HeaderTopic],
+		Key:           m.Attributes[herald.HeaderKey],
+		Type:          m.Attributes[herald.HeaderType],
+		AggregateType: m.Attributes[herald.HeaderAggregateType],
+		AggregateID:   m.Attributes[herald.HeaderAggregateID],
+		Payload:       m.Data,
+	}
+	if out.Payload == nil {
+		out.Payload = []byte{}
+	}
+	for name, v := range m.Attributes {
+		lower := strings.ToLower(name)
+		if strings.HasPrefix(lower, "herald-") || strings.HasPrefix(name, reservedGoogPrefix) {
+			continue
+		}
+		if out.Headers == nil {
+			out.Headers = make(map[string]string, len(m.Attributes))
+		}
+		out.Headers[name] = v
+	}
+	return out, nil
+}
