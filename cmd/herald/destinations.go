@@ -392,6 +392,7 @@ func newWebhook(inv *invocation, log *slog.Logger, ep endpoint) (*heraldwebhook.
 	pub, err := heraldwebhook.New(&heraldwebhook.Config{
 		Default: heraldwebhook.Endpoint{URL: ep.raw}, Secret: secret,
 		AllowedNetworks: strings.Fields(strings.ReplaceAll(allowed, ",", " ")), Logger: log,
+		AllowHint: webhookAllowEnv + " (CIDRs, comma-separated)",
 	})
 	if err != nil {
 		return nil, usagef("destination %s: %s", ep.name, webhookHints.Replace(inv.stderr.scrub(err.Error())))
@@ -404,7 +405,9 @@ func newWebhook(inv *invocation, log *slog.Logger, ep endpoint) (*heraldwebhook.
 var webhookHints = strings.NewReplacer(
 	"heraldwebhook: Config.Default.URL: ", "",
 	" (Config.Default)", "",
-	"Config.AllowedNetworks or Config.AllowPrivate", webhookAllowEnv,
+	"heraldwebhook: Config.Default.Secret is required, or set Config.Secret",
+	webhookSecretEnv+" is required: the whsec_... secret every webhook request is signed with",
+	"heraldwebhook: Config.Secret", webhookSecretEnv,
 )
 
 // The webhook destinations' settings from the environment: the Standard

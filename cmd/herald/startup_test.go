@@ -261,7 +261,7 @@ func TestWebhookDestinationRefusedByTheAddressGuard(t *testing.T) {
 		r := cli(t, env, "relay", "--db", "postgres://127.0.0.1:1/db", "--destination", "hook="+hook.URL+"/in/"+pathToken+"?token="+pathToken,
 			"--route", "a=hook")
 		require.Equal(t, 2, r.code, r)
-		require.Equal(t, "herald: destination hook: refusing to connect to 127.0.0.1 (loopback address): allow it with HERALD_WEBHOOK_ALLOW_NETWORKS\n", r.stderr)
+		require.Equal(t, "herald: destination hook: refusing to connect to 127.0.0.1 (loopback address): allow it with HERALD_WEBHOOK_ALLOW_NETWORKS (CIDRs, comma-separated)\n", r.stderr)
 		// Allowed, it goes on to the (unreachable) database.
 		allowed := map[string]string{"HERALD_WEBHOOK_SECRET": secret, "HERALD_WEBHOOK_ALLOW_NETWORKS": "127.0.0.0/8"}
 		r = cli(t, allowed, "relay", "--db", "postgres://127.0.0.1:1/db", "--publisher", hook.URL+"/in", "--batch-size", "0")
@@ -294,7 +294,8 @@ func TestWebhookDestinationRefusedByTheAddressGuard(t *testing.T) {
 			return err == nil && state == "dead"
 		}, 30*time.Second, 10*time.Millisecond)
 		require.Equal(t, 2, attempts, "each try spent an attempt: no outage")
-		require.Contains(t, lastError, "refusing to connect to 127.0.0.1 (loopback address)")
+		require.Contains(t, lastError, "refusing to connect to 127.0.0.1 (loopback address): allow it with HERALD_WEBHOOK_ALLOW_NETWORKS",
+			"the dead letter names the variable, not a Go field")
 
 		code, rj := readiness(t, admin)
 		require.Equal(t, http.StatusServiceUnavailable, code)
@@ -302,7 +303,7 @@ func TestWebhookDestinationRefusedByTheAddressGuard(t *testing.T) {
 		require.True(t, rj.Running)
 		require.Empty(t, rj.Destination, "not an outage")
 		require.Equal(t, "destination default: heraldwebhook: endpoint "+byName+
-			": refusing to connect to 127.0.0.1 (loopback address): allow it with HERALD_WEBHOOK_ALLOW_NETWORKS", rj.Config)
+			": refusing to connect to 127.0.0.1 (loopback address): allow it with HERALD_WEBHOOK_ALLOW_NETWORKS (CIDRs, comma-separated)", rj.Config)
 		require.Zero(t, requests.Load(), "nothing reached the server")
 
 		res := r.stop(t)

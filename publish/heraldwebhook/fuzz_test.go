@@ -112,7 +112,7 @@ func FuzzVerifyRequest(f *testing.F) {
 
 // secretErrors are the only things Verify and New say of a bad secret:
 // none quotes it.
-var secretErrors = regexp.MustCompile(`^heraldwebhook: (Config\.Default\.Secret: required, or set Config\.Secret|(Verify: secret|Config\.Secret): (required|must start with "whsec_" \(a Standard Webhooks secret\)|the part after "whsec_" is not valid base64|the key must decode to 24 to 64 bytes, not \d+))$`)
+var secretErrors = regexp.MustCompile(`^heraldwebhook: (Config\.Default\.Secret is required, or set Config\.Secret|(Verify: secret|Config\.Secret) (is required|must start with "whsec_" \(a Standard Webhooks secret\)|is not valid base64 after "whsec_"|must decode to a key of 24 to 64 bytes, not \d+))$`)
 
 // A secret that cannot be used is refused without being echoed; one that
 // can is accepted by both New and Verify.

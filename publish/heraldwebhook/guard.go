@@ -23,12 +23,13 @@ import (
 type RefusedDestinationError struct {
 	Addr   netip.Addr
 	Reason string // "loopback", "private", "link-local", ...
+	Allow  string // how to allow it (Config.AllowHint)
 }
 
 func (e *RefusedDestinationError) Error() string { return "heraldwebhook: " + e.detail() }
 
 func (e *RefusedDestinationError) detail() string {
-	return fmt.Sprintf("refusing to connect to %s (%s address): allow it with Config.AllowedNetworks or Config.AllowPrivate", e.Addr, e.Reason)
+	return fmt.Sprintf("refusing to connect to %s (%s address): allow it with %s", e.Addr, e.Reason, e.Allow)
 }
 
 // endpointRefusedError is a RefusedDestinationError with the endpoint it
@@ -48,6 +49,7 @@ func (e *endpointRefusedError) Unwrap() error { return e.err }
 type guard struct {
 	allowAll bool
 	allowed  []netip.Prefix
+	hint     string // Config.AllowHint
 }
 
 // control is a net.Dialer Control function: it runs after name
@@ -79,7 +81,7 @@ func (g *guard) refusal(addr netip.Addr) *RefusedDestinationError {
 			return nil
 		}
 	}
-	return &RefusedDestinationError{Addr: addr, Reason: reason}
+	return &RefusedDestinationError{Addr: addr, Reason: reason, Allow: g.hint}
 }
 
 // specialRanges are the special-purpose ranges netip has no predicate for.

@@ -150,6 +150,11 @@ type Config struct {
 	// AllowPrivate allows every destination, turning the address guard
 	// off. Defaults to false.
 	AllowPrivate bool
+	// AllowHint is how an operator allows a refused address, as every
+	// refusal says it ("allow it with ..."): a program that sets
+	// AllowedNetworks from its own flag or variable names that here.
+	// Defaults to "Config.AllowedNetworks or Config.AllowPrivate".
+	AllowHint string
 	// TLSConfig configures https connections (root CAs, client
 	// certificates). Defaults to nil: the system's roots.
 	TLSConfig *tls.Config
@@ -280,7 +285,10 @@ func New(cfg *Config) (*Publisher, error) {
 		p.def = ep
 	}
 
-	g := &guard{allowAll: c.AllowPrivate}
+	g := &guard{allowAll: c.AllowPrivate, hint: c.AllowHint}
+	if g.hint == "" {
+		g.hint = "Config.AllowedNetworks or Config.AllowPrivate"
+	}
 	for i, s := range c.AllowedNetworks {
 		prefix, err := netip.ParsePrefix(strings.TrimSpace(s))
 		if err != nil {
@@ -343,7 +351,7 @@ func newEndpoint(field string, e Endpoint, secret string) (*endpoint, error) {
 		secret = e.Secret
 	}
 	if secret == "" {
-		return nil, fmt.Errorf("%s.Secret: required, or set Config.Secret", field)
+		return nil, fmt.Errorf("%s.Secret is required, or set Config.Secret", field)
 	}
 	key, err := parseSecret(field+".Secret", secret)
 	if err != nil {

@@ -46,14 +46,17 @@ var (
 )
 
 // parseSecret decodes a "whsec_" secret into its HMAC key. Its errors never
-// contain the secret; field names the setting for the message.
+// contain the secret; field names the setting for the message. They never
+// put a colon after the field either: herald.Scrub, which every logged
+// error goes through, takes the word after "Secret:" for a secret and
+// hides it, which would leave "Secret: xxxxx start with...".
 func parseSecret(field, secret string) ([]byte, error) {
 	if secret == "" {
-		return nil, fmt.Errorf("%s: required", field)
+		return nil, fmt.Errorf("%s is required", field)
 	}
 	b64, ok := strings.CutPrefix(secret, SecretPrefix)
 	if !ok {
-		return nil, fmt.Errorf("%s: must start with %q (a Standard Webhooks secret)", field, SecretPrefix)
+		return nil, fmt.Errorf("%s must start with %q (a Standard Webhooks secret)", field, SecretPrefix)
 	}
 	key, err := base64.StdEncoding.DecodeString(b64)
 	if err != nil {
@@ -63,10 +66,10 @@ func parseSecret(field, secret string) ([]byte, error) {
 	if err != nil {
 		// base64's error quotes the offending byte position only, but say
 		// nothing of the input at all.
-		return nil, fmt.Errorf("%s: the part after %q is not valid base64", field, SecretPrefix)
+		return nil, fmt.Errorf("%s is not valid base64 after %q", field, SecretPrefix)
 	}
 	if len(key) < minKeyBytes || len(key) > maxKeyBytes {
-		return nil, fmt.Errorf("%s: the key must decode to %d to %d bytes, not %d", field, minKeyBytes, maxKeyBytes, len(key))
+		return nil, fmt.Errorf("%s must decode to a key of %d to %d bytes, not %d", field, minKeyBytes, maxKeyBytes, len(key))
 	}
 	return key, nil
 }
