@@ -132,6 +132,13 @@ func parseEndpoint(inv *invocation, label, name, raw string) (endpoint, error) {
 				return ep, err
 			}
 		}
+		if kind == "amqp" {
+			// AMQP names are short strings: checked here, before the
+			// relay waits for its database, in the URL's own terms.
+			if ex := u.Query().Get("exchange"); len(ex) > 255 {
+				return ep, usagef("%s: exchange= is %d bytes; AMQP allows 255", label, len(ex))
+			}
+		}
 		ep.kind = kind
 		ep.hosts = append(ep.hosts, u.Host)
 		if kind == "webhook" {
@@ -503,8 +510,8 @@ func openEndpoint(ctx context.Context, inv *invocation, log *slog.Logger, owner 
 			return nil, nil, usagef("%s: %s", inv.flags.label("destination"), inv.stderr.scrub(err.Error()))
 		}
 		pub, err := heraldrabbit.New(dial, &heraldrabbit.Config{Exchange: exchange, Logger: log})
-		if err != nil {
-			return nil, nil, usagef("%s: %s", inv.flags.label("destination"), inv.stderr.scrub(err.Error()))
+		if err != nil { // parseEndpoint checked what the URL can set
+			return nil, nil, fmt.Errorf("destination %s: %w", ep.name, err)
 		}
 		pctx, cancel := context.WithTimeout(ctx, brokerConnectTimeout)
 		defer cancel()

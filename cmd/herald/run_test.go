@@ -71,6 +71,8 @@ func TestBadInputGivesOneClearLine(t *testing.T) {
 			"herald: destination hook: HERALD_WEBHOOK_SECRET is required: the whsec_... secret every webhook request is signed with"},
 		{"WebhookSecretWithoutPrefix", map[string]string{"HERALD_WEBHOOK_SECRET": "plain"}, relay("--destination", "hook=https://hooks.example/x", "--route", "a=hook"), 2,
 			`herald: destination hook: HERALD_WEBHOOK_SECRET must start with "whsec_" (a Standard Webhooks secret)`},
+		{"AMQPExchangeTooLong", nil, []string{"relay", "--db", db, "--publisher", "amqp://u:" + secret + "@127.0.0.1:1/?exchange=" + strings.Repeat("e", 256)}, 2,
+			"herald: --publisher: exchange= is 256 bytes; AMQP allows 255"},
 		{"MistypedCommand", nil, []string{"stauts"}, 2, `herald: unknown command "stauts" (did you mean "status"? see herald help)`},
 		{"MistypedRelay", nil, []string{"relya"}, 2, `herald: unknown command "relya" (did you mean "relay"? see herald help)`},
 		{"MistypedDeadSubcommand", nil, []string{"dead", "lsit"}, 2, `unknown dead subcommand "lsit" (did you mean "list"? use list`},
