@@ -77,6 +77,20 @@ var (
 
 // readmeMetrics parses the table of the README's "Metrics and health"
 // section.
+// runbookBase is where the alerts' runbook_url point: the README's
+// runbook sections, one per alert, anchored by the alert's name.
+const runbookBase = "https://github.com/herald-outbox/herald/blob/main/README.md#"
+
+// readmeHasHeading reports whether the README has the heading line.
+func readmeHasHeading(t *testing.T, heading string) bool {
+	t.Helper()
+	b, err := os.ReadFile(readmePath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return slices.Contains(strings.Split(string(b), "\n"), heading)
+}
+
 func readmeMetrics(t *testing.T) map[string]metricDoc {
 	t.Helper()
 	b, err := os.ReadFile(readmePath)
@@ -268,10 +282,18 @@ func TestAlertRules(t *testing.T) {
 			if s := r.Labels["severity"]; s != "warning" && s != "critical" {
 				t.Errorf("%s: severity label %q, want warning or critical", where, s)
 			}
-			for _, a := range []string{"summary", "description", "runbook"} {
+			for _, a := range []string{"summary", "description", "runbook", "runbook_url"} {
 				if strings.TrimSpace(r.Annotations[a]) == "" {
 					t.Errorf("%s: no %s annotation", where, a)
 				}
+			}
+			// The runbook_url points at the README's section on the
+			// alert, which must exist.
+			if want := runbookBase + strings.ToLower(r.Alert); r.Annotations["runbook_url"] != want {
+				t.Errorf("%s: runbook_url %q, want %q", where, r.Annotations["runbook_url"], want)
+			}
+			if !readmeHasHeading(t, "#### "+r.Alert) {
+				t.Errorf("%s: the README has no \"#### %s\" section for its runbook_url", where, r.Alert)
 			}
 			for k, v := range r.Annotations {
 				checkText(t, docs, where+" annotation "+k, v)
