@@ -53,6 +53,7 @@ type Metrics struct {
 
 	published *prometheus.CounterVec
 	failed    *prometheus.CounterVec
+	heldBack  *prometheus.CounterVec
 	latency   prometheus.Histogram
 	attempts  prometheus.Histogram
 	batchSize prometheus.Histogram
@@ -88,8 +89,12 @@ func New(cfg *Config) (*Metrics, error) {
 	}, []string{"topic"})
 	m.failed = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "herald_failed_total",
-		Help: "Events not delivered, by topic and outcome: retry, outage, held_back, dead, parked.",
+		Help: "Events that failed, by topic and outcome: retry, outage, dead, parked.",
 	}, []string{"topic", "outcome"})
+	m.heldBack = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "herald_held_back_total",
+		Help: "Events not sent because an earlier event of their key failed in the same batch, by topic: they did not fail themselves.",
+	}, []string{"topic"})
 	m.latency = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name:    "herald_commit_to_ack_seconds",
 		Help:    "Time from an event's write (created_at) to the broker's confirmation being recorded.",
@@ -126,7 +131,7 @@ func New(cfg *Config) (*Metrics, error) {
 		ConstLabels: prometheus.Labels{"version": bi.Version, "revision": bi.Revision, "goversion": bi.GoVersion},
 	})
 	build.Set(1)
-	m.reg.MustRegister(m.published, m.failed, m.latency, m.attempts, m.batchSize, m.rescued, relayUp, leased, m.backlog, build,
+	m.reg.MustRegister(m.published, m.failed, m.heldBack, m.latency, m.attempts, m.batchSize, m.rescued, relayUp, leased, m.backlog, build,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m, nil
 }
@@ -178,6 +183,10 @@ func (m *Metrics) Acknowledged(a herald.Acknowledgement) {
 		}
 	}
 	for _, f := range a.Failed {
+		if f.Outcome == herald.OutcomeHeldBack {
+			m.heldBack.WithLabelValues(f.Topic).Inc()
+			continue
+		}
 		m.failed.WithLabelValues(f.Topic, string(f.Outcome)).Inc()
 	}
 }
