@@ -106,4 +106,3 @@ func TestCloudEvents(t *testing.T) {
 		require.Contains(t, c.String(), "CloudEvents:{Source:/s Mode:structured}")
 	})
 }
-
