@@ -3,7 +3,9 @@ package heraldkafka_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -12,11 +14,13 @@ import (
 	"github.com/cloudevents/sdk-go/v2/binding/spec"
 	"github.com/cloudevents/sdk-go/v2/event"
 	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/herald-outbox/herald"
 	"github.com/herald-outbox/herald/heraldce"
 	"github.com/herald-outbox/herald/publish/heraldkafka"
+	"github.com/herald-outbox/herald/publish/publishertest"
 )
 
 // kafkaMessage reads a record the way the Kafka protocol binding says (and
@@ -164,4 +168,41 @@ func checkEvent(t *testing.T, e *event.Event, env *herald.Envelope) {
 		"traceparent": env.Headers["traceparent"], "heraldtopic": env.Topic,
 		"heraldkey": env.Key, "heraldaggregatetype": env.AggregateType,
 	}, e.Extensions())
+}
+
+// The shared publisher suite with CloudEvents on, in each mode: Parse
+// gives back what the suite sent.
+func TestConformanceCloudEvents(t *testing.T) {
+	for _, mode := range []heraldce.Mode{heraldce.Binary, heraldce.Structured} {
+		t.Run(string(mode), func(t *testing.T) {
+			c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.AllowAutoTopicCreation(), kfake.DefaultNumPartitions(1))
+			require.NoError(t, err)
+			t.Cleanup(c.Close)
+			addrs := c.ListenAddrs()
+			var topics atomic.Int64
+			newPublisher := func(t *testing.T, addrs []string, timeout time.Duration) herald.Publisher {
+				cl, err := heraldkafka.NewClient(addrs, kgo.AllowAutoTopicCreation())
+				require.NoError(t, err)
+				t.Cleanup(cl.Close)
+				p, err := heraldkafka.New(cl, &heraldkafka.Config{
+					MaxMessageBytes: 63 << 10, DeliveryTimeout: timeout,
+					CloudEvents: &heraldce.Config{Source: "/conformance", Mode: mode},
+				})
+				require.NoError(t, err)
+				return p
+			}
+			publishertest.Run(t, publishertest.Harness{
+				Features: publishertest.Features{KeyOrder: true, Headers: true, PermanentTooLarge: true},
+				New:      func(t *testing.T) herald.Publisher { return newPublisher(t, addrs, 0) },
+				Topic:    func(*testing.T) string { return fmt.Sprintf("conformance.%d", topics.Add(1)) },
+				Read: func(t *testing.T, topic string, n int) []publishertest.Received {
+					return readStored(t, addrs, topic, n)
+				},
+				Unreachable: func(t *testing.T) herald.Publisher {
+					return newPublisher(t, []string{"127.0.0.1:1"}, time.Second)
+				},
+				TooLarge: 64 << 10,
+			})
+		})
+	}
 }
