@@ -90,6 +90,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/herald-outbox/herald"
+	"github.com/herald-outbox/herald/heraldce"
 )
 
 // Config configures a Publisher. A nil *Config means the defaults.
@@ -111,6 +112,12 @@ type Config struct {
 	DeliveryTimeout time.Duration
 	// Logger receives the publisher's logs. Defaults to slog.Default().
 	Logger *slog.Logger
+	// CloudEvents sends each event as a CloudEvent (Kafka protocol binding
+	// 1.0) in binary mode (ce_* headers, the payload as the value; the
+	// default) or structured mode (the JSON event format as the value);
+	// see package heraldce for the attributes. The record key stays the
+	// event's key; Parse reads either mode back. Defaults to nil: off.
+	CloudEvents *heraldce.Config
 }
 
 // Publisher is a herald.Publisher over a franz-go client. It lives as long
@@ -121,6 +128,7 @@ type Publisher struct {
 	maxBytes int
 	batchMax func(string) int32 // the client's ProducerBatchMaxBytesFn
 	timeout  time.Duration
+	ce       *heraldce.Config // nil: CloudEvents off
 	log      *slog.Logger
 }
 
@@ -183,6 +191,13 @@ func New(client *kgo.Client, cfg *Config) (*Publisher, error) {
 	if len(c.TopicPrefix) >= maxTopicLen {
 		return nil, fmt.Errorf("heraldkafka: Config.TopicPrefix is longer than %d bytes", maxTopicLen-1)
 	}
+	if c.CloudEvents != nil {
+		if err := c.CloudEvents.Validate("heraldkafka: Config.CloudEvents"); err != nil {
+			return nil, err
+		}
+		ce := *c.CloudEvents
+		c.CloudEvents = &ce
+	}
 	batchMax, _ := client.OptValue(kgo.ProducerBatchMaxBytesFn).(func(string) int32)
 	return &Publisher{
 		cl:       client,
@@ -190,6 +205,7 @@ func New(client *kgo.Client, cfg *Config) (*Publisher, error) {
 		maxBytes: c.MaxMessageBytes,
 		batchMax: batchMax,
 		timeout:  c.DeliveryTimeout,
+		ce:       c.CloudEvents,
 		log:      c.Logger.With("component", "herald.kafka"),
 	}, nil
 }
@@ -364,6 +380,9 @@ func (p *Publisher) record(env *herald.Envelope) (*kgo.Record, error) {
 		return nil, herald.Permanent(fmt.Errorf("heraldkafka: topic %q %s: %w", topic, reason, kerr.InvalidTopicException))
 	}
 	rec := &kgo.Record{Topic: topic, Value: env.Payload, Headers: headers(env)}
+	if p.ce != nil {
+		rec.Value, rec.Headers = p.cloudEvent(env)
+	}
 	if rec.Value == nil {
 		rec.Value = []byte{}
 	}
@@ -399,6 +418,21 @@ func headers(env *herald.Envelope) []kgo.RecordHeader {
 	// map's order.
 	slices.SortFunc(producer, func(a, b kgo.RecordHeader) int { return strings.Compare(a.Key, b.Key) })
 	return append(producer, own...)
+}
+
+// cloudEvent returns the value and headers of env as a CloudEvent: the
+// producer's headers, sorted, then the binding's.
+func (p *Publisher) cloudEvent(env *herald.Envelope) ([]byte, []kgo.RecordHeader) {
+	var hs []kgo.RecordHeader
+	add := func(name, v string) { hs = append(hs, kgo.RecordHeader{Key: name, Value: []byte(v)}) }
+	heraldce.ProducerHeaders(env, add)
+	slices.SortFunc(hs, func(a, b kgo.RecordHeader) int { return strings.Compare(a.Key, b.Key) })
+	if p.ce.ModeOr(heraldce.Binary) == heraldce.Structured {
+		add("content-type", heraldce.StructuredContentType)
+		return p.ce.Structured(env), hs
+	}
+	p.ce.KafkaBinary(env, add)
+	return env.Payload, hs
 }
 
 // recordSize bounds from above the bytes of a record batch holding only rec,

@@ -9,6 +9,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/herald-outbox/herald"
+	"github.com/herald-outbox/herald/heraldce"
 )
 
 // ErrNotHerald is returned by Parse for a record without a valid Herald-Id
@@ -20,7 +21,8 @@ var ErrNotHerald = errors.New("heraldkafka: not a Herald event (no valid Herald-
 // the prefix to ParseWithPrefix), Key, Type, AggregateType, AggregateID,
 // Payload and the producer's own Headers (without Herald-*). Consumers key
 // their inbox on the returned ID. Where a header repeats, the first one
-// counts.
+// counts. A record Herald sent as a CloudEvent (Config.CloudEvents) is read
+// back with heraldce.ParseKafka, its topic from the heraldtopic extension.
 func Parse(r *kgo.Record) (herald.Message, error) {
 	if r == nil {
 		return herald.Message{}, errors.New("heraldkafka: Parse: nil record")
@@ -56,16 +58,19 @@ func parse(r *kgo.Record, prefix string) (herald.Message, error) {
 			own[h.Key] = string(h.Value)
 		}
 	}
-	id := fields[herald.HeaderID]
-	if _, err := uuid.Parse(id); err != nil {
-		return herald.Message{}, ErrNotHerald
-	}
 	topic := r.Topic
 	if prefix != "" {
 		var ok bool
 		if topic, ok = strings.CutPrefix(r.Topic, prefix); !ok || topic == "" {
 			return herald.Message{}, fmt.Errorf("heraldkafka: topic %q lacks the prefix %q", r.Topic, prefix)
 		}
+	}
+	id, ok := fields[herald.HeaderID]
+	if !ok && isCloudEvent(r) {
+		return parseCloudEvent(r, topic)
+	}
+	if _, err := uuid.Parse(id); err != nil {
+		return herald.Message{}, ErrNotHerald
 	}
 	return herald.Message{
 		ID:            id,
@@ -77,4 +82,34 @@ func parse(r *kgo.Record, prefix string) (herald.Message, error) {
 		Payload:       r.Value,
 		Headers:       own,
 	}, nil
+}
+
+// isCloudEvent reports whether r looks like a CloudEvent: a ce_id header or
+// a structured content type.
+func isCloudEvent(r *kgo.Record) bool {
+	for _, h := range r.Headers {
+		if strings.EqualFold(h.Key, "ce_id") ||
+			strings.EqualFold(h.Key, "content-type") && heraldce.IsStructured(string(h.Value)) {
+			return true
+		}
+	}
+	return false
+}
+
+func parseCloudEvent(r *kgo.Record, topic string) (herald.Message, error) {
+	hs := make([]heraldce.Header, len(r.Headers))
+	for i, h := range r.Headers {
+		hs[i] = heraldce.Header{Name: h.Key, Value: string(h.Value)}
+	}
+	msg, err := heraldce.ParseKafka(hs, r.Value)
+	if errors.Is(err, heraldce.ErrNotHerald) {
+		return herald.Message{}, ErrNotHerald
+	}
+	if err != nil {
+		return herald.Message{}, fmt.Errorf("heraldkafka: %w", err)
+	}
+	if msg.Topic == "" {
+		msg.Topic = topic
+	}
+	return msg, nil
 }

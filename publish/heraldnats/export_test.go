@@ -1,8 +1,8 @@
 package heraldnats
 
 // Message exposes the message Publish sends for an event, for the fuzz
-// tests.
-var Message = message
+// tests (CloudEvents off).
+var Message = (&Publisher{}).message
 
 // MessageSize exposes the size Publish weighs against the size caps.
 var MessageSize = messageSize

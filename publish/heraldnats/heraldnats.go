@@ -51,6 +51,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/herald-outbox/herald"
+	"github.com/herald-outbox/herald/heraldce"
 )
 
 // DefaultMaxPendingBytes is Config.MaxPendingBytes's default: 8 MiB.
@@ -90,6 +91,13 @@ type Config struct {
 	MaxMessageBytes int
 	// Logger receives the publisher's logs. Defaults to slog.Default().
 	Logger *slog.Logger
+	// CloudEvents sends each event as a CloudEvent in structured mode, the
+	// only mode of the NATS protocol binding 1.0.2: the message data is the
+	// JSON event format, with a Content-Type header of
+	// heraldce.StructuredContentType; see package heraldce for the
+	// attributes. Nats-Msg-Id stays the event id. Parse reads it back.
+	// Mode must be empty or heraldce.Structured. Defaults to nil: off.
+	CloudEvents *heraldce.Config
 }
 
 const (
@@ -116,6 +124,7 @@ type Publisher struct {
 	maxBytes   int // Config.MaxMessageBytes
 	pending    *pendingBytes
 	pubOpts    []jetstream.PublishOpt
+	ce         *heraldce.Config // nil: CloudEvents off
 	log        *slog.Logger
 
 	noStreamMu     sync.Mutex
@@ -165,6 +174,16 @@ func New(nc *nats.Conn, cfg *Config) (*Publisher, error) {
 		prefix = c.SubjectPrefix + "."
 	}
 
+	if c.CloudEvents != nil {
+		if err := c.CloudEvents.Validate("heraldnats: Config.CloudEvents"); err != nil {
+			return nil, err
+		}
+		if c.CloudEvents.ModeOr(heraldce.Structured) != heraldce.Structured {
+			return nil, fmt.Errorf("heraldnats: Config.CloudEvents.Mode %q: the NATS protocol binding (1.0.2) defines structured mode only", c.CloudEvents.Mode)
+		}
+		ce := *c.CloudEvents
+		c.CloudEvents = &ce
+	}
 	pending := newPendingBytes(c.MaxPendingBytes)
 	js, err := jetstream.New(nc,
 		jetstream.WithPublishAsyncMaxPending(c.MaxPending),
@@ -191,6 +210,7 @@ func New(nc *nats.Conn, cfg *Config) (*Publisher, error) {
 		maxBytes:       c.MaxMessageBytes,
 		pending:        pending,
 		pubOpts:        []jetstream.PublishOpt{jetstream.WithStallWait(stallPoll)},
+		ce:             c.CloudEvents,
 		log:            c.Logger.With("component", "herald.nats"),
 		noStreamLogged: map[string]time.Time{},
 	}, nil
@@ -332,7 +352,7 @@ func (p *Publisher) publishAsync(ctx context.Context, env *herald.Envelope) (jet
 	if reason := checkSubject(subj); reason != "" {
 		return nil, herald.Permanent(fmt.Errorf("heraldnats: subject %q %s", subj, reason))
 	}
-	msg := message(subj, env)
+	msg := p.message(subj, env)
 	size := messageSize(msg)
 	if p.maxBytes > 0 && size > p.maxBytes {
 		return nil, herald.Permanent(fmt.Errorf("heraldnats: message to %q of %d bytes exceeds MaxMessageBytes (%d)", subj, size, p.maxBytes))
@@ -372,13 +392,21 @@ func messageSize(m *nats.Msg) int {
 	return n
 }
 
-func message(subj string, env *herald.Envelope) *nats.Msg {
+func (p *Publisher) message(subj string, env *herald.Envelope) *nats.Msg {
 	h := make(nats.Header, len(env.Headers)+7)
 	// Set as given, not canonicalized: a consumer reads back the names the
 	// producer wrote (traceparent, not Traceparent).
-	herald.EventHeaders(env, func(name, v string) { h[name] = []string{v} })
+	set := func(name, v string) { h[name] = []string{v} }
+	data := env.Payload
+	if p.ce == nil {
+		herald.EventHeaders(env, set)
+	} else {
+		heraldce.ProducerHeaders(env, set)
+		h["Content-Type"] = []string{heraldce.StructuredContentType}
+		data = p.ce.Structured(env)
+	}
 	h[jetstream.MsgIDHeader] = []string{env.ID}
-	return &nats.Msg{Subject: subj, Header: h, Data: env.Payload}
+	return &nats.Msg{Subject: subj, Header: h, Data: data}
 }
 
 // classify wraps a publish or PubAck error for one envelope.

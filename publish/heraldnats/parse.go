@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/herald-outbox/herald"
+	"github.com/herald-outbox/herald/heraldce"
 )
 
 // ErrNotHerald is returned by Parse for a message without a valid Herald-Id
@@ -20,7 +21,9 @@ var ErrNotHerald = errors.New("heraldnats: not a Herald event (no valid Herald-I
 // ID, Topic (the subject, less any SubjectPrefix the publisher used: pass
 // the prefix to ParseWithPrefix), Key, Type, AggregateType, AggregateID,
 // Payload and the producer's own Headers (without Herald-* and Nats-*).
-// Consumers key their inbox on the returned ID.
+// Consumers key their inbox on the returned ID. A message Herald sent as a
+// CloudEvent (Config.CloudEvents) is read back from its JSON event format,
+// its topic from the heraldtopic extension.
 func Parse(m *nats.Msg) (herald.Message, error) {
 	if m == nil {
 		return herald.Message{}, errors.New("heraldnats: Parse: nil message")
@@ -46,16 +49,19 @@ func ParseWithPrefix(m *nats.Msg, prefix string) (herald.Message, error) {
 }
 
 func parse(subject string, h nats.Header, data []byte, prefix string) (herald.Message, error) {
-	id := h.Get(herald.HeaderID)
-	if _, err := uuid.Parse(id); err != nil {
-		return herald.Message{}, ErrNotHerald
-	}
 	topic := subject
 	if prefix != "" {
 		var ok bool
 		if topic, ok = strings.CutPrefix(subject, prefix+"."); !ok {
 			return herald.Message{}, fmt.Errorf("heraldnats: subject %q lacks the prefix %q", subject, prefix)
 		}
+	}
+	id := h.Get(herald.HeaderID)
+	if id == "" && heraldce.IsStructured(h.Get("Content-Type")) {
+		return parseCloudEvent(h, data, topic)
+	}
+	if _, err := uuid.Parse(id); err != nil {
+		return herald.Message{}, ErrNotHerald
 	}
 	msg := herald.Message{
 		ID:            id,
@@ -75,6 +81,28 @@ func parse(subject string, h nats.Header, data []byte, prefix string) (herald.Me
 			msg.Headers = make(map[string]string, len(h))
 		}
 		msg.Headers[name] = values[0]
+	}
+	return msg, nil
+}
+
+// parseCloudEvent reads a structured-mode CloudEvent; the headers other
+// than Nats-* are the producer's.
+func parseCloudEvent(h nats.Header, data []byte, topic string) (herald.Message, error) {
+	var hs []heraldce.Header
+	for name, values := range h {
+		if len(values) > 0 && !strings.HasPrefix(strings.ToLower(name), "nats-") {
+			hs = append(hs, heraldce.Header{Name: name, Value: values[0]})
+		}
+	}
+	msg, err := heraldce.ParseStructured(hs, data)
+	if errors.Is(err, heraldce.ErrNotHerald) {
+		return herald.Message{}, ErrNotHerald
+	}
+	if err != nil {
+		return herald.Message{}, fmt.Errorf("heraldnats: %w", err)
+	}
+	if msg.Topic == "" {
+		msg.Topic = topic
 	}
 	return msg, nil
 }

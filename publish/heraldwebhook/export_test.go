@@ -19,4 +19,7 @@ func ParseRetryAfter(v string, now time.Time) time.Duration { return parseRetryA
 
 // Header exposes the request headers of an event, without the signing
 // headers, for the fuzz tests.
-func (p *Publisher) Header(env *herald.Envelope) (http.Header, error) { return p.header(env) }
+func (p *Publisher) Header(env *herald.Envelope) (http.Header, error) {
+	h, _, err := p.request(env)
+	return h, err
+}

@@ -88,6 +88,7 @@ import (
 	"time"
 
 	"github.com/herald-outbox/herald"
+	"github.com/herald-outbox/herald/heraldce"
 )
 
 // Defaults of Config.
@@ -163,6 +164,13 @@ type Config struct {
 	UserAgent string
 	// Logger receives the publisher's logs. Defaults to slog.Default().
 	Logger *slog.Logger
+	// CloudEvents sends each event as a CloudEvent (HTTP protocol binding
+	// 1.0.2) in binary mode (ce-* headers, the payload as the body; the
+	// default) or structured mode (the JSON event format as the body, the
+	// signature covering it); see package heraldce for the attributes.
+	// Receivers read it back with heraldce.ParseHTTP. The webhook-*
+	// signing headers are sent in both modes. Defaults to nil: off.
+	CloudEvents *heraldce.Config
 }
 
 // String shows the configuration without secrets, paths or queries.
@@ -184,8 +192,12 @@ func (c Config) String() string {
 	if c.Secret != "" {
 		secret = "set"
 	}
-	fmt.Fprintf(&b, "] Default:%s Secret:%s Timeout:%s MaxConcurrency:%d AllowedNetworks:%v AllowPrivate:%t UserAgent:%q}",
+	fmt.Fprintf(&b, "] Default:%s Secret:%s Timeout:%s MaxConcurrency:%d AllowedNetworks:%v AllowPrivate:%t UserAgent:%q",
 		c.Default, secret, c.Timeout, c.MaxConcurrency, c.AllowedNetworks, c.AllowPrivate, c.UserAgent)
+	if c.CloudEvents != nil {
+		fmt.Fprintf(&b, " CloudEvents:%+v", *c.CloudEvents)
+	}
+	b.WriteByte('}')
 	return b.String()
 }
 
@@ -217,6 +229,7 @@ type Publisher struct {
 	timeout   time.Duration
 	maxConc   int
 	userAgent string
+	ce        *heraldce.Config // nil: CloudEvents off
 	log       *slog.Logger
 	summary   string
 }
@@ -255,6 +268,13 @@ func New(cfg *Config) (*Publisher, error) {
 	case !validHeaderValue(c.UserAgent):
 		return fail("Config.UserAgent: contains a control character")
 	}
+	if c.CloudEvents != nil {
+		if err := c.CloudEvents.Validate("heraldwebhook: Config.CloudEvents"); err != nil {
+			return nil, err
+		}
+		ce := *c.CloudEvents
+		c.CloudEvents = &ce
+	}
 	if c.Secret != "" {
 		if _, err := parseSecret("Config.Secret", c.Secret); err != nil {
 			return fail("%v", err)
@@ -265,6 +285,7 @@ func New(cfg *Config) (*Publisher, error) {
 		timeout:   c.Timeout,
 		maxConc:   c.MaxConcurrency,
 		userAgent: c.UserAgent,
+		ce:        c.CloudEvents,
 		log:       c.Logger.With("component", "herald.webhook"),
 	}
 	for topic, e := range c.Endpoints {
@@ -513,14 +534,14 @@ func (p *Publisher) send(ctx context.Context, env *herald.Envelope) (outcome, er
 	if ep == nil {
 		return notSent, herald.Permanent(fmt.Errorf("heraldwebhook: no endpoint for topic %q (set Config.Endpoints or Config.Default)", env.Topic))
 	}
-	header, err := p.header(env)
+	header, body, err := p.request(env)
 	if err != nil {
 		return notSent, herald.Permanent(err)
 	}
 
 	reqCtx, cancel := context.WithTimeoutCause(ctx, p.timeout, errRequestTimeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(reqCtx, http.MethodPost, ep.url, bytes.NewReader(env.Payload))
+	req, err := http.NewRequestWithContext(reqCtx, http.MethodPost, ep.url, bytes.NewReader(body))
 	if err != nil {
 		// Not reached with a URL New validated; the error would quote it.
 		return notSent, fmt.Errorf("heraldwebhook: building the request to %s failed", ep.origin)
@@ -528,7 +549,7 @@ func (p *Publisher) send(ctx context.Context, env *herald.Envelope) (outcome, er
 	ts := strconv.FormatInt(time.Now().Unix(), 10)
 	header.Set(HeaderWebhookID, env.ID)
 	header.Set(HeaderWebhookTimestamp, ts)
-	header.Set(HeaderWebhookSignature, signature(ep.key, env.ID, ts, env.Payload))
+	header.Set(HeaderWebhookSignature, signature(ep.key, env.ID, ts, body))
 	req.Header = header
 
 	resp, err := p.client.Do(req)
@@ -581,10 +602,36 @@ func httpOnly(name string) bool {
 		len(name) >= 6 && strings.EqualFold(name[:6], "proxy-")
 }
 
-// header returns the request headers of env, without the webhook-*
-// signing headers. A value that cannot be sent (a control character) fails
-// the event: the row was not written through a Writer, which refuses it.
-func (p *Publisher) header(env *herald.Envelope) (http.Header, error) {
+// request returns the request headers and body of env, without the
+// webhook-* signing headers.
+func (p *Publisher) request(env *herald.Envelope) (http.Header, []byte, error) {
+	if p.ce == nil {
+		h, err := p.header(env, herald.EventHeaders)
+		if err != nil {
+			return nil, nil, err
+		}
+		if h.Get("Content-Type") == "" {
+			h.Set("Content-Type", "application/json")
+		}
+		return h, env.Payload, nil
+	}
+	h, err := p.header(env, heraldce.ProducerHeaders)
+	if err != nil {
+		return nil, nil, err
+	}
+	if p.ce.ModeOr(heraldce.Binary) == heraldce.Structured {
+		h.Set("Content-Type", heraldce.StructuredContentType)
+		return h, p.ce.Structured(env), nil
+	}
+	p.ce.HTTPBinary(env, func(name, value string) { h.Set(name, value) })
+	return h, env.Payload, nil
+}
+
+// header returns the headers that headers maps from env, less the names
+// only HTTP acts on. A value that cannot be sent (a control character)
+// fails the event: the row was not written through a Writer, which refuses
+// it.
+func (p *Publisher) header(env *herald.Envelope, headers func(*herald.Envelope, func(name, value string))) (http.Header, error) {
 	for name := range env.Headers {
 		if herald.ValidateHeaderName(name) != nil || httpOnly(name) {
 			p.log.Debug("dropped a reserved producer header", "event_id", env.ID, "header", name)
@@ -592,7 +639,7 @@ func (p *Publisher) header(env *herald.Envelope) (http.Header, error) {
 	}
 	h := make(http.Header, len(env.Headers)+10)
 	var err error
-	herald.EventHeaders(env, func(name, value string) {
+	headers(env, func(name, value string) {
 		switch {
 		case httpOnly(name):
 		case !validHeaderValue(value):
@@ -605,9 +652,6 @@ func (p *Publisher) header(env *herald.Envelope) (http.Header, error) {
 	})
 	if err != nil {
 		return nil, err
-	}
-	if h.Get("Content-Type") == "" {
-		h.Set("Content-Type", "application/json")
 	}
 	h.Set("User-Agent", p.userAgent)
 	return h, nil

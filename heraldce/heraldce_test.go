@@ -1,0 +1,191 @@
+package heraldce_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"io"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/cloudevents/sdk-go/v2/binding"
+	"github.com/cloudevents/sdk-go/v2/binding/format"
+	"github.com/cloudevents/sdk-go/v2/event"
+	cehttp "github.com/cloudevents/sdk-go/v2/protocol/http"
+	"github.com/stretchr/testify/require"
+
+	"github.com/herald-outbox/herald"
+	"github.com/herald-outbox/herald/heraldce"
+)
+
+var created = time.Date(2026, 3, 4, 5, 6, 7, 891000000, time.UTC)
+
+func envelope(payload string, headers map[string]string) *herald.Envelope {
+	return &herald.Envelope{
+		Message: herald.Message{
+			ID: "0195b3a0-7c1e-7000-8000-000000000001", Topic: "orders", Key: "k-42",
+			Type: "order.placed", AggregateType: "order", AggregateID: "42",
+			Payload: []byte(payload), Headers: headers,
+		},
+		CreatedAt: created,
+	}
+}
+
+const traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+
+// checkSDKEvent asserts what the official SDK reads from a Herald event.
+func checkSDKEvent(t *testing.T, e *event.Event, env *herald.Envelope, source string) {
+	t.Helper()
+	require.NoError(t, e.Validate())
+	require.Equal(t, "1.0", e.SpecVersion())
+	require.Equal(t, env.ID, e.ID())
+	require.Equal(t, env.Type, e.Type())
+	require.Equal(t, source, e.Source())
+	require.Equal(t, env.AggregateID, e.Subject())
+	require.True(t, env.CreatedAt.Equal(e.Time()), "time %s", e.Time())
+	ext := e.Extensions()
+	require.Equal(t, env.Topic, ext[heraldce.ExtTopic])
+	require.Equal(t, env.Key, ext[heraldce.ExtKey])
+	require.Equal(t, env.AggregateType, ext[heraldce.ExtAggregateType])
+}
+
+func TestHTTPBinaryIsReadByTheSDK(t *testing.T) {
+	cfg := &heraldce.Config{Source: "/shop/orders"}
+	env := envelope(`{"total": 12}`, map[string]string{"Content-Type": "application/json", "traceparent": traceparent, "X-Tenant": "t1"})
+	h := http.Header{}
+	cfg.HTTPBinary(env, func(name, value string) { h.Set(name, value) })
+	heraldce.ProducerHeaders(env, func(name, value string) { h.Set(name, value) })
+
+	e, err := binding.ToEvent(context.Background(), cehttp.NewMessage(h, io.NopCloser(bytes.NewReader(env.Payload))))
+	require.NoError(t, err)
+	checkSDKEvent(t, e, env, cfg.Source)
+	require.Equal(t, "application/json", e.DataContentType())
+	require.Equal(t, env.Payload, e.Data())
+	require.Equal(t, traceparent, e.Extensions()["traceparent"])
+
+	back, err := heraldce.ParseHTTP(h, env.Payload)
+	require.NoError(t, err)
+	want := env.Message // HTTP header names come back canonical
+	want.Headers = map[string]string{"Content-Type": "application/json", "Traceparent": traceparent, "X-Tenant": "t1"}
+	require.Equal(t, want, back)
+}
+
+func TestStructuredJSONIsReadByTheSDK(t *testing.T) {
+	cfg := &heraldce.Config{Source: "https://shop.example/orders", Mode: heraldce.Structured}
+	for _, tc := range []struct {
+		name, payload, contentType string
+		asJSON                     bool
+	}{
+		{"JSONPayloadIsDataByteForByte", `{"total": 12,  "items":[1]}`, "application/json; charset=utf-8", true},
+		{"NoContentTypeAndJSONIsData", `[1,2]`, "", true},
+		{"BinaryPayloadIsDataBase64", "\x00\xffbin", "application/octet-stream", false},
+		{"InvalidJSONIsDataBase64", `{"total":`, "application/json", false},
+		{"SpaceAroundJSONIsDataBase64", ` {} `, "application/json", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			headers := map[string]string{"traceparent": traceparent, "tracestate": "a=b"}
+			if tc.contentType != "" {
+				headers["Content-Type"] = tc.contentType
+			}
+			env := envelope(tc.payload, headers)
+			body := cfg.Structured(env)
+			if tc.asJSON {
+				require.Contains(t, string(body), `"data":`+tc.payload)
+			} else {
+				require.Contains(t, string(body), `"data_base64":"`+base64.StdEncoding.EncodeToString([]byte(tc.payload))+`"`)
+			}
+
+			var e event.Event
+			require.NoError(t, format.JSON.Unmarshal(body, &e))
+			checkSDKEvent(t, &e, env, cfg.Source)
+			require.Equal(t, tc.contentType, e.DataContentType())
+			require.Equal(t, "a=b", e.Extensions()["tracestate"])
+			if tc.asJSON {
+				require.JSONEq(t, tc.payload, string(e.Data()))
+			} else {
+				require.Equal(t, []byte(tc.payload), e.Data())
+			}
+
+			back, err := heraldce.ParseStructured(nil, body)
+			require.NoError(t, err)
+			require.Equal(t, env.Message, back)
+		})
+	}
+}
+
+func TestEmptyTypeBecomesTheTopic(t *testing.T) {
+	cfg := &heraldce.Config{Source: "/s", Mode: heraldce.Structured}
+	env := envelope("{}", nil)
+	env.Type, env.AggregateID, env.Key, env.AggregateType = "", "", "", ""
+	env.CreatedAt = time.Time{}
+	var e event.Event
+	require.NoError(t, format.JSON.Unmarshal(cfg.Structured(env), &e))
+	require.NoError(t, e.Validate())
+	require.Equal(t, "orders", e.Type())
+	require.Empty(t, e.Subject())
+	require.NotContains(t, e.Extensions(), heraldce.ExtKey)
+	require.NotContains(t, e.Extensions(), heraldce.ExtAggregateType)
+	require.True(t, e.Time().IsZero())
+}
+
+func TestHTTPValuesArePercentEncoded(t *testing.T) {
+	cfg := &heraldce.Config{Source: "/s"}
+	env := envelope("{}", nil)
+	env.AggregateID = `Zoë "big" 100%`
+	h := http.Header{}
+	cfg.HTTPBinary(env, func(name, value string) { h.Set(name, value) })
+	require.Equal(t, "Zo%C3%AB%20%22big%22%20100%25", h.Get("ce-subject"))
+	back, err := heraldce.ParseHTTP(h, env.Payload)
+	require.NoError(t, err)
+	require.Equal(t, env.AggregateID, back.AggregateID)
+}
+
+func TestProducerHeadersLeaveOutAttributeLookalikes(t *testing.T) {
+	env := envelope("{}", map[string]string{
+		"Content-Type": "application/json", "ce-id": "spoof", "CE_type": "spoof",
+		"Herald-Id": "spoof", "X-Tenant": "t1", "traceparent": traceparent,
+	})
+	got := map[string]string{}
+	heraldce.ProducerHeaders(env, func(name, value string) { got[name] = value })
+	require.Equal(t, map[string]string{"X-Tenant": "t1", "traceparent": traceparent}, got)
+}
+
+func TestParseRefusesWhatHeraldDidNotSend(t *testing.T) {
+	h := http.Header{"Ce-Id": {"not-a-uuid"}, "Ce-Specversion": {"1.0"}}
+	_, err := heraldce.ParseHTTP(h, nil)
+	require.ErrorIs(t, err, heraldce.ErrNotHerald)
+
+	_, err = heraldce.ParseHTTP(http.Header{"X-Other": {"1"}}, nil)
+	require.ErrorContains(t, err, "not a CloudEvent")
+
+	h = http.Header{"Ce-Id": {"0195b3a0-7c1e-7000-8000-000000000001"}, "Ce-Specversion": {"0.3"}}
+	_, err = heraldce.ParseHTTP(h, nil)
+	require.ErrorContains(t, err, "specversion")
+
+	_, err = heraldce.ParseStructured(nil, []byte("not json"))
+	require.Error(t, err)
+}
+
+func TestConfigValidate(t *testing.T) {
+	for _, tc := range []struct {
+		cfg  heraldce.Config
+		want string
+	}{
+		{heraldce.Config{Source: "/orders"}, ""},
+		{heraldce.Config{Source: "https://shop.example/orders?x=1#f", Mode: heraldce.Structured}, ""},
+		{heraldce.Config{Source: "urn:uuid:6e8bc430-9c3a-11d9-9669-0800200c9a66", Mode: heraldce.Binary}, ""},
+		{heraldce.Config{}, "P.Source is required"},
+		{heraldce.Config{Source: "has space"}, "not a URI-reference"},
+		{heraldce.Config{Source: "/a<b>"}, "not a URI-reference"},
+		{heraldce.Config{Source: "http://[::1"}, "not a URI-reference"},
+		{heraldce.Config{Source: "/s", Mode: "json"}, `P.Mode "json"`},
+	} {
+		err := tc.cfg.Validate("P")
+		if tc.want == "" {
+			require.NoError(t, err, tc.cfg.Source)
+		} else {
+			require.ErrorContains(t, err, tc.want, tc.cfg.Source)
+		}
+	}
+}
