@@ -166,7 +166,7 @@ func parseBinary(prefix, contentType string, decode func(string) string, headers
 		name, isAttr := strings.CutPrefix(lower, prefix)
 		switch {
 		case lower == contentType:
-			name, isAttr = "datacontenttype", true
+			name = "datacontenttype"
 		case !isAttr:
 			if own == nil {
 				own = map[string]string{}
@@ -259,9 +259,11 @@ func structuredData(raw map[string]json.RawMessage, contentType string) ([]byte,
 	if contentType == "" || isJSONType(contentType) {
 		return []byte(data), nil
 	}
+	// Text data of another content type is a JSON string; anything else
+	// is taken as it is.
 	var s string
-	if err := json.Unmarshal(data, &s); err != nil {
-		return []byte(data), nil
+	if json.Unmarshal(data, &s) == nil {
+		return []byte(s), nil
 	}
-	return []byte(s), nil
+	return []byte(data), nil
 }
