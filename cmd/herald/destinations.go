@@ -33,6 +33,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/herald-outbox/herald"
+	"github.com/herald-outbox/herald/heraldce"
 	"github.com/herald-outbox/herald/publish/heraldaws"
 	"github.com/herald-outbox/herald/publish/heraldkafka"
 	"github.com/herald-outbox/herald/publish/heraldmqtt"
@@ -48,10 +49,11 @@ import (
 // URL (or comma-separated URLs) whose scheme picks the publisher.
 type endpoint struct {
 	name    string
-	kind    string // nats, kafka or redis
+	kind    string // nats, kafka, redis, ...: the publisher
 	raw     string // as given; may hold a password
 	display string // without secrets
 	hosts   []string
+	ce      *heraldce.Config // --cloudevents-source and --cloudevents-mode; nil: off
 }
 
 // schemes maps a URL scheme to the publisher it selects.
@@ -179,6 +181,7 @@ func ambiguousUserinfo(raw string, u *url.URL) bool {
 type destinationFlags struct {
 	destinations, routes, debeziumRoutes *[]string
 	defaultDest                          *string
+	ceSource, ceMode                     *string
 }
 
 func addDestinationFlags(f *flagSet) destinationFlags {
@@ -188,7 +191,44 @@ func addDestinationFlags(f *flagSet) destinationFlags {
 		debeziumRoutes: f.List("debezium-route", "like --route `TOPIC=NAME`, with Debezium's outbox shape: "+
 			"topic outbox.event.<aggregate_type>, key = aggregate id, id and type headers"),
 		defaultDest: f.String("default-destination", "", "the destination `NAME` of topics no route matches; with --publisher, that one"),
+		ceSource: f.String("cloudevents-source", "", "send every event as a CloudEvent with this source `URI-reference` "+
+			"(webhook, kafka and nats destinations); off when empty"),
+		ceMode: f.String("cloudevents-mode", "", "CloudEvents content `mode`: binary (attributes in headers) or structured (a JSON event); "+
+			"default binary, structured on NATS"),
 	}
+}
+
+// cloudEventsKinds are the destinations that send CloudEvents.
+var cloudEventsKinds = []string{"webhook", "kafka", "nats"}
+
+// cloudEvents checks --cloudevents-source and --cloudevents-mode, and that
+// every destination can send CloudEvents: an option no destination can
+// honour is refused, never ignored.
+func (df destinationFlags) cloudEvents(inv *invocation, endpoints []endpoint) (*heraldce.Config, error) {
+	source, mode := strings.TrimSpace(*df.ceSource), strings.TrimSpace(*df.ceMode)
+	if source == "" {
+		if mode != "" {
+			return nil, usagef("%s goes with %s", inv.flags.label("cloudevents-mode"), inv.flags.label("cloudevents-source"))
+		}
+		return nil, nil
+	}
+	ce := &heraldce.Config{Source: source, Mode: heraldce.Mode(mode)}
+	if err := ce.Validate("ce"); err != nil {
+		return nil, usagef("%s", strings.NewReplacer(
+			"ce.Source", inv.flags.label("cloudevents-source"),
+			"ce.Mode", inv.flags.label("cloudevents-mode")).Replace(err.Error()))
+	}
+	for _, ep := range endpoints {
+		switch {
+		case !slices.Contains(cloudEventsKinds, ep.kind):
+			return nil, usagef("%s: destination %s (%s) does not send CloudEvents yet: webhook, kafka and nats destinations do",
+				inv.flags.label("cloudevents-source"), ep.name, ep.kind)
+		case ep.kind == "nats" && ce.Mode == heraldce.Binary:
+			return nil, usagef("%s: destination %s is NATS, whose CloudEvents binding is structured only",
+				inv.flags.label("cloudevents-mode"), ep.name)
+		}
+	}
+	return ce, nil
 }
 
 // plan is the destinations and routes a relay publishes through.
@@ -228,6 +268,13 @@ func (df destinationFlags) parsePlan(inv *invocation, publisher string) (*plan, 
 			return nil, err
 		}
 		p.endpoints, names[name] = append(p.endpoints, ep), true
+	}
+	ce, err := df.cloudEvents(inv, p.endpoints)
+	if err != nil {
+		return nil, err
+	}
+	for i := range p.endpoints {
+		p.endpoints[i].ce = ce
 	}
 	for _, ep := range p.endpoints {
 		if ep.kind == "webhook" {
@@ -399,7 +446,8 @@ func newWebhook(inv *invocation, log *slog.Logger, ep endpoint) (*heraldwebhook.
 	pub, err := heraldwebhook.New(&heraldwebhook.Config{
 		Default: heraldwebhook.Endpoint{URL: ep.raw}, Secret: secret,
 		AllowedNetworks: strings.Fields(strings.ReplaceAll(allowed, ",", " ")), Logger: log,
-		AllowHint: webhookAllowEnv + " (CIDRs, comma-separated)",
+		AllowHint:   webhookAllowEnv + " (CIDRs, comma-separated)",
+		CloudEvents: ep.ce,
 	})
 	if err != nil {
 		return nil, usagef("destination %s: %s", ep.name, webhookHints.Replace(inv.stderr.scrub(err.Error())))
@@ -444,7 +492,7 @@ func openEndpoint(ctx context.Context, inv *invocation, log *slog.Logger, owner 
 			return nil, nil, unreachable(err)
 		}
 		cfg := *natsCfg
-		cfg.Logger = log
+		cfg.Logger, cfg.CloudEvents = log, ep.ce
 		pub, err := heraldnats.New(nc, &cfg)
 		if err != nil {
 			nc.Close()
@@ -462,7 +510,7 @@ func openEndpoint(ctx context.Context, inv *invocation, log *slog.Logger, owner 
 			client.Close()
 			return nil, nil, unreachable(err)
 		}
-		pub, err := heraldkafka.New(client, &heraldkafka.Config{Logger: log})
+		pub, err := heraldkafka.New(client, &heraldkafka.Config{Logger: log, CloudEvents: ep.ce})
 		if err != nil {
 			client.Close()
 			return nil, nil, err

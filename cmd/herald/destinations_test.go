@@ -42,6 +42,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/herald-outbox/herald"
+	"github.com/herald-outbox/herald/heraldce"
 	"github.com/herald-outbox/herald/internal/heraldtest"
 	"github.com/herald-outbox/herald/publish/heraldaws"
 	"github.com/herald-outbox/herald/publish/heraldmqtt"
@@ -751,6 +753,92 @@ func TestPubSubURLMistakesGiveOneClearLine(t *testing.T) {
 			require.Contains(t, r.stderr, tc.message, r)
 			require.NotContains(t, r.stderr, "hunter2-Secret")
 			require.Equal(t, 1, strings.Count(r.stderr, "\n"), "one line on stderr: %q", r.stderr)
+		})
+	}
+}
+
+// --cloudevents-source sends every event as a CloudEvent: a webhook
+// receives the binary binding's ce- headers, and reading the request back
+// gives the event the relay published.
+func TestRelaySendsCloudEventsToAWebhook(t *testing.T) {
+	t.Parallel()
+	d := setup(t)
+	const secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+	got := make(chan herald.Message, 1)
+	headers := make(chan http.Header, 1)
+	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		if err := heraldwebhook.Verify(secret, r.Header, body, time.Minute); err != nil {
+			http.Error(w, err.Error(), http.StatusUnauthorized)
+			return
+		}
+		msg, err := heraldce.ParseHTTP(r.Header, body)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		select {
+		case got <- msg:
+			headers <- r.Header.Clone()
+		default:
+		}
+	}))
+	t.Cleanup(hook.Close)
+
+	d.exec(t, `INSERT INTO %s.herald_outbox (topic, key, type, aggregate_id, payload) VALUES ('hooks.order', 'k', 'order.placed', 'order-7', '{"n":1}')`)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan result, 1)
+	go func() {
+		done <- cliCtx(ctx, map[string]string{"HERALD_WEBHOOK_SECRET": secret, "HERALD_WEBHOOK_ALLOW_NETWORKS": "127.0.0.0/8",
+			"HERALD_CLOUDEVENTS_SOURCE": "/shop/orders"}, nil,
+			append([]string{"relay", "--publisher", hook.URL + "/herald", "--cloudevents-mode", "binary", "--log-level", "warn"}, d.flags...)...)
+	}()
+	var msg herald.Message
+	select {
+	case msg = <-got:
+	case <-time.After(30 * time.Second):
+		t.Fatal("no CloudEvent reached the webhook")
+	}
+	h := <-headers
+	cancel()
+	r := <-done
+	require.Equal(t, 0, r.code, r)
+	require.Equal(t, "/shop/orders", h.Get("ce-source"))
+	require.Equal(t, "order.placed", h.Get("ce-type"))
+	require.Equal(t, "1.0", h.Get("ce-specversion"))
+	require.Equal(t, msg.ID, h.Get("ce-id"))
+	require.Equal(t, "order-7", msg.AggregateID)
+	require.Equal(t, "hooks.order", msg.Topic)
+	require.JSONEq(t, `{"n":1}`, string(msg.Payload))
+}
+
+// CloudEvents options are checked with the rest of the command line.
+func TestCloudEventsOptionsAreChecked(t *testing.T) {
+	t.Parallel()
+	db := "postgres://127.0.0.1:1/db"
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"ModeWithoutSource", []string{"--publisher", "nats://127.0.0.1:1", "--cloudevents-mode", "binary"},
+			"herald: --cloudevents-mode goes with --cloudevents-source"},
+		{"SourceNotAURI", []string{"--publisher", "nats://127.0.0.1:1", "--cloudevents-source", "a b"},
+			`herald: --cloudevents-source "a b" is not a URI-reference`},
+		{"UnknownMode", []string{"--publisher", "kafka://127.0.0.1:1", "--cloudevents-source", "/s", "--cloudevents-mode", "packed"},
+			`herald: --cloudevents-mode "packed" is neither "binary" nor "structured"`},
+		{"DestinationWithoutCloudEvents", []string{"--destination", "r=redis://127.0.0.1:1/0", "--route", "a=r", "--cloudevents-source", "/s"},
+			"herald: --cloudevents-source: destination r (redis) does not send CloudEvents yet: webhook, kafka and nats destinations do"},
+		{"NATSBinary", []string{"--publisher", "nats://127.0.0.1:1", "--cloudevents-source", "/s", "--cloudevents-mode", "binary"},
+			"herald: --cloudevents-mode: destination default is NATS, whose CloudEvents binding is structured only"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			r := cli(t, nil, append([]string{"relay", "--db", db}, tc.args...)...)
+			require.Equal(t, exitUsage, r.code, r.String())
+			require.Equal(t, 1, countLines(r.stderr), r.stderr)
+			require.Contains(t, r.stderr, tc.want)
 		})
 	}
 }
