@@ -465,6 +465,16 @@ var webhookHints = strings.NewReplacer(
 	"heraldwebhook: Config.Secret", webhookSecretEnv,
 )
 
+// natsHints rewords the NATS publisher's errors for the command line: its
+// Config is the --nats-* flags.
+var natsHints = strings.NewReplacer(
+	"heraldnats: Config.CreateStream", "--nats-create-stream",
+	"heraldnats: Config.SubjectPrefix", "--nats-subject-prefix",
+	"heraldnats: Config.MaxPendingBytes", "--nats-max-pending-bytes",
+	"heraldnats: Config.MaxPending", "--nats-max-pending",
+	"heraldnats: Config.AckTimeout", "--nats-ack-timeout",
+)
+
 // The webhook destinations' settings from the environment: the Standard
 // Webhooks signing secret (whsec_...), and the networks (CIDRs) a webhook
 // may reach although private or loopback.
@@ -496,7 +506,7 @@ func openEndpoint(ctx context.Context, inv *invocation, log *slog.Logger, owner 
 		pub, err := heraldnats.New(nc, &cfg)
 		if err != nil {
 			nc.Close()
-			return nil, nil, err
+			return nil, nil, errors.New(natsHints.Replace(inv.stderr.scrub(err.Error())))
 		}
 		return pub, nc.Close, nil
 	case "kafka":

@@ -371,3 +371,19 @@ func TestKeysBlockedAndDiscardWithResume(t *testing.T) {
 	require.Equal(t, 0, r.code, r)
 	require.Equal(t, "no blocked keys\n", r.stdout)
 }
+
+// A stream the relay cannot create fails the start with a line that names
+// the flag, not the publisher's Go configuration.
+func TestRelaySaysWhichFlagMadeAStreamItCannotCreate(t *testing.T) {
+	t.Parallel()
+	d := setup(t)
+	ns := heraldtest.NATS(t)
+	ns.CreateStream(t, "OTHER", "orders.>") // JetStream refuses a second stream on the same subjects
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	r := cliCtx(ctx, map[string]string{"HERALD_PUBLISHER": ns.URL()}, nil,
+		append([]string{"relay", "--nats-create-stream", "ORDERS", "--nats-stream-subjects", "orders.>"}, d.flags...)...)
+	require.Equal(t, exitFailed, r.code, r)
+	require.Contains(t, r.stderr, `--nats-create-stream: creating or updating stream "ORDERS"`)
+	require.NotContains(t, r.stderr, "Config.")
+}
