@@ -5,7 +5,6 @@ import (
 	"embed"
 	"errors"
 	"fmt"
-	"strings"
 
 	"github.com/jackc/pgx/v5/pgconn"
 
@@ -39,25 +38,12 @@ func MigrationSQL(cfg *Config, from int) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	latest := latestVersion()
-	if from < 0 || from > latest {
-		return "", fmt.Errorf("heraldpg: MigrationSQL: version %d is not between 0 and %d", from, latest)
+	script, err := sqlstore.MigrationScript(n.Qualified, n.Migrations, "BEGIN",
+		[]string{`CREATE SCHEMA IF NOT EXISTS "` + n.Schema + `"`, createMigrationsSQL(n)}, migrations, from, n.render)
+	if err != nil {
+		return "", fmt.Errorf("heraldpg: %w", err)
 	}
-	var b strings.Builder
-	fmt.Fprintf(&b, "-- Herald outbox table %s: schema version %d to %d.\nBEGIN;\n", n.Qualified, from, latest)
-	if from == 0 {
-		fmt.Fprintf(&b, "CREATE SCHEMA IF NOT EXISTS \"%s\";\n%s;\n", n.Schema, createMigrationsSQL(n))
-	}
-	for _, m := range migrations {
-		if m.Version <= from {
-			continue
-		}
-		fmt.Fprintf(&b, "\n-- migration %d: %s\n%s\n", m.Version, m.Name, strings.TrimSpace(n.render(m.SQL)))
-		fmt.Fprintf(&b, "INSERT INTO %s (version, name) VALUES (%d, '%s');\n",
-			n.Migrations, m.Version, strings.ReplaceAll(m.Name, "'", "''"))
-	}
-	b.WriteString("\nCOMMIT;\n")
-	return b.String(), nil
+	return script, nil
 }
 
 func createMigrationsSQL(n names) string {

@@ -6,7 +6,6 @@ import (
 	"database/sql/driver"
 	"embed"
 	"fmt"
-	"strings"
 
 	"github.com/herald-outbox/herald/internal/sqlstore"
 )
@@ -55,25 +54,12 @@ func MigrationSQL(cfg *Config, from int) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	latest := migrations[len(migrations)-1].Version
-	if from < 0 || from > latest {
-		return "", fmt.Errorf("heraldsqlite: MigrationSQL: version %d is not between 0 and %d", from, latest)
+	script, err := sqlstore.MigrationScript(n.Qualified, n.Migrations, "BEGIN IMMEDIATE",
+		[]string{n.render(createMigrationsSQL)}, migrations, from, n.render)
+	if err != nil {
+		return "", fmt.Errorf("heraldsqlite: %w", err)
 	}
-	var b strings.Builder
-	fmt.Fprintf(&b, "-- Herald outbox table %s: schema version %d to %d.\nBEGIN IMMEDIATE;\n", n.Qualified, from, latest)
-	if from == 0 {
-		fmt.Fprintf(&b, "%s;\n", n.render(createMigrationsSQL))
-	}
-	for _, m := range migrations {
-		if m.Version <= from {
-			continue
-		}
-		fmt.Fprintf(&b, "\n-- migration %d: %s\n%s\n", m.Version, m.Name, strings.TrimSpace(n.render(m.SQL)))
-		fmt.Fprintf(&b, "INSERT INTO %s (version, name) VALUES (%d, '%s');\n",
-			n.Migrations, m.Version, strings.ReplaceAll(m.Name, "'", "''"))
-	}
-	b.WriteString("\nCOMMIT;\n")
-	return b.String(), nil
+	return script, nil
 }
 
 // SchemaVersion returns the outbox table's schema version (0 when it does

@@ -89,6 +89,36 @@ func ApplyMigrations(ctx context.Context, table string, ms []Migration, current 
 	return nil
 }
 
+// MigrationScript is what ApplyMigrations runs to bring table from schema
+// version from to the latest of ms, as one script for a migration tool:
+// begin, then, for a new table (from 0), the statements of setup; each
+// later migration rendered, followed by the INSERT into migrationsTable
+// that records it; then COMMIT.
+func MigrationScript(table, migrationsTable, begin string, setup []string, ms []Migration, from int,
+	render func(string) string) (string, error) {
+	latest := ms[len(ms)-1].Version
+	if from < 0 || from > latest {
+		return "", fmt.Errorf("MigrationSQL: version %d is not between 0 and %d", from, latest)
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "-- Herald outbox table %s: schema version %d to %d.\n%s;\n", table, from, latest, begin)
+	if from == 0 {
+		for _, st := range setup {
+			fmt.Fprintf(&b, "%s;\n", st)
+		}
+	}
+	for _, m := range ms {
+		if m.Version <= from {
+			continue
+		}
+		fmt.Fprintf(&b, "\n-- migration %d: %s\n%s\n", m.Version, m.Name, strings.TrimSpace(render(m.SQL)))
+		fmt.Fprintf(&b, "INSERT INTO %s (version, name) VALUES (%d, '%s');\n",
+			migrationsTable, m.Version, strings.ReplaceAll(m.Name, "'", "''"))
+	}
+	b.WriteString("\nCOMMIT;\n")
+	return b.String(), nil
+}
+
 // WalkKeysFactor bounds the keys one ordered claim visits, as a multiple of
 // its limit, so that a table full of blocked keys costs each claim a
 // bounded walk; a cursor makes the next claim go on from there.
