@@ -34,7 +34,8 @@
 //     makes a handler idempotent;
 //   - heraldvet: a go vet analyzer that reports dual writes and misused
 //     WriteTx calls (cmd/heraldvet; heraldvet/golangci for golangci-lint);
-//   - cmd/herald: the relay as a daemon, and the operator CLI.
+//   - cmd/herald: the relay as a daemon, and the operator CLI; cmd/herald-lab:
+//     the demo and the benchmarks, on embedded servers.
 //
 // Guarantees, each shown by a test:
 //   - an event row exists if and only if its transaction committed;

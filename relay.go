@@ -51,6 +51,10 @@ type Relay struct {
 
 	stats relayCounters
 
+	pauses pauses // the operators' pauses, as last read
+
+	hb heartbeat // what the relay's heartbeats say of it
+
 	unordered map[string]bool // RelayConfig.UnorderedTopics
 	skipDead  map[string]bool // RelayConfig.SkipDeadTopics
 }
@@ -101,6 +105,7 @@ func NewRelay(cfg *RelayConfig) (*Relay, error) {
 		done:       make(chan struct{}),
 		unordered:  setOf(c.UnorderedTopics),
 		skipDead:   setOf(c.SkipDeadTopics),
+		hb:         heartbeat{store: heartbeatsOf(c)},
 	}, nil
 }
 
@@ -136,6 +141,7 @@ func (r *Relay) Start(ctx context.Context) error {
 			r.every(loopCtx, r.cfg.CleanupInterval, r.cleanup)
 		}
 	}()
+	r.startHeartbeats(loopCtx)
 	go func() {
 		r.loops.Wait()
 		r.batches.Wait()
@@ -179,6 +185,7 @@ func (r *Relay) Stop(ctx context.Context) error {
 		<-r.done
 	}
 	r.abort()
+	r.gone(ctx)
 	r.log.Info("relay stopped", "published", r.stats.published.Load())
 	return nil
 }

@@ -3,6 +3,7 @@ package herald
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"time"
@@ -170,16 +171,30 @@ func (r *Relay) claim(ctx context.Context, maxBytes int64, limit int) (claimed, 
 	// The lease starts when the database runs the claim, so its end is
 	// measured from before the call: acknowledgements never plan on time
 	// the lease does not have.
+	paused, err := r.pausedTopics(ctx)
+	if err != nil {
+		return claimed{token: token}, err
+	}
 	claimedAt := r.cfg.Clock.Now()
 	claimCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.Lease/2)
 	batch, err := r.cfg.Store.Claim(claimCtx, ClaimParams{
 		Token: token, Owner: r.cfg.Owner, Limit: limit, Lease: r.cfg.Lease,
 		Unordered: r.cfg.Unordered, UnorderedTopics: r.cfg.UnorderedTopics, PerKey: r.cfg.MaxPerKey,
-		MaxBytes: maxBytes,
+		MaxBytes: maxBytes, PausedTopics: paused,
 	})
 	cancel()
 	if err != nil || len(batch) == 0 {
 		return claimed{token: token}, err
+	}
+	if send, held := r.heldByDestination(batch); len(held) > 0 {
+		if err := r.releaseHeld(ctx, token, held); err != nil {
+			// The claim counts as lost: its rows are released by token
+			// once the database answers (releaseLostClaims).
+			return claimed{token: token}, fmt.Errorf("releasing the events of a paused destination: %w", err)
+		}
+		if batch = send; len(batch) == 0 {
+			return claimed{token: token}, nil
+		}
 	}
 	var bytes int64
 	for i := range batch {
@@ -189,6 +204,7 @@ func (r *Relay) claim(ctx context.Context, maxBytes int64, limit int) (claimed, 
 	}
 	r.stats.claimed.Add(int64(len(batch)))
 	r.inFlight.Add(int64(len(batch)))
+	r.noteClaim(claimedAt)
 	r.cfg.Observer.Claimed(batch)
 	r.log.Debug("claimed batch", "batch_size", len(batch), "claim_token", token)
 	return claimed{token: token, batch: batch, deadline: claimedAt.Add(r.cfg.Lease), bytes: bytes}, nil

@@ -105,6 +105,19 @@ type RelayConfig struct {
 	// Clock is the relay's time, for tests that move it instead of
 	// sleeping. Defaults to the system clock.
 	Clock Clock
+	// HeartbeatInterval is how often the relay records itself in the
+	// database, when its Store implements Heartbeats: owner, version,
+	// start, the rows it holds, what it published and its last claim, for
+	// heraldadmin.Relays (herald status, the admin page). A relay not heard
+	// of for ten intervals is no longer listed. Defaults to 5s; a negative
+	// value turns heartbeats off.
+	HeartbeatInterval time.Duration
+	// DestinationOf names the destination a topic's events go to, so
+	// that pausing a destination (heraldadmin.Admin's Pause with
+	// herald.PauseDestination) holds every topic routed to it; the herald
+	// daemon sets it from its routes. Topic pauses need nothing. Defaults
+	// to nil: destination pauses hold nothing.
+	DestinationOf func(topic string) string
 	// MaxPerKey is the most events of one key in one claimed batch. They
 	// are published pipelined, in order; a hot key moves MaxPerKey events
 	// per broker round trip. Defaults to BatchSize.
@@ -133,6 +146,7 @@ func (c *RelayConfig) withDefaults() RelayConfig {
 	setDefault(&out.CleanupInterval, time.Minute)
 	setDefault(&out.CleanupBatchSize, 1000)
 	setDefault(&out.MaxPerKey, out.BatchSize)
+	setDefault(&out.HeartbeatInterval, DefaultHeartbeatInterval)
 	if out.MaxInFlightBytes == 0 {
 		out.MaxInFlightBytes = DefaultMaxInFlightBytes
 	}
@@ -145,6 +159,9 @@ func (c *RelayConfig) withDefaults() RelayConfig {
 	out.Retry = out.Retry.withDefaults()
 	return out
 }
+
+// DefaultHeartbeatInterval is RelayConfig.HeartbeatInterval's default.
+const DefaultHeartbeatInterval = 5 * time.Second
 
 // DefaultMaxInFlightBytes is RelayConfig.MaxInFlightBytes's default. With
 // the copies a publisher makes while sending, it keeps a relay draining

@@ -69,6 +69,9 @@ type decideRules struct {
 	Backoff func(attempt int) time.Duration
 	// SkipDead are topics whose dead events do not park their key.
 	SkipDead map[string]bool
+	// Resumed returns when a pause that held a topic last ended: MaxAge
+	// counts from then for events written before it. Nil: no pauses.
+	Resumed func(topic string) time.Time
 }
 
 // decision is the store writes for one batch and what the relay says of it.
@@ -161,7 +164,7 @@ func (r decideRules) failure(env *Envelope, e error, d *decision, outageWait *ti
 	if errors.As(e, &ra) && ra.RetryAfter() > delay {
 		delay = min(ra.RetryAfter(), r.Policy.Cap)
 	}
-	tooOld := r.Policy.MaxAge > 0 && !env.CreatedAt.IsZero() && r.Now.Sub(env.CreatedAt) > r.Policy.MaxAge
+	tooOld := r.Policy.MaxAge > 0 && !env.CreatedAt.IsZero() && r.Now.Sub(r.born(env)) > r.Policy.MaxAge
 	spent := out == OutcomeRetry && env.Attempt >= r.Policy.MaxAttempts
 	if IsPermanent(e) || tooOld || spent {
 		if env.Ordered && env.Key != "" && !r.SkipDead[env.Topic] {
@@ -170,6 +173,19 @@ func (r decideRules) failure(env *Envelope, e error, d *decision, outageWait *ti
 		return OutcomeDead, 0
 	}
 	return out, delay
+}
+
+// born is when env's MaxAge starts: when it was written, or when a pause
+// that held its topic ended, whichever is later. A paused event is never
+// claimed, so no pause can make it dead; this keeps a long pause from
+// making it dead at its first failure after the resume.
+func (r decideRules) born(env *Envelope) time.Time {
+	if r.Resumed != nil {
+		if t := r.Resumed(env.Topic); t.After(env.CreatedAt) {
+			return t
+		}
+	}
+	return env.CreatedAt
 }
 
 // orderKey returns the key that orders env, or "" when the relay keeps no

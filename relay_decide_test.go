@@ -102,6 +102,20 @@ func TestDecide(t *testing.T) {
 			outage: true,
 		},
 		{
+			name:  "MaxAgeCountsFromTheEndOfAPauseOfTheTopic",
+			batch: []Envelope{old, func() Envelope { e := old; e.ID, e.Topic = "old-other", "other"; return e }()},
+			errs:  []error{nack, nack},
+			rules: func(r *decideRules) {
+				r.Resumed = func(topic string) time.Time {
+					if topic == "t" {
+						return now.Add(-10 * time.Minute) // paused for most of its two hours
+					}
+					return time.Time{}
+				}
+			},
+			want: map[string]want{"old": {OutcomeRetry, time.Second}, "old-other": {OutcomeParked, 0}},
+		},
+		{
 			name:   "ATimeoutIsAnOutage",
 			batch:  []Envelope{ev("a", "t", "a", 3, true)},
 			errs:   []error{fmt.Errorf("no ack: %w", context.DeadlineExceeded)},

@@ -29,6 +29,7 @@ func (r *Relay) process(c claimed, sent func()) {
 		Unavailable: r.cfg.OutageBackoffCap,
 		Backoff:     r.cfg.Retry.Backoff,
 		SkipDead:    r.skipDead,
+		Resumed:     r.resumedAt,
 	})
 	r.logDecision(c, d)
 	// Sent and decided, the batch gives its publish slot to the next claim

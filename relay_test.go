@@ -28,6 +28,8 @@ type fakeStore struct {
 	ClaimFunc        func(ctx context.Context, p herald.ClaimParams) ([]herald.Envelope, error)
 	CompleteFunc     func(ctx context.Context, p herald.CompleteParams) (herald.CompleteResult, error)
 	ReleaseClaimFunc func(ctx context.Context, token string) (int, error)
+	PausesFunc       func(ctx context.Context) ([]herald.Pause, error)
+	ReadyTopicsFunc  func(ctx context.Context) ([]string, error)
 }
 
 func (f *fakeStore) Migrate(context.Context) error { return nil }
@@ -51,6 +53,18 @@ func (f *fakeStore) ReleaseClaim(ctx context.Context, token string) (int, error)
 	return f.ReleaseClaimFunc(ctx, token)
 }
 func (f *fakeStore) RescueExpired(context.Context, int) (int, error) { return 0, nil }
+func (f *fakeStore) Pauses(ctx context.Context) ([]herald.Pause, error) {
+	if f.PausesFunc == nil {
+		return nil, nil
+	}
+	return f.PausesFunc(ctx)
+}
+func (f *fakeStore) ReadyTopics(ctx context.Context) ([]string, error) {
+	if f.ReadyTopicsFunc == nil {
+		return nil, nil
+	}
+	return f.ReadyTopicsFunc(ctx)
+}
 func (f *fakeStore) DeletePublished(context.Context, time.Duration, int) (int, error) {
 	return 0, nil
 }

@@ -28,7 +28,8 @@ type Store interface {
 	// at the key's lowest ready sequence number and stopping before the
 	// first one not yet available, at most p.PerKey of them. Two claimers
 	// never hold events of one key at once. Events with an empty key, and
-	// events of p.UnorderedTopics, are claimed as if p.Unordered.
+	// events of p.UnorderedTopics, are claimed as if p.Unordered. Events of
+	// p.PausedTopics are not claimed at all.
 	Claim(ctx context.Context, p ClaimParams) ([]Envelope, error)
 	// Complete writes down what the relay decided for a claimed batch:
 	// the rows of p.Published become published, or are deleted when
@@ -53,6 +54,82 @@ type Store interface {
 	DeletePublished(ctx context.Context, olderThan time.Duration, limit int) (int, error)
 	// Ping checks the database is reachable.
 	Ping(ctx context.Context) error
+	// Pauses returns every pause an operator set (heraldadmin.Admin's
+	// Pause), in force or resumed, ordered by kind and name. The relay
+	// reads it at most once a second.
+	Pauses(ctx context.Context) ([]Pause, error)
+	// ReadyTopics returns the topics that have ready events, in order,
+	// one index probe per topic. The relay reads it only while a
+	// destination is paused, to know which topics route there.
+	ReadyTopics(ctx context.Context) ([]string, error)
+}
+
+// Heartbeats is what a Store implements to record the relays running on
+// its table, so that operators see every one of them from any relay's admin
+// page and from herald status (heraldadmin.Relays lists them). It is
+// optional: the relay of a Store without it runs unlisted. A relay beats
+// when it starts and every RelayConfig.HeartbeatInterval, and calls Gone
+// when it stops; a failing beat never stops it from relaying.
+type Heartbeats interface {
+	// Beat writes b as its relay's row, with the times b gives as
+	// durations turned into times by the database clock, and deletes the
+	// rows of other relays that have expired (whose relay died without
+	// Gone). A row's first beat, or a beat with b.First, sets its start;
+	// later beats keep it.
+	Beat(ctx context.Context, b RelayBeat) error
+	// Gone deletes owner's row: its relay stopped.
+	Gone(ctx context.Context, owner string) error
+}
+
+// RelayBeat is one heartbeat of a relay. Its times travel as durations
+// measured by the relay, which the store subtracts from, or adds to, the
+// database's now: every relay's row then reads on the database's clock,
+// whatever the clocks of the relays' hosts.
+type RelayBeat struct {
+	Owner   string // RelayConfig.Owner: host/pid by default
+	Version string // the Herald module version the relay runs
+	// First is the relay's first beat: it replaces a row left under the
+	// same owner by an earlier relay (the same host and pid after a
+	// container restart), start included.
+	First bool
+	// Running is how long the relay has run: its row's start is the
+	// database's now minus Running.
+	Running time.Duration
+	// SinceClaim is how long ago the relay's last claim that took events
+	// was; negative before its first.
+	SinceClaim time.Duration
+	Leased     int64 // claimed rows the relay holds now (Relay.InFlight)
+	Published  int64 // events it published since it started
+	// Expiry is how long the row stays listed without another beat: past
+	// it the relay is taken for dead, and the next beat of any relay on
+	// the table deletes its row.
+	Expiry time.Duration
+}
+
+// PauseKind is what a pause holds: a topic, or a destination of the
+// herald daemon (every topic routed to it).
+type PauseKind string
+
+// The kinds of pause.
+const (
+	PauseTopic       PauseKind = "topic"
+	PauseDestination PauseKind = "destination"
+)
+
+// Pause is an operator's pause of a topic or a destination, stored in the
+// outbox's database so that every relay honours it. While it is in force
+// no relay claims the events it holds: they stay ready, untouched, and
+// spend no attempt; an ordered key is in one topic, so its order is kept.
+// A resumed pause is kept, not in force, for the time it ended (Resumed),
+// which RetryPolicy.MaxAge counts from.
+type Pause struct {
+	Kind    PauseKind
+	Name    string    // the topic or the destination
+	Paused  bool      // in force
+	Reason  string    // what the operator said, for other operators
+	By      string    // who paused: the CLI's user and host, the admin page's client
+	Since   time.Time // when it was paused
+	Resumed time.Time // when it was last resumed; zero while in force or never
 }
 
 // ClaimParams are the arguments of Store.Claim.
@@ -65,6 +142,14 @@ type ClaimParams struct {
 	Unordered       bool     // claim by age alone, with no key held back
 	UnorderedTopics []string // topics claimed by age even in an ordered claim
 	PerKey          int      // most events of one key in an ordered claim; 0 means Limit
+
+	// PausedTopics are topics whose events the claim leaves alone: no
+	// event of theirs is claimed, ordered or not. A claim with paused
+	// topics reaches the others by the key walk of an ordered claim, even
+	// when Unordered (their events are then taken as if of
+	// UnorderedTopics): the walk passes a paused topic in one index
+	// probe, where the claim by age would read every paused event.
+	PausedTopics []string
 
 	// MaxBytes bounds the batch's payload and header bytes, as the
 	// database counts them: rows are taken in claim order while the bytes

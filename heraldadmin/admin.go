@@ -40,7 +40,28 @@ type Admin interface {
 	// and the dead ones. It reads those rows only, through their partial
 	// indexes, never the published ones: cheap enough for metrics.
 	Backlog(ctx context.Context) ([]TopicBacklog, error)
+	// Pause holds p.Kind p.Name: every relay stops claiming its events
+	// within herald.PauseRefresh, and they wait, ready and untouched,
+	// until Resume. Pausing what is paused already keeps its start and
+	// takes the new reason.
+	Pause(ctx context.Context, p PauseParams) error
+	// Resume ends the pause of kind name; its events are claimed again,
+	// in order. It reports false when no such pause was in force.
+	Resume(ctx context.Context, kind herald.PauseKind, name string) (bool, error)
+	// Pauses returns every pause, in force or resumed (herald.Store's).
+	Pauses(ctx context.Context) ([]herald.Pause, error)
 }
+
+// PauseParams are the arguments of Admin.Pause.
+type PauseParams struct {
+	Kind   herald.PauseKind // herald.PauseTopic or herald.PauseDestination
+	Name   string           // the topic or the destination, as routes name it
+	Reason string           // shown to other operators; at most MaxPauseText bytes
+	By     string           // who pauses; at most MaxPauseText bytes
+}
+
+// MaxPauseText bounds a pause's name, reason and author, in bytes.
+const MaxPauseText = 1024
 
 // State is an outbox row's place in its life.
 type State string

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/herald-outbox/herald"
 )
@@ -47,6 +48,38 @@ func (c *Config) KafkaBinary(env *herald.Envelope, set func(name, value string))
 		set("ce_"+a.Name, a.Value)
 	}
 }
+
+// Binary calls set for the attributes of env as a binary-mode message of a
+// binding that names each attribute prefix and the attribute name, in
+// headers, properties or attributes of the protocol's own, and carries
+// datacontenttype in a content-type field of its own: set gets every
+// attribute but datacontenttype, whose value Binary returns ("" when the
+// event has none). Values are the attributes' canonical strings, as they
+// are. The prefixes of the bindings: PrefixAMQP, PrefixPubSub and, for
+// MQTT 5 user properties, "" (the names unchanged).
+func (c *Config) Binary(env *herald.Envelope, prefix string, set func(name, value string)) (contentType string) {
+	for _, a := range c.Attributes(env) {
+		if a.Name == "datacontenttype" {
+			contentType = a.Value
+			continue
+		}
+		set(prefix+a.Name, a.Value)
+	}
+	return contentType
+}
+
+// Attribute name prefixes of binary mode.
+const (
+	// PrefixAMQP is the AMQP binding's (1.0, 3.1.3.1): application
+	// properties, or AMQP 0-9-1 headers, named "cloudEvents:id" and so on.
+	PrefixAMQP = "cloudEvents:"
+	// PrefixPubSub is the Google Cloud Pub/Sub binding's (3.1.3.1), and
+	// the HTTP binding's: message attributes named "ce-id" and so on.
+	PrefixPubSub = "ce-"
+	// PrefixKafka is the Kafka binding's (3.2.3.1): headers named "ce_id"
+	// and so on.
+	PrefixKafka = "ce_"
+)
 
 // percentEncode escapes what the HTTP binding says a header value must not
 // hold as is.
@@ -107,7 +140,8 @@ func isJSONData(contentType string, payload []byte) bool {
 	if len(bytes.TrimSpace(payload)) != len(payload) {
 		return false
 	}
-	return json.Valid(payload)
+	// JSON text is UTF-8 (RFC 8259, 8.1), which json.Valid does not check.
+	return utf8.Valid(payload) && json.Valid(payload)
 }
 
 func isJSONType(contentType string) bool {
@@ -154,6 +188,24 @@ func ParseKafka(headers []Header, value []byte) (herald.Message, error) {
 	}
 	return parseBinary("ce_", "content-type", nil, headers, value)
 }
+
+// ParseBinary reads back a binary-mode event Herald sent through Binary:
+// the attributes are the headers whose names start with prefix, compared
+// without regard to case ("" takes every header for an attribute, as the
+// MQTT binding does); datacontenttype is contentType, the value of the
+// protocol's content-type field ("" when absent); data is the payload. The
+// other headers are returned as the producer's. Where a header repeats, the
+// first one counts.
+func ParseBinary(prefix string, headers []Header, contentType string, data []byte) (herald.Message, error) {
+	if contentType != "" {
+		headers = append([]Header{{contentTypeHeader, contentType}}, headers...)
+	}
+	return parseBinary(strings.ToLower(prefix), contentTypeHeader, nil, headers, data)
+}
+
+// contentTypeHeader stands for the content-type field in ParseBinary: a
+// name no header of the binding can have, as it holds a NUL.
+const contentTypeHeader = "\x00content-type"
 
 // parseBinary reads a binary-mode message: attributes from the headers
 // named prefix+name, datacontenttype from the contentType header, the

@@ -39,6 +39,24 @@ func FuzzRoundTrip(f *testing.F) {
 		require.NoError(t, err)
 		requireSame(t, want, got, "kafka binary")
 
+		for _, prefix := range []string{heraldce.PrefixAMQP, heraldce.PrefixPubSub} {
+			var bin []heraldce.Header
+			heraldce.ProducerHeaders(&env, func(name, v string) { bin = append(bin, heraldce.Header{Name: name, Value: v}) })
+			ct := cfg.Binary(&env, prefix, func(name, v string) { bin = append(bin, heraldce.Header{Name: name, Value: v}) })
+			got, err = heraldce.ParseBinary(prefix, bin, ct, env.Payload)
+			require.NoError(t, err)
+			requireSame(t, want, got, prefix+" binary")
+		}
+
+		// MQTT's binary mode sends the attributes alone: compare those.
+		var user []heraldce.Header
+		ct := cfg.Binary(&env, "", func(name, v string) { user = append(user, heraldce.Header{Name: name, Value: v}) })
+		got, err = heraldce.ParseBinary("", user, ct, env.Payload)
+		require.NoError(t, err)
+		mqttWant := want
+		mqttWant.Headers, got.Headers = nil, nil
+		requireSame(t, mqttWant, got, "mqtt binary")
+
 		// HTTP canonicalizes header names: compare the attributes only.
 		h := http.Header{}
 		cfg.HTTPBinary(&env, func(name, v string) { h.Set(name, v) })

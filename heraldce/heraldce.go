@@ -1,7 +1,8 @@
 // Package heraldce maps Herald events to CloudEvents 1.0 and back, for the
-// publishers that offer CloudEvents as an option (heraldwebhook, heraldnats,
-// heraldkafka). It imports no broker SDK: each publisher calls it with its
-// own header type.
+// publishers that offer CloudEvents as an option (every publisher of
+// Herald's: heraldwebhook, heraldkafka, heraldnats, heraldrabbit,
+// heraldredis, heraldmqtt, heraldaws, heraldpubsub). It imports no broker
+// SDK: each publisher calls it with its own header type.
 //
 // An event becomes a CloudEvent with these attributes:
 //
@@ -21,7 +22,8 @@
 //
 // The producer's other headers stay protocol headers beside the event; in
 // binary mode the names of the binding's prefix (ce-, ce_) are dropped, as
-// they would read as attributes.
+// they would read as attributes. (Header names cannot hold the ':' of the
+// AMQP binding's prefix.)
 package heraldce
 
 import (
@@ -65,7 +67,8 @@ type Config struct {
 	// as "/orders" or "https://shop.example/orders". Required.
 	Source string
 	// Mode is the content mode: Binary or Structured. Defaults to the
-	// binding's default (binary for HTTP and Kafka, structured for NATS).
+	// publisher's default (structured for NATS, SQS and SNS, which have no
+	// binary mode; binary for the others).
 	Mode Mode
 }
 

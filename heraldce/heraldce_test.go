@@ -141,6 +141,58 @@ func TestHTTPValuesArePercentEncoded(t *testing.T) {
 	require.Equal(t, env.AggregateID, back.AggregateID)
 }
 
+// The bindings whose transport sdk-go has no module for here (AMQP,
+// MQTT, Pub/Sub) read as their specifications say: prefixed names, the
+// content type in the protocol's own field. The publishers' tests check
+// what reaches a real broker.
+func TestBinaryNamesAttributesWithTheBindingsPrefix(t *testing.T) {
+	cfg := &heraldce.Config{Source: "/shop/orders"}
+	env := envelope(`{"total":12}`, map[string]string{"Content-Type": "application/json", "traceparent": traceparent})
+	for _, tc := range []struct{ prefix, id string }{
+		{heraldce.PrefixAMQP, "cloudEvents:id"},
+		{heraldce.PrefixPubSub, "ce-id"},
+		{"", "id"},
+	} {
+		t.Run("Prefix"+tc.prefix, func(t *testing.T) {
+			got := map[string]string{}
+			ct := cfg.Binary(env, tc.prefix, func(name, value string) { got[name] = value })
+			require.Equal(t, "application/json", ct)
+			require.Equal(t, env.ID, got[tc.id])
+			require.Equal(t, "1.0", got[tc.prefix+"specversion"])
+			require.Equal(t, "/shop/orders", got[tc.prefix+"source"])
+			require.Equal(t, "2026-03-04T05:06:07.891Z", got[tc.prefix+"time"])
+			require.Equal(t, traceparent, got[tc.prefix+"traceparent"])
+			require.NotContains(t, got, tc.prefix+"datacontenttype")
+
+			var hs []heraldce.Header
+			for name, v := range got {
+				hs = append(hs, heraldce.Header{Name: name, Value: v})
+			}
+			if tc.prefix != "" {
+				hs = append(hs, heraldce.Header{Name: "X-Tenant", Value: "t1"})
+			}
+			back, err := heraldce.ParseBinary(tc.prefix, hs, ct, env.Payload)
+			require.NoError(t, err)
+			want := env.Message
+			want.Headers = map[string]string{"Content-Type": "application/json", "traceparent": traceparent}
+			if tc.prefix != "" {
+				want.Headers["X-Tenant"] = "t1"
+			}
+			require.Equal(t, want, back)
+		})
+	}
+}
+
+func TestStructuredDataIsBase64WhenThePayloadIsNotUTF8(t *testing.T) {
+	cfg := &heraldce.Config{Source: "/s"}
+	env := envelope("\"\xff\"", map[string]string{"Content-Type": "application/json"})
+	body := cfg.Structured(env)
+	require.Contains(t, string(body), `"data_base64":`)
+	back, err := heraldce.ParseStructured(nil, body)
+	require.NoError(t, err)
+	require.Equal(t, env.Payload, back.Payload)
+}
+
 func TestProducerHeadersLeaveOutAttributeLookalikes(t *testing.T) {
 	env := envelope("{}", map[string]string{
 		"Content-Type": "application/json", "ce-id": "spoof", "CE_type": "spoof",

@@ -37,6 +37,13 @@ type Config struct {
 	// Destinations, when set, reports each destination's circuit breaker
 	// (heraldroute.Router.Status does). Defaults to none.
 	Destinations func() []Destination
+	// DestinationOf names the destination of a topic's events (a
+	// heraldroute.Router's DestinationOf), for the destination label of
+	// herald_published_total, herald_failed_total and
+	// herald_held_back_total, and for the events a paused destination
+	// holds. Defaults to none: the label is empty, and a paused destination
+	// is reported without its count.
+	DestinationOf func(topic string) string
 	// Logger receives backlog read failures. Defaults to slog.Default().
 	Logger *slog.Logger
 }
@@ -58,6 +65,8 @@ type Metrics struct {
 	attempts  prometheus.Histogram
 	batchSize prometheus.Histogram
 	rescued   prometheus.Counter
+	callTime  *prometheus.HistogramVec
+	destOf    func(topic string) string
 
 	relayMu sync.Mutex
 	relay   Relay // set by Watch
@@ -83,18 +92,26 @@ func New(cfg *Config) (*Metrics, error) {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
-	m := &Metrics{reg: prometheus.NewRegistry()}
+	m := &Metrics{reg: prometheus.NewRegistry(), destOf: c.DestinationOf}
+	if m.destOf == nil {
+		m.destOf = func(string) string { return "" }
+	}
 	m.published = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "herald_published_total", Help: "Events the broker confirmed, by topic.",
-	}, []string{"topic"})
+		Name: "herald_published_total", Help: "Events the broker confirmed, by topic and destination.",
+	}, []string{"topic", "destination"})
 	m.failed = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "herald_failed_total",
-		Help: "Events that failed, by topic and outcome: retry, outage, dead, parked.",
-	}, []string{"topic", "outcome"})
+		Help: "Events that failed, by topic, destination and outcome: retry, outage, dead, parked.",
+	}, []string{"topic", "destination", "outcome"})
 	m.heldBack = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "herald_held_back_total",
-		Help: "Events not sent because an earlier event of their key failed in the same batch, by topic: they did not fail themselves.",
-	}, []string{"topic"})
+		Help: "Events not sent because an earlier event of their key failed in the same batch, by topic and destination: they did not fail themselves.",
+	}, []string{"topic", "destination"})
+	m.callTime = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "herald_destination_publish_seconds",
+		Help:    "Time a destination took to answer one publish call (a batch, or a destination's share of one), by destination.",
+		Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
+	}, []string{"destination"})
 	m.latency = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name:    "herald_commit_to_ack_seconds",
 		Help:    "Time from an event's write (created_at) to the broker's confirmation being recorded.",
@@ -131,7 +148,7 @@ func New(cfg *Config) (*Metrics, error) {
 		ConstLabels: prometheus.Labels{"version": bi.Version, "revision": bi.Revision, "goversion": bi.GoVersion},
 	})
 	build.Set(1)
-	m.reg.MustRegister(m.published, m.failed, m.heldBack, m.latency, m.attempts, m.batchSize, m.rescued, relayUp, leased, m.backlog, build,
+	m.reg.MustRegister(m.published, m.failed, m.heldBack, m.callTime, m.latency, m.attempts, m.batchSize, m.rescued, relayUp, leased, m.backlog, build,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m, nil
 }
@@ -176,7 +193,7 @@ func (m *Metrics) Claimed(batch []herald.Envelope) { m.batchSize.Observe(float64
 func (m *Metrics) Acknowledged(a herald.Acknowledgement) {
 	now := time.Now()
 	for _, e := range a.Published {
-		m.published.WithLabelValues(e.Topic).Inc()
+		m.published.WithLabelValues(e.Topic, m.destOf(e.Topic)).Inc()
 		m.attempts.Observe(float64(e.Attempt))
 		if !e.CreatedAt.IsZero() {
 			m.latency.Observe(max(now.Sub(e.CreatedAt), 0).Seconds())
@@ -184,11 +201,23 @@ func (m *Metrics) Acknowledged(a herald.Acknowledgement) {
 	}
 	for _, f := range a.Failed {
 		if f.Outcome == herald.OutcomeHeldBack {
-			m.heldBack.WithLabelValues(f.Topic).Inc()
+			m.heldBack.WithLabelValues(f.Topic, m.destOf(f.Topic)).Inc()
 			continue
 		}
-		m.failed.WithLabelValues(f.Topic, string(f.Outcome)).Inc()
+		m.failed.WithLabelValues(f.Topic, m.destOf(f.Topic), string(f.Outcome)).Inc()
 	}
+}
+
+// Publisher returns p timed: every Publish call's duration goes to
+// herald_destination_publish_seconds under the destination label name.
+func (m *Metrics) Publisher(name string, p herald.Publisher) herald.Publisher {
+	h := m.callTime.WithLabelValues(name)
+	return herald.PublisherFunc(func(ctx context.Context, batch []herald.Envelope) error {
+		start := time.Now()
+		err := p.Publish(ctx, batch)
+		h.Observe(time.Since(start).Seconds())
+		return err
+	})
 }
 
 // Rescued implements herald.Observer.
@@ -198,11 +227,12 @@ func (m *Metrics) Rescued(n int) { m.rescued.Add(float64(n)) }
 type backlogCollector struct {
 	cfg Config
 
-	pending, oldest, dead, parked, lastRead, breaker *prometheus.Desc
+	pending, oldest, dead, parked, lastRead, breaker, paused, pausedWaiting *prometheus.Desc
 
-	mu   sync.Mutex
-	at   time.Time // when last read successfully
-	last []heraldadmin.TopicBacklog
+	mu     sync.Mutex
+	at     time.Time // when last read successfully
+	last   []heraldadmin.TopicBacklog
+	pauses []herald.Pause
 }
 
 func newBacklogCollector(cfg Config) *backlogCollector {
@@ -220,17 +250,27 @@ func newBacklogCollector(cfg Config) *backlogCollector {
 			"When the backlog figures were last read from the database.", nil, nil),
 		breaker: prometheus.NewDesc("herald_destination_breaker",
 			"1 for each destination's current circuit breaker state: closed, open or half-open.", []string{"destination", "state"}, nil),
+		paused: prometheus.NewDesc("herald_paused",
+			"1 for each topic or destination an operator paused (herald pause).", []string{"kind", "name"}, nil),
+		pausedWaiting: prometheus.NewDesc("herald_paused_waiting_events",
+			"Ready events a pause holds, by what is paused.", []string{"kind", "name"}, nil),
 	}
 }
 
 func (b *backlogCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{b.pending, b.oldest, b.dead, b.parked, b.lastRead, b.breaker} {
+	for _, d := range []*prometheus.Desc{b.pending, b.oldest, b.dead, b.parked, b.lastRead, b.breaker, b.paused, b.pausedWaiting} {
 		ch <- d
 	}
 }
 
 func (b *backlogCollector) Collect(ch chan<- prometheus.Metric) {
-	rows, at := b.read()
+	rows, pauses, at := b.read()
+	for _, h := range heraldadmin.HeldBy(pauses, rows, b.cfg.DestinationOf) {
+		ch <- prometheus.MustNewConstMetric(b.paused, prometheus.GaugeValue, 1, string(h.Kind), h.Name)
+		if h.Waiting >= 0 {
+			ch <- prometheus.MustNewConstMetric(b.pausedWaiting, prometheus.GaugeValue, float64(h.Waiting), string(h.Kind), h.Name)
+		}
+	}
 	for _, r := range rows {
 		ch <- prometheus.MustNewConstMetric(b.pending, prometheus.GaugeValue, float64(r.Ready+r.Claimed), r.Topic)
 		ch <- prometheus.MustNewConstMetric(b.oldest, prometheus.GaugeValue, r.OldestPending.Seconds(), r.Topic)
@@ -253,22 +293,26 @@ func (b *backlogCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// read returns the backlog, read again when the last read is older than
-// the interval. A failed read keeps the last figures (their timestamp
-// shows their age) and is logged.
-func (b *backlogCollector) read() ([]heraldadmin.TopicBacklog, time.Time) {
+// read returns the backlog and the pauses, read again when the last read
+// is older than the interval. A failed read keeps the last figures (their
+// timestamp shows their age) and is logged.
+func (b *backlogCollector) read() ([]heraldadmin.TopicBacklog, []herald.Pause, time.Time) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if !b.at.IsZero() && time.Since(b.at) < b.cfg.BacklogInterval {
-		return b.last, b.at
+		return b.last, b.pauses, b.at
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), b.cfg.BacklogTimeout)
 	defer cancel()
 	rows, err := b.cfg.Admin.Backlog(ctx)
+	var pauses []herald.Pause
+	if err == nil {
+		pauses, err = b.cfg.Admin.Pauses(ctx)
+	}
 	if err != nil {
 		b.cfg.Logger.Warn("reading the backlog for metrics failed", "error", herald.Scrub(err.Error()))
-		return b.last, b.at
+		return b.last, b.pauses, b.at
 	}
-	b.last, b.at = rows, time.Now()
-	return b.last, b.at
+	b.last, b.pauses, b.at = rows, pauses, time.Now()
+	return b.last, b.pauses, b.at
 }

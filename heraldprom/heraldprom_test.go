@@ -29,7 +29,10 @@ type fakeAdmin struct {
 	heraldadmin.Admin
 	reads   atomic.Int64
 	backlog func() ([]heraldadmin.TopicBacklog, error)
+	pauses  []herald.Pause
 }
+
+func (f *fakeAdmin) Pauses(context.Context) ([]herald.Pause, error) { return f.pauses, nil }
 
 func (f *fakeAdmin) Backlog(context.Context) ([]heraldadmin.TopicBacklog, error) {
 	f.reads.Add(1)
@@ -58,11 +61,25 @@ func TestMetricsCountWhatTheRelayReports(t *testing.T) {
 	t.Parallel()
 	admin := &fakeAdmin{backlog: func() ([]heraldadmin.TopicBacklog, error) {
 		return []heraldadmin.TopicBacklog{{Topic: "orders", Ready: 7, Claimed: 3, Dead: 2, ParkedKeys: 1, OldestPending: 90 * time.Second}}, nil
+	}, pauses: []herald.Pause{
+		{Kind: herald.PauseTopic, Name: "orders", Paused: true},
+		{Kind: herald.PauseDestination, Name: "kafka", Paused: true},
+		{Kind: herald.PauseTopic, Name: "billing", Resumed: time.Now()},
 	}}
+	destOf := map[string]string{"orders": "kafka", "billing": "ledger"}
 	m, err := heraldprom.New(&heraldprom.Config{Admin: admin,
-		Destinations: func() []heraldprom.Destination { return []heraldprom.Destination{{Name: "kafka", Breaker: "open"}} }})
+		Destinations:  func() []heraldprom.Destination { return []heraldprom.Destination{{Name: "kafka", Breaker: "open"}} },
+		DestinationOf: func(topic string) string { return destOf[topic] }})
 	require.NoError(t, err)
 	m.Watch(fakeRelay{inFlight: 42})
+	timed := m.Publisher("kafka", herald.PublisherFunc(func(context.Context, []herald.Envelope) error { return nil }))
+	for range 3 {
+		require.NoError(t, timed.Publish(context.Background(), nil))
+	}
+	refused := errors.New("refused")
+	require.ErrorIs(t, m.Publisher("ledger", herald.PublisherFunc(func(context.Context, []herald.Envelope) error {
+		return refused
+	})).Publish(context.Background(), nil), refused, "the timed publisher returns what the publisher returned")
 
 	created := time.Now().Add(-2 * time.Second)
 	env := func(topic string, attempt int) herald.Envelope {
@@ -81,11 +98,13 @@ func TestMetricsCountWhatTheRelayReports(t *testing.T) {
 
 	text := scrape(t, m)
 	for _, want := range []string{
-		`herald_published_total{topic="orders"} 2`,
-		`herald_published_total{topic="billing"} 1`,
-		`herald_failed_total{outcome="retry",topic="orders"} 1`,
-		`herald_held_back_total{topic="orders"} 1`,
-		`herald_failed_total{outcome="parked",topic="orders"} 1`,
+		`herald_published_total{destination="kafka",topic="orders"} 2`,
+		`herald_published_total{destination="ledger",topic="billing"} 1`,
+		`herald_failed_total{destination="kafka",outcome="retry",topic="orders"} 1`,
+		`herald_held_back_total{destination="kafka",topic="orders"} 1`,
+		`herald_failed_total{destination="kafka",outcome="parked",topic="orders"} 1`,
+		`herald_destination_publish_seconds_count{destination="kafka"} 3`,
+		`herald_destination_publish_seconds_count{destination="ledger"} 1`,
 		`herald_commit_to_ack_seconds_count 3`,
 		`herald_commit_to_ack_seconds_bucket{le="1"} 0`,
 		`herald_commit_to_ack_seconds_bucket{le="2.5"} 3`,
@@ -102,10 +121,15 @@ func TestMetricsCountWhatTheRelayReports(t *testing.T) {
 		`herald_parked_keys{topic="orders"} 1`,
 		`herald_destination_breaker{destination="kafka",state="open"} 1`,
 		`herald_destination_breaker{destination="kafka",state="closed"} 0`,
+		`herald_paused{kind="topic",name="orders"} 1`,
+		`herald_paused{kind="destination",name="kafka"} 1`,
+		`herald_paused_waiting_events{kind="topic",name="orders"} 7`,
+		`herald_paused_waiting_events{kind="destination",name="kafka"} 7`,
 	} {
 		require.Contains(t, text, want)
 	}
 	require.NotContains(t, text, `outcome="held_back"`, "a held-back event did not fail")
+	require.NotContains(t, text, `name="billing"`, "a resumed pause is not reported")
 	// Every metric is documented in the README.
 	readme := readREADME(t)
 	for _, line := range strings.Split(text, "\n") {

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -46,7 +47,11 @@ func checkAdminAddr(inv *invocation, addr string) (string, error) {
 	if host == "" {
 		host = "127.0.0.1"
 	}
-	if tok, _ := inv.getenv(adminTokenEnv); tok != "" {
+	tok, err := inv.env(adminTokenEnv)
+	if err != nil {
+		return "", err
+	}
+	if tok != "" {
 		inv.stderr.add(tok)
 		if len(tok) < adminui.MinTokenLen {
 			return "", usagef("%s is shorter than %d characters", adminTokenEnv, adminui.MinTokenLen)
@@ -57,13 +62,18 @@ func checkAdminAddr(inv *invocation, addr string) (string, error) {
 
 // startAdmin listens on addr and serves the admin endpoints and page until
 // stop.
-func startAdmin(inv *invocation, log *slog.Logger, addr string, metrics *heraldprom.Metrics, status *relayStatus,
-	admin heraldadmin.Admin) (*adminServer, error) {
-	token, _ := inv.getenv(adminTokenEnv)
-	rates := newRateRecorder(status.published)
+func startAdmin(inv *invocation, log *slog.Logger, addr string, metrics http.Handler, status *relayStatus,
+	admin heraldadmin.Admin, fl *fleet) (*adminServer, error) {
+	token, err := inv.env(adminTokenEnv)
+	if err != nil {
+		return nil, err
+	}
+	rates := newRateRecorder(status.sampler(admin))
 	page, err := adminui.New(adminui.Config{
 		Admin: admin, Token: token, Rate: rates.points, Logger: log,
-		Audit: log.With("component", "herald.audit"),
+		Audit:         log.With("component", "herald.audit"),
+		DestinationOf: status.destinationOf, Destinations: status.destinationNames,
+		DestinationStatus: status.pageDestinations, Replay: status.pageReplay(inv, admin),
 	})
 	if err != nil {
 		rates.stop()
@@ -76,14 +86,17 @@ func startAdmin(inv *invocation, log *slog.Logger, addr string, metrics *heraldp
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/", page)
-	mux.Handle("GET /metrics", metrics.Handler())
+	mux.Handle("GET /metrics", metrics)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		fmt.Fprintln(w, "ok")
 	})
-	mux.HandleFunc("GET /destinations", func(w http.ResponseWriter, _ *http.Request) {
+	mux.HandleFunc("GET /destinations", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(destinationsJSON{Destinations: status.destinations()})
+		_ = json.NewEncoder(w).Encode(destinationsJSON{Destinations: status.withPauses(r.Context(), admin, status.destinations())})
+	})
+	mux.HandleFunc("GET /relays", func(w http.ResponseWriter, r *http.Request) {
+		serveRelays(w, r, inv, admin)
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
 		rj := status.ready()
@@ -95,6 +108,7 @@ func startAdmin(inv *invocation, log *slog.Logger, addr string, metrics *heraldp
 		}
 		_ = json.NewEncoder(w).Encode(rj)
 	})
+	fl.handle(mux, token, log.With("component", "herald.audit"))
 	a := &adminServer{
 		srv:   &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)},
 		addr:  ln.Addr().String(),
@@ -110,11 +124,11 @@ func startAdmin(inv *invocation, log *slog.Logger, addr string, metrics *heraldp
 	if host, _, _ := net.SplitHostPort(a.addr); !net.ParseIP(host).IsLoopback() {
 		log.Warn("admin server listens beyond loopback", "addr", a.addr)
 	}
-	mode := "read-only (set " + adminTokenEnv + " to requeue and discard)"
+	mode := "read-only (set " + adminTokenEnv + " to requeue, discard, stop and start databases)"
 	if token != "" {
 		mode = "actions need the token"
 	}
-	log.Info("admin server listening", "addr", a.addr, "endpoints", "/ /metrics /healthz /readyz /destinations", "page", mode)
+	log.Info("admin server listening", "addr", a.addr, "endpoints", "/ /metrics /healthz /readyz /destinations /relays /databases", "page", mode)
 	return a, nil
 }
 
@@ -129,12 +143,16 @@ type destinationJSON struct {
 	Breaker  string `json:"breaker"` // closed, open or half-open
 	InFlight int    `json:"in_flight"`
 	Failures int    `json:"failures"` // failed calls in a row
+	// Paused: an operator paused the destination (herald pause); Waiting
+	// then counts the ready events of the topics routed to it.
+	Paused  bool   `json:"paused,omitempty"`
+	Waiting *int64 `json:"waiting,omitempty"`
 }
 
 // readyJSON is the documented shape of /readyz.
 type readyJSON struct {
 	Ready bool `json:"ready"`
-	// Starting: the relay waits for its database or a destination, named
+	// Starting: the relay waits for a database or a destination, named
 	// in the error fields.
 	Starting    bool   `json:"starting,omitempty"`
 	Running     bool   `json:"running"`
@@ -143,102 +161,175 @@ type readyJSON struct {
 	// Config is a configuration error found while relaying: a webhook
 	// destination whose address the address guard refuses.
 	Config string `json:"config_error,omitempty"`
+	// Databases is each database's part, in the order they were given.
+	Databases []databaseJSON `json:"databases"`
+}
+
+// databaseJSON is one database in /readyz and /databases.
+type databaseJSON struct {
+	Name string `json:"name"`
+	// State is starting (waiting for the database or the destinations),
+	// running, stopped (by an operator) or failed (the database refused
+	// the configuration).
+	State       dbState `json:"state"`
+	Ready       bool    `json:"ready"`
+	Database    string  `json:"database_error,omitempty"`
+	Destination string  `json:"destination_error,omitempty"`
 }
 
 // relayStatus is what the admin server reports of the relay: what it waits
-// for while it starts, then the running relay's health.
+// for while it starts, then the running relays' health.
 type relayStatus struct {
+	plan *plan
+	dbs  []*dbRelay
+
 	mu         sync.Mutex
-	waitingFor string // "database" or "destination NAME" while starting
+	waitingFor string // "destination NAME" while the destinations are opened
 	waitErr    string
-	relay      *herald.Relay
 	dests      *destinations
 }
 
-// waiting records what the start waits for and why; "" when nothing.
+// waiting records which destination the start waits for and why; "" when
+// none. It implements waiter.
 func (s *relayStatus) waiting(what, why string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.waitingFor, s.waitErr = what, why
 }
 
-// started records the running relay and its destinations.
-func (s *relayStatus) started(relay *herald.Relay, dests *destinations) {
+// connected records the opened destinations.
+func (s *relayStatus) connected(dests *destinations) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.relay, s.dests, s.waitingFor, s.waitErr = relay, dests, "", ""
+	s.dests, s.waitingFor, s.waitErr = dests, "", ""
 }
 
-func (s *relayStatus) get() (*herald.Relay, *destinations) {
+func (s *relayStatus) getDests() *destinations {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.relay, s.dests
+	return s.dests
 }
 
-// ready is /readyz: ready once the relay runs, its database and
-// destination answer, and no destination is refused by configuration.
+// publisher is what every relay publishes through.
+func (s *relayStatus) publisher() herald.Publisher { return s.getDests().pub }
+
+// database is one database's part of /readyz.
+func (d *dbRelay) ready(connected bool) databaseJSON {
+	d.mu.Lock()
+	state, relay, what, why, failed := d.state, d.relay, d.waitFor, d.waitErr, d.failErr
+	d.mu.Unlock()
+	dj := databaseJSON{Name: d.name, State: state}
+	switch state {
+	case dbStarting:
+		if what == "destinations" && !connected {
+			dj.Destination = "starting: waiting for the destinations"
+		} else {
+			dj.Database = why // "" while the first try runs
+		}
+	case dbFailed:
+		dj.Database = failed
+	case dbRunning:
+		h := relay.Health()
+		dj.Database, dj.Destination = h.Database, h.Destination
+		dj.Ready = h.Running && h.Database == "" && h.Destination == ""
+		if !h.Running {
+			dj.State = dbStopped
+		}
+	}
+	return dj
+}
+
+// ready is /readyz: ready once every database not stopped by an operator
+// is relayed, its database and destinations answer, and no destination is
+// refused by configuration. With several databases the error fields name
+// each database at fault.
 func (s *relayStatus) ready() readyJSON {
 	s.mu.Lock()
-	relay, dests, what, why := s.relay, s.dests, s.waitingFor, s.waitErr
+	dests, what, why := s.dests, s.waitingFor, s.waitErr
 	s.mu.Unlock()
-	if relay == nil {
-		rj := readyJSON{Starting: true}
-		if why == "" {
-			why = "starting: connecting"
-		}
-		if strings.HasPrefix(what, "destination") {
-			rj.Destination = why
-		} else {
-			rj.Database = why
-		}
-		return rj
+	rj := readyJSON{Ready: dests != nil, Running: true, Databases: []databaseJSON{}}
+	if dests != nil {
+		rj.Config = dests.refused()
+	} else if why != "" && strings.HasPrefix(what, "destination") {
+		rj.Destination = why
 	}
-	h := relay.Health()
-	rj := readyJSON{Running: h.Running, Database: h.Database, Destination: h.Destination, Config: dests.refused()}
-	rj.Ready = h.Running && h.Database == "" && h.Destination == "" && rj.Config == ""
+	var dbErrs, destErrs []string
+	running := 0
+	for _, d := range s.dbs {
+		dj := d.ready(dests != nil)
+		rj.Databases = append(rj.Databases, dj)
+		prefix := ""
+		if len(s.dbs) > 1 {
+			prefix = d.name + ": "
+		}
+		if dj.Database != "" {
+			dbErrs = append(dbErrs, prefix+dj.Database)
+		}
+		// A running relay's outage; a start's wait for the destinations
+		// is told once, above.
+		if dj.State == dbRunning && dj.Destination != "" && rj.Destination == "" && !slices.Contains(destErrs, dj.Destination) {
+			destErrs = append(destErrs, dj.Destination)
+		}
+		switch dj.State {
+		case dbStopped:
+			continue
+		case dbStarting:
+			rj.Starting = true
+		case dbRunning:
+			running++
+		}
+		rj.Ready = rj.Ready && dj.Ready
+		rj.Running = rj.Running && dj.State == dbRunning
+	}
+	if dests == nil {
+		rj.Starting = true
+	}
+	rj.Running = rj.Running && running > 0
+	if rj.Starting && len(dbErrs) == 0 && rj.Destination == "" && len(destErrs) == 0 {
+		dbErrs = append(dbErrs, "starting: connecting")
+	}
+	rj.Ready = rj.Ready && rj.Running && rj.Config == ""
+	rj.Database = strings.Join(dbErrs, "; ")
+	if rj.Destination == "" {
+		rj.Destination = strings.Join(destErrs, "; ")
+	}
 	return rj
 }
 
 // destinations is /destinations: each destination's breaker, none before
-// the relay started.
+// they are opened.
 func (s *relayStatus) destinations() []destinationJSON {
-	relay, dests := s.get()
+	dests := s.getDests()
 	out := []destinationJSON{}
 	switch {
-	case relay == nil:
+	case dests == nil:
 	case dests.router != nil:
 		for _, d := range dests.router.Status() {
 			out = append(out, destinationJSON{Name: d.Name, Breaker: d.Breaker, InFlight: d.InFlight, Failures: d.Failures})
 		}
 	default:
-		// One destination, no breaker of its own: the relay's outage
-		// state stands for it.
+		// One destination, no breaker of its own: the relays' outage
+		// state stands for it, open when any relay pauses for it.
 		state := "closed"
-		if relay.Health().Destination != "" {
-			state = "open"
+		for _, d := range s.dbs {
+			if dj := d.ready(true); dj.State == dbRunning && dj.Destination != "" {
+				state = "open"
+			}
 		}
 		out = append(out, destinationJSON{Name: dests.names[0], Breaker: state})
 	}
 	return out
 }
 
-// breakers is the destinations' breakers for the metrics.
+// breakers is the destinations' breakers for the metrics, as
+// /destinations gives them: a single destination's is the relays' outage
+// state.
 func (s *relayStatus) breakers() []heraldprom.Destination {
 	var out []heraldprom.Destination
-	if _, dests := s.get(); dests != nil && dests.router != nil {
-		for _, d := range dests.router.Status() {
-			out = append(out, heraldprom.Destination{Name: d.Name, Breaker: d.Breaker})
-		}
+	for _, d := range s.destinations() {
+		out = append(out, heraldprom.Destination{Name: d.Name, Breaker: d.Breaker})
 	}
 	return out
-}
-
-// published is the relay's published count, 0 before it started.
-func (s *relayStatus) published() int64 {
-	if relay, _ := s.get(); relay != nil {
-		return relay.Stats().Published
-	}
-	return 0
 }
 
 func (a *adminServer) stop() {
@@ -249,20 +340,25 @@ func (a *adminServer) stop() {
 	a.rates.stop()
 }
 
-// rateRecorder samples the relay's published count every few seconds and
-// turns the samples into events published per minute, for the page.
+// rateRecorder samples the relay's counts and the oldest pending age
+// every few seconds and turns the samples into figures per minute, for the
+// page's charts.
 type rateRecorder struct {
-	published func() int64
-	quit      chan struct{}
-	done      chan struct{}
+	take func() rateSample
+	quit chan struct{}
+	done chan struct{}
 
 	mu      sync.Mutex
 	samples []rateSample // oldest first, the last rateWindow
 }
 
+// rateSample is one reading: counts since the relay started, and the age
+// of the oldest waiting event then.
 type rateSample struct {
-	at        time.Time
-	published int64
+	at            time.Time
+	published     int64
+	failed        int64 // attempts retried or made dead
+	oldestPending time.Duration
 }
 
 const (
@@ -270,8 +366,8 @@ const (
 	rateWindow = 15 * time.Minute
 )
 
-func newRateRecorder(published func() int64) *rateRecorder {
-	r := &rateRecorder{published: published, quit: make(chan struct{}), done: make(chan struct{})}
+func newRateRecorder(take func() rateSample) *rateRecorder {
+	r := &rateRecorder{take: take, quit: make(chan struct{}), done: make(chan struct{})}
 	r.sample(time.Now())
 	go func() {
 		defer close(r.done)
@@ -290,29 +386,33 @@ func newRateRecorder(published func() int64) *rateRecorder {
 }
 
 func (r *rateRecorder) sample(now time.Time) {
+	s := r.take()
+	s.at = now
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.samples = append(r.samples, rateSample{at: now, published: r.published()})
+	r.samples = append(r.samples, s)
 	for len(r.samples) > 0 && now.Sub(r.samples[0].at) > rateWindow {
 		r.samples = r.samples[1:]
 	}
 }
 
-// points returns events published per minute, oldest minute first: each
-// sample's increase is counted in the minute it was taken.
+// points returns the figures of each minute, oldest minute first: each
+// sample's increase is counted in the minute it was taken, and a minute's
+// oldest pending age is the largest sampled in it.
 func (r *rateRecorder) points() []adminui.RatePoint {
-	r.sample(time.Now())
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var out []adminui.RatePoint
 	for i := 1; i < len(r.samples); i++ {
-		minute := r.samples[i].at.Truncate(time.Minute)
-		n := r.samples[i].published - r.samples[i-1].published
-		if len(out) > 0 && out[len(out)-1].Minute.Equal(minute) {
-			out[len(out)-1].Published += n
-		} else {
-			out = append(out, adminui.RatePoint{Minute: minute, Published: n})
+		cur, prev := r.samples[i], r.samples[i-1]
+		minute := cur.at.Truncate(time.Minute)
+		if len(out) == 0 || !out[len(out)-1].Minute.Equal(minute) {
+			out = append(out, adminui.RatePoint{Minute: minute})
 		}
+		p := &out[len(out)-1]
+		p.Published += max(cur.published-prev.published, 0)
+		p.Failed += max(cur.failed-prev.failed, 0)
+		p.OldestPending = max(p.OldestPending, cur.oldestPending)
 	}
 	return out
 }

@@ -80,9 +80,12 @@ func TestRelayAdminServer(t *testing.T) {
 	require.Eventually(t, func() bool {
 		code, body, err := get(addr, "/metrics")
 		metrics = body
-		return err == nil && code == 200 && strings.Contains(body, `herald_published_total{topic="orders.placed"} 20`)
+		return err == nil && code == 200 && strings.Contains(body, `herald_published_total{destination="default",topic="orders.placed"} 20`)
 	}, 30*time.Second, 20*time.Millisecond)
 	require.Contains(t, metrics, "herald_relay_up 1")
+	require.Contains(t, metrics, `herald_destination_breaker{destination="default",state="closed"} 1`,
+		"one destination without routes has a breaker metric too")
+	require.Regexp(t, `herald_destination_publish_seconds_count\{destination="default"\} [1-9]`, metrics)
 	require.Contains(t, metrics, "herald_claim_batch_size_count")
 
 	// The broker goes away: not ready, and it says why.
@@ -98,9 +101,14 @@ func TestRelayAdminServer(t *testing.T) {
 	require.NoError(t, json.Unmarshal([]byte(ready), &rj))
 	require.False(t, rj.Ready)
 	require.NotEmpty(t, rj.Destination)
-	_, metrics, err = get(addr, "/metrics")
-	require.NoError(t, err)
-	require.Contains(t, metrics, `herald_pending_events{topic="orders.placed"}`)
+	// The backlog figures are read at most every 10s: the waiting event
+	// shows once the next read comes.
+	require.Eventually(t, func() bool {
+		_, body, err := get(addr, "/metrics")
+		metrics = body
+		return err == nil && strings.Contains(body, `herald_pending_events{topic="orders.placed"}`)
+	}, 30*time.Second, 100*time.Millisecond)
+	require.Contains(t, metrics, `herald_destination_breaker{destination="default",state="open"} 1`)
 
 	// herald status shows the running relay's destination as down.
 	st := cli(t, nil, append([]string{"status", "--relay-admin", "http://" + addr}, flags...)...)

@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"io"
 	"strings"
-
-	"github.com/herald-outbox/herald/cmd/herald/internal/bench"
 )
 
 // command is one herald command: setup registers its flags and returns
@@ -30,8 +28,11 @@ var commands = []*command{
 	{name: "dead show", args: "ID [--json]", summary: "show one event: headers, payload, attempts, last error", setup: setupDeadShow},
 	{name: "dead requeue", args: "(ID... | --topic T | --all)", summary: "make dead events ready again, attempts reset", setup: setupDeadRequeue},
 	{name: "dead discard", args: "(ID... | --topic T | --all) [--resume]", summary: "delete dead events; --resume lets the keys they hold back go on", setup: setupDeadDiscard},
+	{name: "replay", args: "(ID... | --topic T | --key K | --type T | --since T | --until T | --all) [--dry-run] [--to NAME]",
+		summary: "republish published events, in their order, to their destination or another", setup: setupReplay},
 	{name: "keys blocked", args: "[--limit N] [--json]", summary: "keys parked behind a dead event: topic, key, dead event, waiting count, since", setup: setupKeysBlocked},
-	{name: "demo", args: "[flags]", summary: "the whole pattern on SQLite and an embedded NATS, faults included", setup: setupDemo},
+	{name: "pause", args: "(--topic T | --destination D) [--reason TEXT]", summary: "stop every relay claiming a topic's events, or those of every topic routed to a destination", setup: setupPause},
+	{name: "resume", args: "(--topic T | --destination D)", summary: "end a pause: the events are claimed again, in order", setup: setupResume},
 }
 
 func lookup(name string) *command {
@@ -56,10 +57,11 @@ Commands:
 	for _, c := range commands {
 		line(strings.TrimSpace(c.name+" "+c.args), c.summary)
 	}
-	line("bench [producers|drain|latency|all] [flags]", "benchmarks (see herald bench -h)")
 	line("version", "Herald's version, the Go version and the platform")
 	line("help [COMMAND]", "this help, or one command's")
 	b.WriteString(`
+The demo and the benchmarks are in herald-lab (go run ./cmd/herald-lab demo).
+
 Flags and arguments may come in any order. A flag listed with an env
 variable takes its default from that variable; the flag wins.
 
@@ -132,8 +134,9 @@ func help(args []string, stdout, stderr io.Writer) int {
 	}
 	name := strings.Join(args, " ")
 	switch name {
-	case "bench":
-		return bench.Main(context.Background(), []string{"-h"}, stdout, stderr)
+	case "demo", "bench":
+		fmt.Fprintln(stderr, movedToLab(name))
+		return exitUsage
 	case "keys":
 		return help([]string{"keys", "blocked"}, stdout, stderr)
 	case "dead":

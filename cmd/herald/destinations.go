@@ -15,6 +15,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"cloud.google.com/go/pubsub/v2"
@@ -35,12 +36,9 @@ import (
 	"github.com/herald-outbox/herald"
 	"github.com/herald-outbox/herald/heraldce"
 	"github.com/herald-outbox/herald/publish/heraldaws"
-	"github.com/herald-outbox/herald/publish/heraldkafka"
 	"github.com/herald-outbox/herald/publish/heraldmqtt"
 	"github.com/herald-outbox/herald/publish/heraldnats"
 	"github.com/herald-outbox/herald/publish/heraldpubsub"
-	"github.com/herald-outbox/herald/publish/heraldrabbit"
-	"github.com/herald-outbox/herald/publish/heraldredis"
 	"github.com/herald-outbox/herald/publish/heraldroute"
 	"github.com/herald-outbox/herald/publish/heraldwebhook"
 )
@@ -54,6 +52,9 @@ type endpoint struct {
 	display string // without secrets
 	hosts   []string
 	ce      *heraldce.Config // --cloudevents-source and --cloudevents-mode; nil: off
+	// publisher: given by --publisher, whose secrets are HERALD_<KIND>_*
+	// (destination_secrets.go).
+	publisher bool
 }
 
 // schemes maps a URL scheme to the publisher it selects.
@@ -76,14 +77,15 @@ var destinationName = regexp.MustCompile(`^[a-z][a-z0-9_-]{0,39}$`)
 // parseEndpoint checks one destination's URL list. Errors never repeat a
 // secret: every password and token is registered with the redactor first.
 func parseEndpoint(inv *invocation, label, name, raw string) (endpoint, error) {
-	ep := endpoint{name: name, raw: strings.TrimSpace(raw)}
+	ep := endpoint{name: name, raw: strings.TrimSpace(raw), publisher: label == inv.flags.label("publisher")}
 	if ep.raw == "" {
 		return ep, usagef("%s: no URL", label)
 	}
 	var shown []string
 	for _, one := range strings.Split(ep.raw, ",") {
 		one = strings.TrimSpace(one)
-		inv.stderr.add(userinfoSecrets(one, true)...)
+		userIsSecret := urlUserIsSecret(inv, ep, one)
+		inv.stderr.add(userinfoSecrets(one, userIsSecret)...)
 		u, err := url.Parse(one)
 		if err != nil {
 			// The error quotes the URL, or a piece of it that may be part
@@ -97,7 +99,7 @@ func parseEndpoint(inv *invocation, label, name, raw string) (endpoint, error) {
 			}
 			return ep, usagef("%s: %s", label, reason)
 		}
-		inv.stderr.add(urlSecrets(u)...)
+		inv.stderr.add(urlUserSecrets(u, userIsSecret)...)
 		if ambiguousUserinfo(one, u) {
 			return ep, usagef("%s: the user information holds an '@', '/', '?' or '#' that is not percent-encoded (write '@' as %%40, '/' as %%2F)", label)
 		}
@@ -134,11 +136,18 @@ func parseEndpoint(inv *invocation, label, name, raw string) (endpoint, error) {
 				return ep, err
 			}
 		}
-		if kind == "amqp" {
-			// AMQP names are short strings: checked here, before the
-			// relay waits for its database, in the URL's own terms.
-			if ex := u.Query().Get("exchange"); len(ex) > 255 {
-				return ep, usagef("%s: exchange= is %d bytes; AMQP allows 255", label, len(ex))
+		// Options, TLS files and passwords are checked here, before the
+		// relay waits for its database.
+		if e := ep; kind == "redis" {
+			e.kind = kind
+			if _, err := redisDestination(inv, label, e, u); err != nil {
+				return ep, err
+			}
+		}
+		if e := ep; kind == "amqp" {
+			e.kind = kind
+			if _, err := amqpDestination(inv, label, e, u); err != nil {
+				return ep, err
 			}
 		}
 		ep.kind = kind
@@ -150,10 +159,21 @@ func parseEndpoint(inv *invocation, label, name, raw string) (endpoint, error) {
 			shown = append(shown, u.Scheme+"://"+u.Host)
 			continue
 		}
-		shown = append(shown, redactURL(u, true))
+		shown = append(shown, redactURL(u, userIsSecret))
 	}
 	if ep.kind != "nats" && ep.kind != "kafka" && len(ep.hosts) > 1 {
 		return ep, usagef("%s: a %s destination takes one URL", label, ep.kind)
+	}
+	// Authentication and TLS options (auth_kafka.go, auth_nats.go).
+	switch ep.kind {
+	case "kafka":
+		if _, err := kafkaDestination(inv, label, ep); err != nil {
+			return ep, err
+		}
+	case "nats":
+		if _, err := natsDestination(inv, label, ep); err != nil {
+			return ep, err
+		}
 	}
 	ep.display = strings.Join(shown, ",")
 	return ep, nil
@@ -191,15 +211,20 @@ func addDestinationFlags(f *flagSet) destinationFlags {
 		debeziumRoutes: f.List("debezium-route", "like --route `TOPIC=NAME`, with Debezium's outbox shape: "+
 			"topic outbox.event.<aggregate_type>, key = aggregate id, id and type headers"),
 		defaultDest: f.String("default-destination", "", "the destination `NAME` of topics no route matches; with --publisher, that one"),
-		ceSource: f.String("cloudevents-source", "", "send every event as a CloudEvent with this source `URI-reference` "+
-			"(webhook, kafka and nats destinations); off when empty"),
+		ceSource:    f.String("cloudevents-source", "", "send every event as a CloudEvent with this source `URI-reference`; off when empty"),
 		ceMode: f.String("cloudevents-mode", "", "CloudEvents content `mode`: binary (attributes in headers) or structured (a JSON event); "+
-			"default binary, structured on NATS"),
+			"default binary, structured on NATS, SQS and SNS"),
 	}
 }
 
-// cloudEventsKinds are the destinations that send CloudEvents.
-var cloudEventsKinds = []string{"webhook", "kafka", "nats"}
+// cloudEventsKinds are the destinations that send CloudEvents, and
+// cloudEventsStructuredOnly those of them without a binary mode: NATS,
+// whose binding has none, and SQS and SNS, which have no binding and too
+// few message attributes.
+var (
+	cloudEventsKinds          = []string{"webhook", "kafka", "nats", "redis", "amqp", "mqtt", "sqs", "sns", "pubsub"}
+	cloudEventsStructuredOnly = map[string]string{"nats": "NATS", "sqs": "SQS", "sns": "SNS"}
+)
 
 // cloudEvents checks --cloudevents-source and --cloudevents-mode, and that
 // every destination can send CloudEvents: an option no destination can
@@ -221,11 +246,11 @@ func (df destinationFlags) cloudEvents(inv *invocation, endpoints []endpoint) (*
 	for _, ep := range endpoints {
 		switch {
 		case !slices.Contains(cloudEventsKinds, ep.kind):
-			return nil, usagef("%s: destination %s (%s) does not send CloudEvents yet: webhook, kafka and nats destinations do",
-				inv.flags.label("cloudevents-source"), ep.name, ep.kind)
-		case ep.kind == "nats" && ce.Mode == heraldce.Binary:
-			return nil, usagef("%s: destination %s is NATS, whose CloudEvents binding is structured only",
-				inv.flags.label("cloudevents-mode"), ep.name)
+			return nil, usagef("%s: destination %s (%s) does not send CloudEvents yet: %s destinations do",
+				inv.flags.label("cloudevents-source"), ep.name, ep.kind, strings.Join(cloudEventsKinds, ", "))
+		case cloudEventsStructuredOnly[ep.kind] != "" && ce.Mode == heraldce.Binary:
+			return nil, usagef("%s: destination %s is %s, which takes CloudEvents in structured mode only",
+				inv.flags.label("cloudevents-mode"), ep.name, cloudEventsStructuredOnly[ep.kind])
 		}
 	}
 	return ce, nil
@@ -236,6 +261,12 @@ type plan struct {
 	endpoints []endpoint
 	routes    []heraldroute.Route
 	def       string
+	// timed, when set, wraps each destination's publisher to time its
+	// calls (herald_destination_publish_seconds).
+	timed func(name string, p herald.Publisher) herald.Publisher
+	// slots, when set, is each routed destination's publish calls at
+	// once: with several databases, --max-in-flight for each of them.
+	slots int
 }
 
 // parsePlan checks --publisher, --destination, the routes and the default.
@@ -269,6 +300,9 @@ func (df destinationFlags) parsePlan(inv *invocation, publisher string) (*plan, 
 		}
 		p.endpoints, names[name] = append(p.endpoints, ep), true
 	}
+	if err := checkSecretNames(inv, p.endpoints); err != nil {
+		return nil, err
+	}
 	ce, err := df.cloudEvents(inv, p.endpoints)
 	if err != nil {
 		return nil, err
@@ -288,6 +322,7 @@ func (df destinationFlags) parsePlan(inv *invocation, publisher string) (*plan, 
 	if len(p.endpoints) == 0 {
 		return nil, usagef("--publisher (or HERALD_PUBLISHER) or --destination is required: a %s URL", supportedSchemes)
 	}
+	var routeFlags []string // the flag of each of p.routes, for errors
 	for _, list := range []struct {
 		flag     string
 		entries  []string
@@ -303,6 +338,7 @@ func (df destinationFlags) parsePlan(inv *invocation, publisher string) (*plan, 
 				return nil, usagef("%s: %q routes to %q, which no --destination names", label, clean(r), clean(name))
 			}
 			p.routes = append(p.routes, heraldroute.Route{Topic: topic, Destination: name, Debezium: list.debezium})
+			routeFlags = append(routeFlags, label)
 		}
 	}
 	if d := *df.defaultDest; d != "" {
@@ -313,12 +349,23 @@ func (df destinationFlags) parsePlan(inv *invocation, publisher string) (*plan, 
 	} else if len(p.endpoints) == 1 && p.def == "" {
 		p.def = p.endpoints[0].name
 	}
-	// Topics, routes and patterns are checked by the router.
+	// Topics, routes and patterns are checked by the router; its errors
+	// name its Config, which the command line spells as flags.
 	if _, err := p.router(nil, func(string) herald.Publisher { return herald.PublisherFunc(nil) }, nil); err != nil {
-		return nil, usagef("%s", strings.TrimPrefix(err.Error(), "heraldroute: "))
+		msg := routeField.ReplaceAllStringFunc(strings.TrimPrefix(err.Error(), "heraldroute: "), func(m string) string {
+			i, _ := strconv.Atoi(routeField.FindStringSubmatch(m)[1])
+			if i >= len(routeFlags) {
+				return "a route's topic"
+			}
+			return routeFlags[i]
+		})
+		return nil, usagef("%s", msg)
 	}
 	return p, nil
 }
+
+// routeField finds the route a router's error is about.
+var routeField = regexp.MustCompile(`Config\.Routes\[(\d+)\]\.Topic`)
 
 // direct reports whether the plan is one destination taking every topic
 // as it is: no router needed.
@@ -329,7 +376,7 @@ func (p *plan) direct() bool {
 func (p *plan) router(log *slog.Logger, pub func(name string) herald.Publisher, timeout *time.Duration) (*heraldroute.Router, error) {
 	cfg := &heraldroute.Config{Routes: p.routes, Default: p.def, Logger: log}
 	for _, ep := range p.endpoints {
-		d := heraldroute.Destination{Name: ep.name, Publisher: pub(ep.name)}
+		d := heraldroute.Destination{Name: ep.name, Publisher: pub(ep.name), MaxInFlight: p.slots}
 		if timeout != nil {
 			d.Timeout = *timeout
 		}
@@ -348,7 +395,8 @@ func (p *plan) display() string {
 
 // destinations are a relay's opened destinations.
 type destinations struct {
-	pub      herald.Publisher    // what the relay publishes through
+	pub      herald.Publisher // what the relay publishes through
+	byName   map[string]herald.Publisher
 	router   *heraldroute.Router // nil for one destination taking every topic
 	names    []string
 	webhooks map[string]*heraldwebhook.Publisher // by destination name
@@ -380,8 +428,8 @@ func (d *destinations) refused() string {
 // reached yet, and returns them.
 func (p *plan) connect(ctx context.Context, start starter, log *slog.Logger, owner string,
 	natsCfg *heraldnats.Config, publishTimeout time.Duration) (*destinations, error) {
-	d := &destinations{webhooks: map[string]*heraldwebhook.Publisher{}}
 	pubs := map[string]herald.Publisher{}
+	d := &destinations{webhooks: map[string]*heraldwebhook.Publisher{}, byName: pubs}
 	for _, ep := range p.endpoints {
 		var (
 			pub    herald.Publisher
@@ -401,6 +449,9 @@ func (p *plan) connect(ctx context.Context, start starter, log *slog.Logger, own
 		if wh, ok := pub.(*heraldwebhook.Publisher); ok {
 			d.webhooks[ep.name] = wh
 		}
+		if p.timed != nil {
+			pubs[ep.name] = p.timed(ep.name, pub)
+		}
 	}
 	if p.direct() {
 		d.pub = pubs[p.endpoints[0].name]
@@ -418,39 +469,30 @@ func (p *plan) connect(ctx context.Context, start starter, log *slog.Logger, own
 	return d, nil
 }
 
-// takeOption removes Herald's own option name from a URL's query (the
-// broker's client library would refuse or ignore it) and returns the URL
-// without it and the option's value.
-func takeOption(raw, name string) (string, string, error) {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return "", "", usagef("not a URL")
-	}
-	q := u.Query()
-	v := q.Get(name)
-	q.Del(name)
-	u.RawQuery = q.Encode()
-	return u.String(), v, nil
-}
-
 // newWebhook builds a webhook destination's publisher; it connects to
 // nothing, so parsePlan uses it to check the configuration early.
 func newWebhook(inv *invocation, log *slog.Logger, ep endpoint) (*heraldwebhook.Publisher, error) {
-	// The signing secret comes from the environment only, never from a
+	// The signing secrets come from the environment only, never from a
 	// flag that would show in the process list.
-	secret, _ := inv.getenv(webhookSecretEnv)
-	if secret != "" {
-		inv.stderr.add(secret)
+	sign, err := webhookSecrets(inv, ep)
+	if err != nil {
+		return nil, err
 	}
-	allowed, _ := inv.getenv(webhookAllowEnv)
+	allowed, err := inv.env(webhookAllowEnv)
+	if err != nil {
+		return nil, err
+	}
+	def := sign.own
+	def.URL = ep.raw
 	pub, err := heraldwebhook.New(&heraldwebhook.Config{
-		Default: heraldwebhook.Endpoint{URL: ep.raw}, Secret: secret,
+		Default: def, Secret: sign.def, PreviousSecret: sign.prev,
 		AllowedNetworks: strings.Fields(strings.ReplaceAll(allowed, ",", " ")), Logger: log,
 		AllowHint:   webhookAllowEnv + " (CIDRs, comma-separated)",
 		CloudEvents: ep.ce,
 	})
 	if err != nil {
-		return nil, usagef("destination %s: %s", ep.name, webhookHints.Replace(inv.stderr.scrub(err.Error())))
+		msg := webhookNetworkField.ReplaceAllString(inv.stderr.scrub(err.Error()), webhookAllowEnv)
+		return nil, usagef("destination %s: %s", ep.name, sign.hints.Replace(msg))
 	}
 	return pub, nil
 }
@@ -464,6 +506,10 @@ var webhookHints = strings.NewReplacer(
 	webhookSecretEnv+" is required: the whsec_... secret every webhook request is signed with",
 	"heraldwebhook: Config.Secret", webhookSecretEnv,
 )
+
+// webhookNetworkField is the webhook publisher's name for one entry of
+// HERALD_WEBHOOK_ALLOW_NETWORKS.
+var webhookNetworkField = regexp.MustCompile(`heraldwebhook: Config\.AllowedNetworks\[\d+\]`)
 
 // natsHints rewords the NATS publisher's errors for the command line: its
 // Config is the --nats-* flags.
@@ -497,87 +543,13 @@ func openEndpoint(ctx context.Context, inv *invocation, log *slog.Logger, owner 
 	}
 	switch ep.kind {
 	case "nats":
-		nc, err := connectNATS(inv, log, owner, ep.raw)
-		if err != nil {
-			return nil, nil, unreachable(err)
-		}
-		cfg := *natsCfg
-		cfg.Logger, cfg.CloudEvents = log, ep.ce
-		pub, err := heraldnats.New(nc, &cfg)
-		if err != nil {
-			nc.Close()
-			return nil, nil, errors.New(natsHints.Replace(inv.stderr.scrub(err.Error())))
-		}
-		return pub, nc.Close, nil
+		return openNATS(inv, log, owner, ep, natsCfg, unreachable)
 	case "kafka":
-		client, err := heraldkafka.NewClient(ep.hosts)
-		if err != nil {
-			return nil, nil, unreachable(err)
-		}
-		pctx, cancel := context.WithTimeout(ctx, brokerConnectTimeout)
-		defer cancel()
-		if err := client.Ping(pctx); err != nil {
-			client.Close()
-			return nil, nil, unreachable(err)
-		}
-		pub, err := heraldkafka.New(client, &heraldkafka.Config{Logger: log, CloudEvents: ep.ce})
-		if err != nil {
-			client.Close()
-			return nil, nil, err
-		}
-		return pub, client.Close, nil
+		return openKafka(ctx, inv, log, ep, unreachable)
 	case "redis":
-		raw, maxLen, err := takeOption(ep.raw, "maxlen")
-		if err != nil {
-			return nil, nil, err
-		}
-		opts, err := redis.ParseURL(raw)
-		if err != nil {
-			return nil, nil, usagef("%s: %s", inv.flags.label("destination"), inv.stderr.scrub(err.Error()))
-		}
-		var streamMax int64
-		if maxLen != "" {
-			if streamMax, err = strconv.ParseInt(maxLen, 10, 64); err != nil || streamMax < 1 {
-				return nil, nil, usagef("destination %s: maxlen=%q is not a positive number", ep.name, clean(maxLen))
-			}
-		}
-		rdb := redis.NewClient(opts)
-		pctx, cancel := context.WithTimeout(ctx, brokerConnectTimeout)
-		defer cancel()
-		if err := rdb.Ping(pctx).Err(); err != nil {
-			_ = rdb.Close()
-			return nil, nil, unreachable(err)
-		}
-		pub, err := heraldredis.New(rdb, &heraldredis.Config{MaxLen: streamMax, Logger: log})
-		if err != nil {
-			_ = rdb.Close()
-			return nil, nil, err
-		}
-		return pub, func() { _ = rdb.Close() }, nil
+		return openRedis(ctx, inv, log, ep, unreachable)
 	case "amqp":
-		raw, exchange, err := takeOption(ep.raw, "exchange")
-		if err != nil {
-			return nil, nil, err
-		}
-		// The daemon builds the client from its URL; the publisher owns
-		// the connections it dials, and dials again when one is lost.
-		props := amqp.NewConnectionProperties()
-		props.SetClientConnectionName("herald relay " + owner)
-		dial, err := heraldrabbit.Dialer(raw, amqp.Config{Properties: props})
-		if err != nil {
-			return nil, nil, usagef("%s: %s", inv.flags.label("destination"), inv.stderr.scrub(err.Error()))
-		}
-		pub, err := heraldrabbit.New(dial, &heraldrabbit.Config{Exchange: exchange, Logger: log})
-		if err != nil { // parseEndpoint checked what the URL can set
-			return nil, nil, fmt.Errorf("destination %s: %w", ep.name, err)
-		}
-		pctx, cancel := context.WithTimeout(ctx, brokerConnectTimeout)
-		defer cancel()
-		if err := pub.Connect(pctx); err != nil {
-			_ = pub.Close()
-			return nil, nil, unreachable(err)
-		}
-		return pub, func() { _ = pub.Close() }, nil
+		return openAMQP(ctx, inv, log, owner, ep, unreachable)
 	case "sqs", "sns":
 		return openAWS(ctx, inv, log, ep)
 	case "mqtt":
@@ -606,26 +578,54 @@ func refusedCredentials(err error) bool {
 }
 
 // connectNATS connects to a NATS server list and logs the connection's
-// ups and downs.
-func connectNATS(inv *invocation, log *slog.Logger, owner, urls string) (*nats.Conn, error) {
-	nlog := log.With("component", "nats")
-	return nats.Connect(urls,
+// ups and downs; auth adds credentials and TLS. Call the returned close
+// instead of the connection's Close: the client runs its callbacks on a
+// goroutine of its own, and close makes sure none logs once it returned.
+func connectNATS(inv *invocation, log *slog.Logger, owner, urls string, auth ...nats.Option) (*nats.Conn, func(), error) {
+	nlog := &natsLog{log: log.With("component", "nats")}
+	nc, err := nats.Connect(urls, append(auth,
 		nats.Name("herald relay "+owner),
 		nats.MaxReconnects(-1),
 		nats.ReconnectWait(250*time.Millisecond),
 		nats.Timeout(brokerConnectTimeout),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
 			if err != nil {
-				nlog.Warn("disconnected from NATS; reconnecting", "error", inv.stderr.scrub(err.Error()))
+				nlog.print(slog.LevelWarn, "disconnected from NATS; reconnecting", "error", inv.stderr.scrub(err.Error()))
 			}
 		}),
 		nats.ReconnectHandler(func(c *nats.Conn) {
-			nlog.Info("reconnected to NATS", "server", c.ConnectedUrlRedacted())
+			nlog.print(slog.LevelInfo, "reconnected to NATS", "server", c.ConnectedUrlRedacted())
 		}),
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
-			nlog.Warn("NATS error", "error", inv.stderr.scrub(err.Error()))
+			nlog.print(slog.LevelWarn, "NATS error", "error", inv.stderr.scrub(err.Error()))
 		}),
-	)
+	)...)
+	if err != nil {
+		nlog.close()
+		return nil, nil, err
+	}
+	return nc, func() { nc.Close(); nlog.close() }, nil
+}
+
+// natsLog is the NATS client's callbacks' logger, silent once closed.
+type natsLog struct {
+	mu     sync.Mutex
+	closed bool
+	log    *slog.Logger
+}
+
+func (l *natsLog) print(level slog.Level, msg string, args ...any) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.closed {
+		l.log.Log(context.Background(), level, msg, args...)
+	}
+}
+
+func (l *natsLog) close() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.closed = true
 }
 
 // awsDestination is an sqs:// or sns:// destination:
@@ -645,6 +645,7 @@ type awsDestination struct {
 	account  string
 	endpoint string
 	maxBytes int
+	ce       *heraldce.Config // --cloudevents-*; nil: off
 }
 
 var (
@@ -742,6 +743,7 @@ func openAWS(ctx context.Context, inv *invocation, log *slog.Logger, ep endpoint
 	if err != nil {
 		return nil, nil, usagef("destination %s: %v", ep.name, err)
 	}
+	d.ce = ep.ce
 	cfg, err := loadAWSConfig(ctx, inv, d)
 	if err != nil {
 		return nil, nil, usagef("destination %s: %s", ep.name, inv.stderr.scrub(err.Error()))
@@ -797,7 +799,7 @@ func (d awsDestination) openSQS(ctx context.Context, cfg aws.Config, log *slog.L
 		return nil, failed("find queue "+d.name, err)
 	}
 	return heraldaws.NewSQS(client, &heraldaws.SQSConfig{
-		QueueURL: heraldaws.Fixed(aws.ToString(out.QueueUrl)), MaxMessageBytes: d.maxBytes, Logger: log,
+		QueueURL: heraldaws.Fixed(aws.ToString(out.QueueUrl)), MaxMessageBytes: d.maxBytes, Logger: log, CloudEvents: d.ce,
 	})
 }
 
@@ -818,7 +820,8 @@ func (d awsDestination) openSNS(ctx context.Context, cfg aws.Config, log *slog.L
 	if _, err := client.GetTopicAttributes(ctx, &sns.GetTopicAttributesInput{TopicArn: aws.String(arn)}); err != nil {
 		return nil, failed("find topic "+arn, err)
 	}
-	return heraldaws.NewSNS(client, &heraldaws.SNSConfig{TopicARN: heraldaws.Fixed(arn), MaxMessageBytes: d.maxBytes, Logger: log})
+	return heraldaws.NewSNS(client, &heraldaws.SNSConfig{TopicARN: heraldaws.Fixed(arn), MaxMessageBytes: d.maxBytes, Logger: log,
+		CloudEvents: d.ce})
 }
 
 // loadAWSConfig loads the AWS configuration as the SDK does, with the
@@ -1009,7 +1012,7 @@ func openMQTT(ctx context.Context, inv *invocation, log *slog.Logger, ep endpoin
 	if err != nil {
 		return nil, nil, err
 	}
-	cfg.Logger = log
+	cfg.Logger, cfg.CloudEvents = log, ep.ce
 	pub, err := heraldmqtt.New(client, &cfg)
 	if err != nil {
 		return nil, nil, usagef("destination %s: %s", ep.name, mqttHints.Replace(inv.stderr.scrub(err.Error())))
@@ -1071,6 +1074,9 @@ func parsePubSub(label string, u *url.URL) (pubsubDest, error) {
 		case len(v) != 1:
 			return d, usagef("%s: pubsub:// option %s is given %d times", label, name, len(v))
 		case name == "prefix":
+			if err := heraldpubsub.CheckTopicPrefix(v[0]); err != nil {
+				return d, usagef("%s: prefix %s", label, err)
+			}
 			d.prefix = v[0]
 		default:
 			if _, port, err := net.SplitHostPort(v[0]); err != nil || port == "" {
@@ -1109,7 +1115,7 @@ func openPubSub(ctx context.Context, inv *invocation, log *slog.Logger, ep endpo
 	if err != nil {
 		return nil, nil, fmt.Errorf("%s: %s (credentials come from Application Default Credentials)", label, inv.stderr.scrub(err.Error()))
 	}
-	pub, err := heraldpubsub.New(client, &heraldpubsub.Config{TopicPrefix: d.prefix, Logger: log})
+	pub, err := heraldpubsub.New(client, &heraldpubsub.Config{TopicPrefix: d.prefix, Logger: log, CloudEvents: ep.ce})
 	if err != nil {
 		_ = client.Close()
 		return nil, nil, usagef("%s: %s", label, strings.ReplaceAll(err.Error(), "Config.TopicPrefix", "prefix="))

@@ -69,6 +69,7 @@ func TestRelayRoutesTopicsToDestinationsByScheme(t *testing.T) {
 	}
 	stream := "audit-" + d.schema
 	t.Cleanup(func() { rdb.Del(context.Background(), stream) })
+	addr := freeAddr(t)
 
 	d.exec(t, `INSERT INTO %s.herald_outbox (topic, key, aggregate_type, aggregate_id, type, payload) VALUES
 		('orders.placed', 'o1', 'order', 'o1', 'OrderPlaced', 'a'),
@@ -85,7 +86,7 @@ func TestRelayRoutesTopicsToDestinationsByScheme(t *testing.T) {
 			"--destination", "kafka=kafka://" + kc.ListenAddrs()[0],
 			"--destination", "audit=redis://127.0.0.1:6379/0?maxlen=1000",
 			"--route", "orders.*=kafka", "--debezium-route", "legacy.>=kafka", "--route", stream + "=audit",
-			"--default-destination", "events", "--log-level", "warn"}, d.flags...)...)
+			"--default-destination", "events", "--log-level", "warn", "--admin-addr", addr}, d.flags...)...)
 	}()
 	require.Eventually(t, func() bool {
 		var published int
@@ -93,6 +94,24 @@ func TestRelayRoutesTopicsToDestinationsByScheme(t *testing.T) {
 			`SELECT count(*) FROM %s.herald_outbox WHERE state = 'published'`, d.schema)).Scan(&published)
 		return err == nil && published == 4
 	}, 30*time.Second, 20*time.Millisecond)
+	// The metrics name each event's destination, and time each one's calls.
+	var metrics string
+	require.Eventually(t, func() bool {
+		code, body, err := get(addr, "/metrics")
+		metrics = body
+		return err == nil && code == 200 && strings.Contains(body, `herald_published_total{destination="events",topic="billing.invoiced"} 1`)
+	}, 30*time.Second, 20*time.Millisecond)
+	for _, want := range []string{
+		`herald_published_total{destination="kafka",topic="orders.placed"} 1`,
+		`herald_published_total{destination="kafka",topic="legacy.customer"} 1`,
+		`herald_published_total{destination="audit",topic="` + stream + `"} 1`,
+		`herald_destination_breaker{destination="audit",state="closed"} 1`,
+	} {
+		require.Contains(t, metrics, want)
+	}
+	for _, dest := range []string{"events", "kafka", "audit"} {
+		require.Regexp(t, `herald_destination_publish_seconds_count\{destination="`+dest+`"\} [1-9]`, metrics)
+	}
 	cancel()
 	r := <-done
 	require.Equal(t, 0, r.code, r)
@@ -828,10 +847,11 @@ func TestCloudEventsOptionsAreChecked(t *testing.T) {
 			`herald: --cloudevents-source "a b" is not a URI-reference`},
 		{"UnknownMode", []string{"--publisher", "kafka://127.0.0.1:1", "--cloudevents-source", "/s", "--cloudevents-mode", "packed"},
 			`herald: --cloudevents-mode "packed" is neither "binary" nor "structured"`},
-		{"DestinationWithoutCloudEvents", []string{"--destination", "r=redis://127.0.0.1:1/0", "--route", "a=r", "--cloudevents-source", "/s"},
-			"herald: --cloudevents-source: destination r (redis) does not send CloudEvents yet: webhook, kafka and nats destinations do"},
 		{"NATSBinary", []string{"--publisher", "nats://127.0.0.1:1", "--cloudevents-source", "/s", "--cloudevents-mode", "binary"},
-			"herald: --cloudevents-mode: destination default is NATS, whose CloudEvents binding is structured only"},
+			"herald: --cloudevents-mode: destination default is NATS, which takes CloudEvents in structured mode only"},
+		{"SQSBinary", []string{"--destination", "r=redis://127.0.0.1:1/0", "--destination", "q=sqs://orders?region=eu-west-1",
+			"--route", "a=r", "--route", "b=q", "--cloudevents-source", "/s", "--cloudevents-mode", "binary"},
+			"herald: --cloudevents-mode: destination q is SQS, which takes CloudEvents in structured mode only"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

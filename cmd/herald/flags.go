@@ -205,7 +205,9 @@ func (f *flagSet) LocalBool(name string, usage string) *bool {
 
 // parse parses args, flags and positional arguments in any order, then
 // fills each configuration flag not given on the command line from its
-// environment variable. It returns the positional arguments.
+// environment variable, or from the file its _FILE twin names
+// (HERALD_DB_FILE), so that a DSN's password need not be in the process
+// list or the environment. It returns the positional arguments.
 func (f *flagSet) parse(args []string, getenv func(string) (string, bool)) ([]string, error) {
 	var positional []string
 	for {
@@ -227,7 +229,10 @@ func (f *flagSet) parse(args []string, getenv func(string) (string, bool)) ([]st
 		if _, onCommandLine := f.source[name]; onCommandLine {
 			continue
 		}
-		v, ok := getenv(env)
+		v, ok, err := lookupEnv(getenv, env)
+		if err != nil {
+			return nil, err
+		}
 		if !ok || v == "" {
 			continue
 		}

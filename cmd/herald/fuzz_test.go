@@ -72,6 +72,14 @@ func FuzzParseEndpoint(f *testing.F) {
 		{"nats", "u", "\\", "\x01", "host:99999", "", false},
 		{"0", "", "0", "#", "00", "", true},
 		{"nats", "u", "x", "/y", "host", "", false},
+		{"kafka", "u", "pw", "", "127.0.0.1:9093", "?sasl=scram-sha-512&tls=true", false},
+		{"kafka", "", "", "", "127.0.0.1:9093", "?sasl=plain", true},
+		{"nats", "u", "pw", "", "127.0.0.1:4222", "?creds_file=/nonexistent&ca_file=/nonexistent", false},
+		{"rediss", "u", "pw", "", "127.0.0.1:6380", "/0?maxlen=1&dial_timeout=zz&ca_file=/nonexistent", false},
+		{"rediss", "", "a", "b", "h", "?db=%zz&client_name=x", false},
+		{"redis", "u", "p", "", "h", "?skip_verify=true&nope=1", false},
+		{"amqps", "u", "p", "", "127.0.0.1", "/?cacertfile=x&heartbeat=-1", false},
+		{"amqps", "u", "p", "", "127.0.0.1:5671", "/v?exchange=e&cert_file=/nonexistent", false},
 	} {
 		f.Add(s.scheme, s.user, s.before, s.after, s.host, s.rest, s.token)
 	}
@@ -112,8 +120,8 @@ func FuzzParseEndpoint(f *testing.F) {
 }
 
 // Whatever --db holds, it never shows its password in the error that
-// refuses it nor in the description of the database; a sqlite: DSN names
-// its file.
+// refuses it nor in the description of the database, PostgreSQL's or
+// MySQL's; a sqlite: DSN names its file.
 func FuzzParseDB(f *testing.F) {
 	for _, s := range []struct {
 		user, before, after, host, rest string
@@ -132,6 +140,10 @@ func FuzzParseDB(f *testing.F) {
 		{"", "", "", "", "path/to/file.db", 2},
 		{"", "", "", "", "//abs/file.db", 2},
 		{"", "", "", "", "", 2},
+		{"herald", "pw", "", "127.0.0.1:3306", "/outbox?tls=skip-verify", 3},
+		{"herald", "p@", "@s", "db", "/outbox?timeout=soon", 3},
+		{"herald", "p/", "", "db", "/outbox", 3},
+		{"herald", "p%", "", "db:x", "/", 3},
 	} {
 		f.Add(s.user, s.before, s.after, s.host, s.rest, s.form)
 	}
@@ -143,7 +155,7 @@ func FuzzParseDB(f *testing.F) {
 		}
 		secret := before + secretCore + after
 		var raw string
-		switch form % 3 {
+		switch form % 4 {
 		case 0:
 			raw = "postgres://" + user + ":" + secret + "@" + host + rest
 		case 1:
@@ -154,6 +166,8 @@ func FuzzParseDB(f *testing.F) {
 			raw = "postgres://" + user + "@" + host + "/db?password=" + secret + rest
 		case 2:
 			raw = "sqlite:" + rest
+		case 3:
+			raw = "mysql://" + user + ":" + secret + "@" + host + rest
 		}
 		var out bytes.Buffer
 		inv := fuzzInvocation(&out)
@@ -167,7 +181,7 @@ func FuzzParseDB(f *testing.F) {
 		}
 		shown := printed(inv, &out, db.where, false)
 		require.False(t, holdsCore(shown), "the description of %q shows its password: %s", raw, shown)
-		if form%3 == 2 {
+		if form%4 == 2 {
 			path, _ := strings.CutPrefix(strings.TrimSpace(raw), "sqlite:")
 			require.Equal(t, strings.TrimPrefix(path, "//"), db.sqlitePath)
 			require.NotEmpty(t, db.sqlitePath)

@@ -1,16 +1,14 @@
 // Command herald runs Herald's relay and the tools to operate an outbox:
-// migrate, relay, status, the dead-letter commands, demo and bench.
+// migrate, relay, status and the dead-letter commands. The demo and the
+// benchmarks are in cmd/herald-lab, so that this binary links no embedded
+// test server.
 package main
 
 import (
 	"context"
 	"os"
-
-	"github.com/herald-outbox/herald/cmd/herald/internal/demo"
 )
 
 func main() {
-	// `herald demo` runs its relay as a child process of this binary.
-	demo.RunRelayChildIfAsked()
 	os.Exit(run(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
 }

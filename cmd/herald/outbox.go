@@ -11,9 +11,11 @@ import (
 	"strings"
 	"time"
 
+	"github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/herald-outbox/herald"
+	"github.com/herald-outbox/herald/driver/heraldmysql"
 	"github.com/herald-outbox/herald/driver/heraldpg"
 	"github.com/herald-outbox/herald/driver/heraldsqlite"
 	"github.com/herald-outbox/herald/heraldadmin"
@@ -24,6 +26,7 @@ import (
 type outbox interface {
 	herald.Store
 	heraldadmin.Admin
+	heraldadmin.Published
 	Table() string
 	SchemaVersion(ctx context.Context) (current, latest int, err error)
 }
@@ -42,7 +45,7 @@ type dbFlags struct {
 
 func addDBFlags(f *flagSet) *dbFlags {
 	return &dbFlags{
-		db:        f.String("db", "", "database `DSN`: postgres://user:password@host:5432/db?sslmode=... or sqlite:path/to/file.db (required)"),
+		db:        f.String("db", "", "database `DSN`: postgres://user:password@host:5432/db?sslmode=..., mysql://user:password@host:3306/db or sqlite:path/to/file.db (required)"),
 		schema:    f.String("schema", "public", "`schema` of the outbox table (PostgreSQL only)"),
 		table:     f.String("table", "herald_outbox", "`name` of the outbox table"),
 		logFormat: f.String("log-format", "text", "log format on stderr: `text|json`"),
@@ -79,12 +82,14 @@ func (d *dbFlags) logger(inv *invocation) (*slog.Logger, error) {
 var schemeLike = regexp.MustCompile(`^[a-zA-Z][a-zA-Z0-9+.-]*$`)
 
 // database is a parsed, not yet connected, database configuration: a
-// PostgreSQL pool, or a SQLite file.
+// PostgreSQL pool, a SQLite file, or a MySQL pool.
 type database struct {
 	pool       *pgxpool.Config
 	names      *heraldpg.Config
 	sqlitePath string
 	sqlite     *heraldsqlite.Config
+	mysql      *mysql.Config
+	mysqlNames *heraldmysql.Config
 	where      string // user@host:port/db or the file, for messages
 }
 
@@ -109,9 +114,11 @@ func (d *dbFlags) parseDB(inv *invocation) (*database, error) {
 		}
 		return d.parsePostgres(inv, raw)
 	case !found || !schemeLike.MatchString(scheme):
-		return nil, usagef("%s: not a postgres:// or postgresql:// URL, a host=... user=... connection string, nor sqlite:path", label)
+		return nil, usagef("%s: not a postgres://, postgresql:// or mysql:// URL, a host=... user=... connection string, nor sqlite:path", label)
+	case strings.EqualFold(scheme, "mysql"):
+		return d.parseMySQL(inv, "mysql"+raw[len(scheme):])
 	case !strings.EqualFold(scheme, "postgres") && !strings.EqualFold(scheme, "postgresql"):
-		return nil, usagef("%s: scheme %q is not supported: use postgres://, postgresql:// or sqlite:path", label, scheme)
+		return nil, usagef("%s: scheme %q is not supported: use postgres://, postgresql://, mysql:// or sqlite:path", label, scheme)
 	}
 	// pgx, like libpq, ends the user information at its first '@', and
 	// sees none when a '/' comes first: the rest of a password holding a
@@ -219,6 +226,9 @@ func (db *database) open() (closer, outbox, error) {
 		}
 		return closerFunc(func() { sdb.Close() }), driver, nil
 	}
+	if db.mysql != nil {
+		return db.openMySQL()
+	}
 	pool, err := pgxpool.NewWithConfig(context.Background(), db.pool)
 	if err != nil {
 		return nil, nil, fmt.Errorf("opening the database %s: %w", db.where, err)
@@ -233,7 +243,7 @@ func (db *database) open() (closer, outbox, error) {
 
 // reach checks that the database answers, within connectTimeout.
 func (db *database) reach(ctx context.Context, pool closer) error {
-	p, ok := pool.(*pgxpool.Pool)
+	p, ok := pool.(interface{ Ping(context.Context) error })
 	if !ok {
 		return nil // SQLite: a file
 	}

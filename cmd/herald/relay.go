@@ -2,17 +2,15 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"log/slog"
 	"net/url"
-	"os"
 	"regexp"
 	"strings"
 	"time"
 	"unicode"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/herald-outbox/herald"
 	"github.com/herald-outbox/herald/heraldprom"
@@ -26,10 +24,8 @@ type relayFlags struct {
 	lease, publishTimeout, pollInterval, idlePoll    *time.Duration
 	retryBase, retryCap, maxAge, retention           *time.Duration
 	rescueInterval, cleanupInterval, shutdownTimeout *time.Duration
-	natsStream, natsSubjects, natsPrefix             *string
-	natsMaxPending, natsMaxPendingBytes              *int
+	nats                                             natsFlags
 	maxInFlightBytes, claimConcurrency               *int
-	natsAckTimeout                                   *time.Duration
 	ordering, unorderedTopics, skipDeadTopics        *string
 	maxPerKey                                        *int
 	adminAddr                                        *string
@@ -60,13 +56,7 @@ func addRelayFlags(f *flagSet) *relayFlags {
 			"(the least database work per event; --retention then only clears rows published before)"),
 		cleanupInterval: f.Duration("cleanup-interval", time.Minute, "every `duration`, delete the published rows past --retention"),
 		shutdownTimeout: f.Duration("shutdown-timeout", 30*time.Second, "on the first SIGINT/SIGTERM, let in-flight batches finish for up to this `duration`"),
-		natsStream:      f.String("nats-create-stream", "", "create or update the JetStream stream of this `name` at start; needs --nats-stream-subjects"),
-		natsSubjects:    f.String("nats-stream-subjects", "", "comma-separated `subjects` the created stream captures, such as orders.>"),
-		natsPrefix:      f.String("nats-subject-prefix", "", "`prefix` joined to every topic with a dot to make the subject"),
-		natsMaxPending:  f.Int("nats-max-pending", 4096, "at most `N` messages await a PubAck"),
-		natsMaxPendingBytes: f.Int("nats-max-pending-bytes", heraldnats.DefaultMaxPendingBytes,
-			"at most `N` bytes of messages await a PubAck (one larger message is sent alone)"),
-		natsAckTimeout: f.Duration("nats-ack-timeout", 30*time.Second, "a message waits this `duration` for its PubAck"),
+		nats:            addNATSFlags(f),
 		ordering: f.String("ordering", "ordered", "`mode`: ordered publishes each key's events in commit order, one relay at a time per key; "+
 			"unordered claims by age alone, for throughput-first deployments"),
 		unorderedTopics: f.String("unordered-topics", "", "comma-separated `topics` claimed by age alone even when ordered"),
@@ -83,7 +73,7 @@ func addRelayFlags(f *flagSet) *relayFlags {
 func (r *relayFlags) relayConfig(inv *invocation) (*herald.RelayConfig, *heraldnats.Config, error) {
 	label := inv.flags.label
 	for name, v := range map[string]int{"batch-size": *r.batchSize, "max-in-flight": *r.maxInFlight,
-		"max-attempts": *r.maxAttempts, "nats-max-pending": *r.natsMaxPending, "nats-max-pending-bytes": *r.natsMaxPendingBytes} {
+		"max-attempts": *r.maxAttempts} {
 		if v < 1 {
 			return nil, nil, usagef("%s: %d is not positive", label(name), v)
 		}
@@ -91,7 +81,7 @@ func (r *relayFlags) relayConfig(inv *invocation) (*herald.RelayConfig, *heraldn
 	for name, v := range map[string]time.Duration{"lease": *r.lease, "publish-timeout": *r.publishTimeout,
 		"poll-interval": *r.pollInterval, "idle-poll-interval": *r.idlePoll, "retry-cap": *r.retryCap,
 		"max-age": *r.maxAge, "rescue-interval": *r.rescueInterval, "cleanup-interval": *r.cleanupInterval,
-		"shutdown-timeout": *r.shutdownTimeout, "nats-ack-timeout": *r.natsAckTimeout} {
+		"shutdown-timeout": *r.shutdownTimeout} {
 		if v <= 0 {
 			return nil, nil, usagef("%s: %s is not positive", label(name), v)
 		}
@@ -151,38 +141,80 @@ func (r *relayFlags) relayConfig(inv *invocation) (*herald.RelayConfig, *heraldn
 		RescueInterval: *r.rescueInterval, Retention: *r.retention, CleanupInterval: *r.cleanupInterval,
 		DeleteOnPublish: *r.deleteOnPublish,
 	}
-	nc := &heraldnats.Config{
-		SubjectPrefix: *r.natsPrefix, MaxPending: *r.natsMaxPending, MaxPendingBytes: *r.natsMaxPendingBytes,
-		AckTimeout: *r.natsAckTimeout,
+	nc, err := r.nats.config(inv)
+	if err != nil {
+		return nil, nil, err
 	}
-	if *r.natsPrefix != "" && !natsSubject.MatchString(*r.natsPrefix) {
-		return nil, nil, usagef("%s: %q is not a subject prefix (tokens separated by dots, no wildcards)",
-			label("nats-subject-prefix"), clean(*r.natsPrefix))
+	return rc, nc, nil
+}
+
+// natsFlags are the --nats-* flags of the commands that publish.
+type natsFlags struct {
+	stream, subjects, prefix    *string
+	maxPending, maxPendingBytes *int
+	ackTimeout                  *time.Duration
+	atomicBatches               *bool
+}
+
+func addNATSFlags(f *flagSet) natsFlags {
+	return natsFlags{
+		stream:     f.String("nats-create-stream", "", "create or update the JetStream stream of this `name` at start; needs --nats-stream-subjects"),
+		subjects:   f.String("nats-stream-subjects", "", "comma-separated `subjects` the created stream captures, such as orders.>"),
+		prefix:     f.String("nats-subject-prefix", "", "`prefix` joined to every topic with a dot to make the subject"),
+		maxPending: f.Int("nats-max-pending", 4096, "at most `N` messages await a PubAck"),
+		maxPendingBytes: f.Int("nats-max-pending-bytes", heraldnats.DefaultMaxPendingBytes,
+			"at most `N` bytes of messages await a PubAck (one larger message is sent alone)"),
+		ackTimeout: f.Duration("nats-ack-timeout", 30*time.Second, "a message waits this `duration` for its PubAck"),
+		atomicBatches: f.Bool("nats-atomic-batches", "send a batch's events of one subject as one JetStream atomic batch "+
+			"(nats-server 2.12+, streams with allow_atomic; --nats-create-stream sets it): one round trip instead of one per event of a key"),
+	}
+}
+
+// config checks the --nats-* flags and maps them to the NATS publisher's
+// configuration.
+func (n natsFlags) config(inv *invocation) (*heraldnats.Config, error) {
+	label := inv.flags.label
+	for name, v := range map[string]int{"nats-max-pending": *n.maxPending, "nats-max-pending-bytes": *n.maxPendingBytes} {
+		if v < 1 {
+			return nil, usagef("%s: %d is not positive", label(name), v)
+		}
+	}
+	if *n.ackTimeout <= 0 {
+		return nil, usagef("%s: %s is not positive", label("nats-ack-timeout"), *n.ackTimeout)
+	}
+	nc := &heraldnats.Config{
+		SubjectPrefix: *n.prefix, MaxPending: *n.maxPending, MaxPendingBytes: *n.maxPendingBytes,
+		AckTimeout: *n.ackTimeout, AtomicBatches: *n.atomicBatches,
+	}
+	if *n.prefix != "" && !natsSubject.MatchString(*n.prefix) {
+		return nil, usagef("%s: %q is not a subject prefix (tokens separated by dots, no wildcards)",
+			label("nats-subject-prefix"), clean(*n.prefix))
 	}
 	switch {
-	case *r.natsStream != "":
-		if !streamName.MatchString(*r.natsStream) {
-			return nil, nil, usagef("%s: %q is not a stream name (letters, digits, - and _)",
-				label("nats-create-stream"), clean(*r.natsStream))
+	case *n.stream != "":
+		if !streamName.MatchString(*n.stream) {
+			return nil, usagef("%s: %q is not a stream name (letters, digits, - and _)",
+				label("nats-create-stream"), clean(*n.stream))
 		}
 		var subjects []string
-		for _, s := range strings.Split(*r.natsSubjects, ",") {
+		for _, s := range strings.Split(*n.subjects, ",") {
 			if s = strings.TrimSpace(s); s != "" {
 				subjects = append(subjects, s)
 			}
 		}
 		if len(subjects) == 0 {
-			return nil, nil, usagef("%s needs --nats-stream-subjects (or HERALD_NATS_STREAM_SUBJECTS)", label("nats-create-stream"))
+			return nil, usagef("%s needs --nats-stream-subjects (or HERALD_NATS_STREAM_SUBJECTS)", label("nats-create-stream"))
 		}
 		nc.CreateStream = &jetstream.StreamConfig{
-			Name: *r.natsStream, Subjects: subjects, Storage: jetstream.FileStorage,
+			Name: *n.stream, Subjects: subjects, Storage: jetstream.FileStorage,
 			// Republished events are dropped by id within this window.
-			Duplicates: 2 * time.Minute,
+			Duplicates:         2 * time.Minute,
+			AllowAtomicPublish: *n.atomicBatches,
 		}
-	case *r.natsSubjects != "":
-		return nil, nil, usagef("%s is only used with --nats-create-stream", label("nats-stream-subjects"))
+	case *n.subjects != "":
+		return nil, usagef("%s is only used with --nats-create-stream", label("nats-stream-subjects"))
 	}
-	return rc, nc, nil
+	return nc, nil
 }
 
 // topicList splits a comma-separated list of topics, refusing empty ones
@@ -220,6 +252,9 @@ func urlSecrets(u *url.URL) []string {
 
 func setupRelay(f *flagSet) func(context.Context, *invocation) error {
 	d := addDBFlags(f)
+	dbs := repeatable(f, "db")
+	names := f.String("databases", "", "comma-separated database `NAMES` to relay besides --db, each DSN read from "+
+		"HERALD_DB_<NAME> or the file HERALD_DB_<NAME>_FILE names")
 	r := addRelayFlags(f)
 	dests := addDestinationFlags(f)
 	return func(ctx context.Context, inv *invocation) error {
@@ -228,9 +263,17 @@ func setupRelay(f *flagSet) func(context.Context, *invocation) error {
 		if err != nil {
 			return err
 		}
-		db, err := d.parseDB(inv)
+		srcs, named, err := databaseSources(inv, *dbs, *names)
 		if err != nil {
 			return err
+		}
+		var parsed []*database
+		for _, src := range srcs {
+			db, err := d.parseDatabase(inv, src)
+			if err != nil {
+				return err
+			}
+			parsed = append(parsed, db)
 		}
 		plan, err := dests.parsePlan(inv, *r.publisher)
 		if err != nil {
@@ -247,7 +290,26 @@ func setupRelay(f *flagSet) func(context.Context, *invocation) error {
 		if err := noArgs(inv); err != nil {
 			return err
 		}
-		return runRelay(ctx, inv, log, db, plan, relayCfg, natsCfg, *r.shutdownTimeout, adminAddr)
+		fl := &fleet{inv: inv, log: log, named: named, owner: ownerName(),
+			reached: make(chan struct{}), connected: make(chan struct{}), fatal: make(chan error, 1)}
+		fl.status = &relayStatus{plan: plan}
+		for i, src := range srcs {
+			dl := log
+			if named {
+				dl = log.With("database", src.name)
+			}
+			cfg := *relayCfg
+			cfg.Logger = dl
+			cfg.MaxInFlightBytes = shareOf(relayCfg.MaxInFlightBytes, len(srcs))
+			fl.dbs = append(fl.dbs, &dbRelay{name: src.name, db: parsed[i], log: dl, cfg: cfg, state: dbStopped})
+		}
+		fl.status.dbs = fl.dbs
+		if len(srcs) > 1 {
+			// Each database's relay has --max-in-flight publish calls of
+			// its own at a routed destination.
+			plan.slots = relayCfg.MaxInFlight * len(srcs)
+		}
+		return runRelay(ctx, fl, plan, natsCfg, relayCfg.PublishTimeout, *r.shutdownTimeout, adminAddr)
 	}
 }
 
@@ -255,62 +317,93 @@ func setupRelay(f *flagSet) func(context.Context, *invocation) error {
 // its drain, for the in-flight rows to be released.
 const stopGrace = 2 * time.Second
 
-func runRelay(ctx context.Context, inv *invocation, log *slog.Logger, db *database, plan *plan,
-	relayCfg *herald.RelayConfig, natsCfg *heraldnats.Config, shutdownTimeout time.Duration, adminAddr string) (err error) {
-	if err := db.mustExist(inv); err != nil {
-		return err
-	}
-	pool, store, err := db.open()
-	if err != nil {
-		return err
-	}
-	// After an abort the relay may still hold connections; pool.Close would
-	// wait for them, and the process is exiting anyway.
+// runRelay relays every database of fl until ctx ends, then drains them.
+// Each database waits for its server and starts on its own; the
+// destinations are opened once, for all of them.
+func runRelay(ctx context.Context, fl *fleet, plan *plan, natsCfg *heraldnats.Config,
+	publishTimeout, shutdownTimeout time.Duration, adminAddr string) (err error) {
+	inv, log := fl.inv, fl.log
+	// After an abort the relays may still hold connections; pool.Close
+	// would wait for them, and the process is exiting anyway.
 	abandoned := false
-	defer func() {
-		if !abandoned {
-			pool.Close()
-		}
-	}()
-
-	// The admin server answers from the start, so that /readyz can say what
-	// the relay waits for.
-	status := &relayStatus{}
-	var metrics *heraldprom.Metrics
-	if adminAddr != "" {
-		if metrics, err = heraldprom.New(&heraldprom.Config{Admin: store, Logger: log, Destinations: status.breakers}); err != nil {
+	for _, d := range fl.dbs {
+		if d.pool, d.store, err = d.db.open(); err != nil {
 			return err
 		}
-		relayCfg.Observer = metrics
-		admin, err := startAdmin(inv, log, adminAddr, metrics, status, store)
+		defer func() {
+			if !abandoned {
+				d.pool.Close()
+			}
+		}()
+	}
+
+	// The admin server answers from the start, so that /readyz can say what
+	// each database waits for.
+	if adminAddr != "" {
+		for i, d := range fl.dbs {
+			cfg := &heraldprom.Config{Admin: d.store, Logger: d.log, DestinationOf: fl.status.destinationOf}
+			if i == 0 {
+				// The destinations' breakers and call times belong to the
+				// process: one database's metrics carry them.
+				cfg.Destinations = fl.status.breakers
+			}
+			if d.metrics, err = heraldprom.New(cfg); err != nil {
+				return err
+			}
+			d.cfg.Observer = d.metrics
+		}
+		plan.timed = fl.dbs[0].metrics.Publisher
+		handler := fl.dbs[0].metrics.Handler()
+		if fl.named {
+			handler = promhttp.HandlerFor(labelledMetrics{fl.dbs}, promhttp.HandlerOpts{})
+		}
+		// The admin page shows the first database.
+		admin, err := startAdmin(inv, log, adminAddr, handler, fl.status, fl.dbs[0].store, fl)
 		if err != nil {
 			return err
 		}
 		defer admin.stop()
 	}
 
-	relay, dests, err := startRelay(ctx, starter{inv: inv, log: log, status: status}, log, db, pool, store, plan, relayCfg, natsCfg)
-	if errors.Is(err, errStoppedStarting) {
+	runCtx, cancelRun := context.WithCancel(ctx)
+	defer cancelRun()
+	fl.ctx = runCtx
+	fl.connect(func(ctx context.Context) (*destinations, error) {
+		return plan.connect(ctx, starter{inv: inv, log: log, status: fl.status}, log, fl.owner, natsCfg, publishTimeout)
+	})
+	for _, d := range fl.dbs {
+		_ = fl.start(d) // each is stopped: it starts
+	}
+	defer func() {
+		cancelRun()
+		if !abandoned {
+			fl.wg.Wait()
+		}
+		if dests := fl.status.getDests(); dests != nil && !abandoned {
+			dests.close()
+		}
+	}()
+
+	select {
+	case <-ctx.Done():
+	case err := <-fl.fatal:
+		cancelRun()
+		if stopErr := fl.stopAll(context.Background()); stopErr != nil {
+			log.Warn("stopping after a failure", "error", inv.stderr.scrub(stopErr.Error()))
+		}
+		return err
+	}
+	if !fl.anyRan() {
+		_ = fl.stopAll(context.Background())
 		log.Info("stopped before the relay started")
 		fmt.Fprintln(inv.stdout, "relay stopped before it started")
 		return nil
 	}
-	if err != nil {
-		return err
-	}
-	defer dests.close()
-	status.started(relay, dests)
-	if metrics != nil {
-		metrics.Watch(relay)
-	}
-	log.Info("relaying", "table", store.Table(), "database", db.where, "destinations", plan.display())
-
-	<-ctx.Done()
 	log.Info("shutting down: finishing in-flight batches; a second signal aborts", "shutdown_timeout", shutdownTimeout)
 	stopCtx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
 	defer cancel()
 	stopped := make(chan error, 1)
-	go func() { stopped <- relay.Stop(stopCtx) }()
+	go func() { stopped <- fl.stopAll(stopCtx) }()
 	select {
 	case err = <-stopped:
 	case <-inv.abort:
@@ -326,42 +419,6 @@ func runRelay(ctx context.Context, inv *invocation, log *slog.Logger, db *databa
 	if err != nil {
 		return err
 	}
-	st := relay.Stats()
-	fmt.Fprintf(inv.stdout, "relay stopped: %d published, %d retried, %d dead, %d released\n",
-		st.Published, st.Retried, st.Dead, st.Released)
+	fmt.Fprint(inv.stdout, fl.summary())
 	return nil
-}
-
-// startRelay waits for the database and the destinations, each as long as
-// it cannot be reached, then starts the relay. It returns
-// errStoppedStarting when ctx ends first.
-func startRelay(ctx context.Context, start starter, log *slog.Logger, db *database, pool closer, store outbox, plan *plan,
-	relayCfg *herald.RelayConfig, natsCfg *heraldnats.Config) (*herald.Relay, *destinations, error) {
-	err := start.wait(ctx, "database", func(ctx context.Context) error {
-		if err := db.reach(ctx, pool); err != nil {
-			return err
-		}
-		return store.Ping(ctx)
-	})
-	if err != nil {
-		return nil, nil, err
-	}
-	host, _ := os.Hostname()
-	owner := fmt.Sprintf("%s/%d", host, os.Getpid())
-	dests, err := plan.connect(ctx, start, log, owner, natsCfg, relayCfg.PublishTimeout)
-	if err != nil {
-		return nil, nil, err
-	}
-	relayCfg.Store, relayCfg.Publisher, relayCfg.Logger, relayCfg.Owner = store, dests.pub, log, owner
-	relay, err := herald.NewRelay(relayCfg)
-	if err != nil {
-		dests.close()
-		return nil, nil, usagef("%s", err)
-	}
-	// Start checks the database again: it may have gone in between.
-	if err := start.wait(ctx, "database", relay.Start); err != nil {
-		dests.close()
-		return nil, nil, err
-	}
-	return relay, dests, nil
 }

@@ -11,7 +11,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/herald-outbox/herald/cmd/herald/internal/bench"
 	"github.com/herald-outbox/herald/internal/buildinfo"
 )
 
@@ -75,8 +74,9 @@ func runWith(ctx context.Context, sys system, args []string, stdout, stderr io.W
 	switch name {
 	case "help", "-h", "-help", "--help":
 		return help(rest, stdout, stderr)
-	case "bench":
-		return bench.Main(ctx, rest, stdout, stderr)
+	case "demo", "bench":
+		fmt.Fprintln(stderr, movedToLab(name))
+		return exitUsage
 	case "version", "-version", "--version":
 		fmt.Fprintln(stdout, buildinfo.Read())
 		return exitOK
@@ -185,4 +185,11 @@ func watchSignals(parent context.Context, sigs <-chan os.Signal) (context.Contex
 		<-finished
 		cancel()
 	}
+}
+
+// movedToLab is the line `herald demo` and `herald bench` print: both are
+// in herald-lab, so that the herald binary links no embedded test server.
+func movedToLab(name string) string {
+	return fmt.Sprintf("herald: %s is in herald-lab: go run github.com/herald-outbox/herald/cmd/herald-lab@latest %s "+
+		"(in a clone: go run ./cmd/herald-lab %s)", name, name, name)
 }

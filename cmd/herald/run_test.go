@@ -15,13 +15,10 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/herald-outbox/herald/cmd/herald/internal/demo"
 	"github.com/herald-outbox/herald/internal/heraldtest"
 )
 
 func TestMain(m *testing.M) {
-	// `herald demo` re-executes this binary to run its relay child.
-	demo.RunRelayChildIfAsked()
 	heraldtest.Main(m)
 }
 
@@ -68,7 +65,7 @@ func TestBadInputGivesOneClearLine(t *testing.T) {
 		{"FromWithoutPrintSQL", nil, []string{"migrate", "--from", "2", "--db", "postgres://127.0.0.1:1/db"}, 2,
 			"herald: --from goes with --print-sql"},
 		{"WebhookWithoutSecret", nil, relay("--destination", "hook=https://hooks.example/x", "--route", "a=hook"), 2,
-			"herald: destination hook: HERALD_WEBHOOK_SECRET is required: the whsec_... secret every webhook request is signed with"},
+			"herald: destination hook: HERALD_WEBHOOK_SECRET (or HERALD_DESTINATION_HOOK_SECRET) is required: the whsec_... secret every webhook request is signed with"},
 		{"WebhookSecretWithoutPrefix", map[string]string{"HERALD_WEBHOOK_SECRET": "plain"}, relay("--destination", "hook=https://hooks.example/x", "--route", "a=hook"), 2,
 			`herald: destination hook: HERALD_WEBHOOK_SECRET must start with "whsec_" (a Standard Webhooks secret)`},
 		{"AMQPExchangeTooLong", nil, []string{"relay", "--db", db, "--publisher", "amqp://u:" + secret + "@127.0.0.1:1/?exchange=" + strings.Repeat("e", 256)}, 2,
@@ -104,19 +101,19 @@ func TestBadInputGivesOneClearLine(t *testing.T) {
 		{"BoolFlagWithValue", nil, []string{"status", "--json=maybe"}, 2, "herald: --json takes no value"},
 		{"FlagWithoutValue", nil, []string{"status", "--db"}, 2, "herald: --db needs a value"},
 		{"MissingDB", nil, []string{"status"}, 2, "herald: --db (or HERALD_DB) is required"},
-		{"WrongDSNScheme", nil, []string{"status", "--db", "mysql://root:" + secret + "@127.0.0.1:1/db"}, 2,
-			`herald: --db: scheme "mysql" is not supported`},
+		{"WrongDSNScheme", nil, []string{"status", "--db", "oracle://root:" + secret + "@127.0.0.1:1/db"}, 2,
+			`herald: --db: scheme "oracle" is not supported`},
 		{"UnparseableKeywordDSN", nil, []string{"status", "--db", "host=localhost port=notaport password=" + secret}, 2,
 			"herald: --db: "},
 		{"UnparseableKeywordDSNQuotedPassword", nil, []string{"status", "--db", "host=localhost port=x password='" + secret + " x'"}, 2,
 			"herald: --db: "},
 		{"NotADSN", nil, []string{"status", "--db", "localhost:5432"}, 2,
-			"herald: --db: not a postgres:// or postgresql:// URL, a host=... user=... connection string, nor sqlite:path"},
+			"herald: --db: not a postgres://, postgresql:// or mysql:// URL, a host=... user=... connection string, nor sqlite:path"},
 		{"UnparseableDSNWithPassword", nil, []string{"status", "--db", "postgres://u:" + secret + "@127.0.0.1:notaport/db"}, 2,
 			"herald: --db: "},
 		{"UnparseableDSNWithOddPassword", nil, []string{"migrate", "--db", "postgresql://u:" + secret + "/x@h@127.0.0.1:99999/db"}, 2,
 			"herald: --db: "},
-		{"BadDSNFromEnvNamesTheVariable", map[string]string{"HERALD_DB": "mysql://u:" + secret + "@h/db"}, []string{"status"}, 2,
+		{"BadDSNFromEnvNamesTheVariable", map[string]string{"HERALD_DB": "oracle://u:" + secret + "@h/db"}, []string{"status"}, 2,
 			"herald: HERALD_DB: scheme"},
 		{"BadTableName", nil, []string{"status", "--db", db, "--table", "Bad-Name"}, 2, "herald: --table"},
 		{"BadLogLevel", nil, []string{"status", "--db", db, "--log-level", "loud"}, 2, `herald: --log-level: "loud"`},
@@ -143,6 +140,20 @@ func TestBadInputGivesOneClearLine(t *testing.T) {
 			"herald: --publisher: the user information holds an '@', '/', '?' or '#' that is not percent-encoded"},
 		{"DSNPasswordWithAt", nil, []string{"status", "--db", "postgres://u:pw0rd@" + secret + "@127.0.0.1:1/db"}, 2,
 			"herald: --db: the password holds an '@' or '/' that is not percent-encoded"},
+		{"MySQLWithoutDatabase", nil, []string{"status", "--db", "mysql://u:" + secret + "@127.0.0.1:1"}, 2,
+			"herald: --db: mysql:// needs one database as its path"},
+		{"MySQLWithoutHost", nil, []string{"status", "--db", "MySQL://u:" + secret + "@/db"}, 2,
+			"herald: --db: mysql:// needs a host"},
+		{"MySQLBadOption", nil, []string{"status", "--db", "mysql://u:" + secret + "@127.0.0.1:1/db?timeout=soon"}, 2,
+			"herald: --db: "},
+		{"MySQLPasswordWithSlash", nil, []string{"status", "--db", "mysql://u:pw0rd/" + secret + "@127.0.0.1:1/db"}, 2,
+			"herald: --db: the password holds a '/', '?' or '#' that is not percent-encoded"},
+		{"MySQLWithSchema", nil, []string{"status", "--db", "mysql://u:" + secret + "@127.0.0.1:1/db", "--schema", "other"}, 2,
+			"herald: --schema: on MySQL the database is the schema"},
+		{"MySQLBadTable", nil, []string{"status", "--db", "mysql://u:" + secret + "@127.0.0.1:1/db", "--table", "Bad-Name"}, 2,
+			"herald: --table"},
+		{"UnreachableMySQL", nil, []string{"status", "--db", "mysql://u:" + secret + "@127.0.0.1:1/db?timeout=5s"}, 1,
+			"herald: cannot reach the database u@127.0.0.1:1/db"},
 		{"PublisherTokenWithoutHost", nil, []string{"relay", "--db", db, "--publisher", "nats://" + secret + "@"}, 2,
 			"herald: --publisher: nats://xxxxx@ has no host"},
 		{"UnreachableDatabase", nil, []string{"status", "--db", "postgres://u:" + secret + "@127.0.0.1:1/db?connect_timeout=5"}, 1,
@@ -184,7 +195,7 @@ func TestHelpListsEveryCommandAndFlag(t *testing.T) {
 				}
 			})
 		}
-		require.Contains(t, r.stdout, "  bench")
+		require.Contains(t, r.stdout, "herald-lab (go run ./cmd/herald-lab demo)", "the demo and bench are pointed to")
 	}
 
 	r := cli(t, nil, "relay", "-h")
@@ -204,11 +215,11 @@ func TestHelpListsEveryCommandAndFlag(t *testing.T) {
 func TestFlagsWinOverTheEnvironment(t *testing.T) {
 	t.Parallel()
 	// The variable alone is refused, naming the variable...
-	r := cli(t, map[string]string{"HERALD_LOG_FORMAT": "yaml"}, "status", "--db", "mysql://x")
+	r := cli(t, map[string]string{"HERALD_LOG_FORMAT": "yaml"}, "status", "--db", "oracle://x")
 	require.Equal(t, 2, r.code, r)
 	require.Contains(t, r.stderr, `herald: HERALD_LOG_FORMAT: "yaml" is not text or json`)
 	// ...and the flag overrides it: the run gets as far as the DSN.
-	r = cli(t, map[string]string{"HERALD_LOG_FORMAT": "yaml"}, "status", "--log-format", "json", "--db", "mysql://x")
+	r = cli(t, map[string]string{"HERALD_LOG_FORMAT": "yaml"}, "status", "--log-format", "json", "--db", "oracle://x")
 	require.Equal(t, 2, r.code, r)
 	require.Contains(t, r.stderr, "herald: --db: scheme")
 	// Selectors have no variable: HERALD_ALL cannot widen a discard.
@@ -255,10 +266,10 @@ func TestVersionSaysWhichHeraldAndGo(t *testing.T) {
 func TestDidYouMeanOnlySuggestsWhatIsClose(t *testing.T) {
 	t.Parallel()
 	words := topCommands()
-	require.ElementsMatch(t, []string{"bench", "help", "version", "migrate", "relay", "status", "dead", "keys", "demo"}, words)
+	require.ElementsMatch(t, []string{"help", "version", "migrate", "relay", "status", "dead", "keys", "replay", "pause", "resume"}, words)
 	for typed, want := range map[string]string{
 		"stauts": "status", "STATUS": "status", "migarte": "migrate", "mgirate": "migrate",
-		"relays": "relay", "deda": "dead", "kyes": "keys", "vresion": "version",
+		"relays": "relay", "replya": "replay", "deda": "dead", "kyes": "keys", "vresion": "version", "puase": "pause", "resmue": "resume",
 		"frobnicate": "", "x": "", "publish": "", "de": "", strings.Repeat("status", 40): "",
 	} {
 		got := didYouMean(typed, words...)

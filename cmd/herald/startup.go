@@ -34,8 +34,15 @@ func (e *unreachableError) Error() string { return e.msg }
 type starter struct {
 	inv    *invocation
 	log    *slog.Logger
-	status *relayStatus
+	status waiter
+	// once makes wait try once: a command that is not a daemon (replay)
+	// reports an unreachable service instead of waiting for it.
+	once bool
 }
+
+// waiter hears what a start waits for: a database's relay
+// (dbRelay), the destinations (relayStatus).
+type waiter interface{ waiting(what, why string) }
 
 // wait calls try until it succeeds, returning nil; until it fails with an
 // error that is not a service being unreachable (bad configuration,
@@ -53,7 +60,7 @@ func (s starter) wait(ctx context.Context, what string, try func(context.Context
 		if ctx.Err() != nil {
 			return errStoppedStarting
 		}
-		if !isUnreachable(err) {
+		if !isUnreachable(err) || s.once {
 			return err
 		}
 		msg := s.inv.stderr.scrub(err.Error())

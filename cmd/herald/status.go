@@ -11,6 +11,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/herald-outbox/herald/driver/heraldmysql"
 	"github.com/herald-outbox/herald/driver/heraldpg"
 	"github.com/herald-outbox/herald/driver/heraldsqlite"
 	"github.com/herald-outbox/herald/heraldadmin"
@@ -65,7 +66,7 @@ func setupMigrate(f *flagSet) func(context.Context, *invocation) error {
 
 // statusJSON is the documented shape of `herald status --json`.
 type statusJSON struct {
-	Schema string `json:"schema"` // empty on SQLite
+	Schema string `json:"schema"` // empty on SQLite and MySQL
 	Table  string `json:"table"`
 	// Topics has one entry per topic and state present, ordered by topic
 	// then state; never null.
@@ -78,6 +79,13 @@ type statusJSON struct {
 	// Destinations are a running relay's destinations with their circuit
 	// breakers, when --relay-admin names its admin server.
 	Destinations []destinationJSON `json:"destinations,omitempty"`
+	// Paused are the pauses in force (herald pause), with the ready
+	// events each holds; never null.
+	Paused []pausedJSON `json:"paused"`
+	// Relays are the relays running on the table, from their heartbeats,
+	// oldest start first; null only when the database's driver records
+	// none.
+	Relays []relayJSON `json:"relays"`
 }
 
 type topicStatusJSON struct {
@@ -128,6 +136,14 @@ func setupStatus(f *flagSet) func(context.Context, *invocation) error {
 				return err
 			}
 		}
+		pauses, err := driver.Pauses(ctx)
+		if err != nil {
+			return err
+		}
+		out.Paused = pausedOf(pauses, st, out.Destinations)
+		if out.Relays, _, err = listRelays(ctx, driver); err != nil {
+			return err
+		}
 		if *asJSON {
 			return writeJSON(inv.stdout, out)
 		}
@@ -140,6 +156,8 @@ func printStatus(w io.Writer, out statusJSON, st heraldadmin.Status) {
 	fmt.Fprintf(w, "outbox %s\n\n", strings.TrimPrefix(out.Schema+"."+out.Table, "."))
 	if len(st.Topics) == 0 {
 		fmt.Fprintln(w, "no rows")
+		printRelays(w, out.Relays)
+		printPaused(w, out.Paused)
 		return
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
@@ -156,7 +174,9 @@ func printStatus(w io.Writer, out statusJSON, st heraldadmin.Status) {
 	} else {
 		fmt.Fprintln(w, "oldest pending: none")
 	}
+	printRelays(w, out.Relays)
 	printDestinations(w, out.Destinations)
+	printPaused(w, out.Paused)
 }
 
 func printDestinations(w io.Writer, ds []destinationJSON) {
@@ -230,9 +250,11 @@ func writeJSON(w io.Writer, v any) error {
 	return enc.Encode(v)
 }
 
-// schemaOf is the schema shown for the outbox: none on SQLite.
+// schemaOf is the schema shown for the outbox: none on SQLite, nor on
+// MySQL, where the database in the DSN is the schema.
 func schemaOf(d *dbFlags) string {
-	if strings.HasPrefix(strings.TrimSpace(*d.db), "sqlite:") {
+	db := strings.ToLower(strings.TrimSpace(*d.db))
+	if strings.HasPrefix(db, "sqlite:") || strings.HasPrefix(db, "mysql://") {
 		return ""
 	}
 	return *d.schema
@@ -258,9 +280,12 @@ func (db *database) printMigrationSQL(inv *invocation, from int) error {
 		script string
 		err    error
 	)
-	if db.sqlite != nil {
+	switch {
+	case db.sqlite != nil:
 		script, err = heraldsqlite.MigrationSQL(db.sqlite, from)
-	} else {
+	case db.mysql != nil:
+		script, err = heraldmysql.MigrationSQL(db.mysqlNames, from)
+	default:
 		script, err = heraldpg.MigrationSQL(db.names, from)
 	}
 	if err != nil {

@@ -4,7 +4,7 @@ import "strings"
 
 // topCommands are the words herald takes first.
 func topCommands() []string {
-	names := []string{"bench", "help", "version"}
+	names := []string{"help", "version"}
 	seen := map[string]bool{}
 	for _, c := range commands {
 		word, _, _ := strings.Cut(c.name, " ")

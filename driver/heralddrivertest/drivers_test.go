@@ -9,8 +9,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/herald-outbox/herald/driver/heralddrivertest"
+	"github.com/herald-outbox/herald/driver/heraldmysql"
 	"github.com/herald-outbox/herald/driver/heraldpg"
 	"github.com/herald-outbox/herald/driver/heraldsqlite"
+	"github.com/herald-outbox/herald/driver/internal/mysqltest"
 	"github.com/herald-outbox/herald/driver/internal/pgtest"
 	"github.com/herald-outbox/herald/driver/internal/sqlitetest"
 	"github.com/herald-outbox/herald/internal/heraldtest"
@@ -38,6 +40,10 @@ func TestDrivers(t *testing.T) {
 		t.Parallel()
 		heralddrivertest.Exercise(t, sqliteHarness())
 	})
+	t.Run("MySQL", func(t *testing.T) {
+		t.Parallel()
+		heralddrivertest.Exercise(t, mysqlHarness(mysqltest.Pool(t)))
+	})
 }
 
 // The benchmarks run only with -bench, for instance
@@ -50,6 +56,7 @@ func benchDrivers(b *testing.B, bench func(*testing.B, heralddrivertest.Harness)
 	b.Run("PostgreSQLOverPgx", func(b *testing.B) { bench(b, pgxHarness(heraldtest.PostgresPool(b))) })
 	b.Run("PostgreSQLOverDatabaseSQL", func(b *testing.B) { bench(b, pgSQLHarness(sqlDB(b))) })
 	b.Run("SQLite", func(b *testing.B) { bench(b, sqliteHarness()) })
+	b.Run("MySQL", func(b *testing.B) { bench(b, mysqlHarness(mysqltest.Pool(b))) })
 }
 
 // Payload caps above the default, a different one per harness: proves each
@@ -58,6 +65,7 @@ const (
 	pgxMaxPayload    = 5 << 18
 	pgSQLMaxPayload  = 3 << 19
 	sqliteMaxPayload = 3 << 19
+	mysqlMaxPayload  = 5 << 19
 )
 
 func pgxHarness(pool *pgxpool.Pool) heralddrivertest.Harness {
@@ -83,6 +91,14 @@ func sqliteHarness() heralddrivertest.Harness {
 				"left open holds the write lock, so no later transaction commits before it and seq order is commit order",
 		},
 	}
+}
+
+// mysqlHarness shares one pool between its cases, as the PostgreSQL
+// harnesses do; each case gets a database of its own.
+func mysqlHarness(db *sql.DB) heralddrivertest.Harness {
+	return heralddrivertest.Harness{Name: "mysql", New: func(t testing.TB) *heralddrivertest.Driver {
+		return mysqltest.New(t, db, heraldmysql.Config{MaxPayloadBytes: mysqlMaxPayload}).Driver
+	}}
 }
 
 // sqlDB is a database/sql pool over PostgreSQL, closed when tb ends.

@@ -14,7 +14,9 @@
 // The cases are grouped by concern: write.go (the writer and the
 // transaction it joins), claim.go, complete.go (acknowledgements),
 // rescue.go, retention.go, admin.go (operators' reads and actions),
-// ordering.go (per-key order at the store), backlog.go, relay.go (the
+// ordering.go (per-key order at the store), pause.go (operators' pauses,
+// at the store and in a relay), relays.go (the relays' heartbeats, listed
+// by heraldadmin.Relays), backlog.go, relay.go (the
 // relay's guarantees end to end, on the driver's store), and oddrows.go
 // (rows another program wrote, of values Herald never writes).
 package heralddrivertest
@@ -164,5 +166,5 @@ type testCase struct {
 
 func allCases() []testCase {
 	return slices.Concat(writeCases, claimCases, completeCases, rescueCases, retentionCases,
-		adminCases, orderingCases, backlogCases, relayCases, oddRowsCases)
+		adminCases, publishedCases, retryingCases, orderingCases, pauseCases, relaysCases, backlogCases, relayCases, oddRowsCases)
 }

@@ -363,8 +363,11 @@ var relayCases = []testCase{
 			last[env.Key] = env.Seq
 		}
 		require.Positive(t, failed.Load(), "no failure was injected")
+		// A relay counts an acknowledgement once the store has answered
+		// it, after the table shows it: stopped, its count is final.
 		var published int64
 		for _, r := range relays {
+			stopRelay(t, r)
 			published += r.Stats().Published
 		}
 		require.Equal(t, int64(events), published, "each deleted row counts as published once")

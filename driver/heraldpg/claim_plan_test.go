@@ -67,7 +67,13 @@ func TestClaimIsOneIndexProbe(t *testing.T) {
 	require.NotContains(t, text, "Seq Scan", text)
 
 	// So does an ordered claim's walk over the keys.
-	text = explain(d.q.walkKeys, "", "", 2000, 1000, 1000, []string{}, int32(1))
+	text = explain(d.q.walkKeys, "", "", 2000, 1000, 1000, []string{}, int32(1), []string{}, false)
+	require.Contains(t, text, "herald_outbox_key_idx", text)
+	require.NotContains(t, text, "Seq Scan", text)
+
+	// And the relay's read of the topics with ready events, while a
+	// destination is paused.
+	text = explain(d.q.readyTopics)
 	require.Contains(t, text, "herald_outbox_key_idx", text)
 	require.NotContains(t, text, "Seq Scan", text)
 }
@@ -116,7 +122,12 @@ func requireIndexProbes(t *testing.T, pool *pgxpool.Pool, d *Driver, stats strin
 	t.Helper()
 	forms := []struct{ name, sql, args string }{
 		{"unordered claim", d.q.claim, `1000, gen_random_uuid(), 'plan', 60000000, 67108864`},
-		{"ordered claim's walk", d.q.walkKeys, `'', '', 2000, 1000, 1000, '{}'::text[], 1`},
+		{"ordered claim's walk", d.q.walkKeys, `'', '', 2000, 1000, 1000, '{}'::text[], 1, '{}'::text[], false`},
+		// A paused topic is passed, not read: its keys are all of the
+		// backlog here.
+		{"ordered claim's walk past a paused topic", d.q.walkKeys, `'', '', 2000, 1000, 1000, '{}'::text[], 1, '{new}'::text[], false`},
+		{"unordered claim's walk while a topic is paused", d.q.walkKeys, `'', '', 2000, 1000, 1000, '{}'::text[], 1, '{new}'::text[], true`},
+		{"the topics with ready events", d.q.readyTopics, ``},
 		{"ordered claim's keys", d.q.claimKeys, `ARRAY['new','new','new'], ARRAY['k1','k2','k3'], ARRAY[false,false,true],
 			1000, 1000, gen_random_uuid(), 'plan', 60000000, 67108864`},
 	}
@@ -149,7 +160,11 @@ func explainPrepared(t *testing.T, pool *pgxpool.Pool, mode, sql, args string) s
 		_, err = tx.Exec(ctx, s)
 		require.NoError(t, err, s)
 	}
-	rows, err := tx.Query(ctx, `EXPLAIN (ANALYZE, BUFFERS) EXECUTE claim_form(`+args+`)`, pgx.QueryExecModeSimpleProtocol)
+	execute := `EXECUTE claim_form`
+	if args != "" {
+		execute += `(` + args + `)`
+	}
+	rows, err := tx.Query(ctx, `EXPLAIN (ANALYZE, BUFFERS) `+execute, pgx.QueryExecModeSimpleProtocol)
 	require.NoError(t, err)
 	var plan []string
 	for rows.Next() {

@@ -2,8 +2,9 @@
 // and migrations, the relay's store on a pgx v5 pool, and writers that join a
 // caller's pgx.Tx or database/sql *sql.Tx (database/sql over pgx's stdlib).
 //
-// The driver's methods implement herald.Store and heraldadmin.Admin; they
-// are not a stable API of their own.
+// The driver's methods implement herald.Store, herald.Heartbeats,
+// heraldadmin.Admin and heraldadmin.Relays; they are not a stable API of
+// their own.
 package heraldpg
 
 import (

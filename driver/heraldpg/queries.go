@@ -58,23 +58,37 @@ const (
 	// event is available and none of its events is claimed or parked, and
 	// only if this transaction gets the key's advisory lock ($7 names the
 	// table): a claimer that holds it is the only one deciding for that
-	// key. Keys of unordered topics ($6) and the empty key are taken
-	// without a lock. Its snapshot may be older than the lock, so the
-	// second statement checks again.
-	walkKeysSQL = `WITH RECURSIVE walk(topic, key, n, total, ok, size) AS (
-		SELECT $1::text, $2::text, 0, 0, false, 0
+	// key. Keys of unordered topics ($6), the empty key, and every key when
+	// $9 (an unordered relay's claim while topics are paused) are taken
+	// without a lock. A key of a paused topic ($8) is never taken, and the
+	// walk's next probe passes the rest of its topic (o.topic > w.topic):
+	// a paused topic costs one probe however many keys wait in it. Of the
+	// two probes only the one whose w.skip matches runs (a one-time
+	// filter). Its snapshot may be older than the lock, so the second
+	// statement checks again.
+	walkKeysSQL = `WITH RECURSIVE walk(topic, key, n, total, ok, size, skip) AS (
+		SELECT $1::text, $2::text, 0, 0, false, 0, false
 		UNION ALL
-		SELECT nx.topic, nx.key, w.n + 1, w.total + sz.size, c.ok, sz.size
+		SELECT nx.topic, nx.key, w.n + 1, w.total + sz.size, c.ok, sz.size, c.paused
 		FROM walk w
 		CROSS JOIN LATERAL (
-			SELECT o.topic, o.key FROM {{.Table}} o
-			WHERE o.state = 'ready' AND (o.topic, o.key) > (w.topic, w.key)
-			ORDER BY o.topic, o.key
+			SELECT x.topic, x.key FROM (
+				(SELECT o.topic, o.key FROM {{.Table}} o
+				 WHERE NOT w.skip AND o.state = 'ready' AND (o.topic, o.key) > (w.topic, w.key)
+				 ORDER BY o.topic, o.key
+				 LIMIT 1)
+				UNION ALL
+				(SELECT o.topic, o.key FROM {{.Table}} o
+				 WHERE w.skip AND o.state = 'ready' AND o.topic > w.topic
+				 ORDER BY o.topic, o.key
+				 LIMIT 1)
+			) x
 			LIMIT 1
 		) nx
 		CROSS JOIN LATERAL (
-			SELECT CASE
-				WHEN nx.key = '' OR nx.topic = ANY($6::text[]) THEN true
+			SELECT nx.topic = ANY($8::text[]) AS paused, CASE
+				WHEN nx.topic = ANY($8::text[]) THEN false
+				WHEN nx.key = '' OR $9::boolean OR nx.topic = ANY($6::text[]) THEN true
 				WHEN (SELECT h.available_at FROM {{.Table}} h
 				      WHERE h.state = 'ready' AND h.topic = nx.topic AND h.key = nx.key
 				      ORDER BY h.seq LIMIT 1) > now() THEN false
@@ -268,6 +282,49 @@ const (
 	GROUP BY topic
 	ORDER BY topic`
 
+	// Pauses: the relay reads them all once a second (a handful of rows).
+	pausesSQL = `SELECT kind, name, paused, reason, paused_by, paused_at, resumed_at
+	FROM {{.Pauses}} ORDER BY kind, name`
+	// Pausing what is paused already keeps its start and takes the new
+	// reason; pausing again after a resume starts a new pause.
+	pauseSQL = `INSERT INTO {{.Pauses}} AS p (kind, name, reason, paused_by) VALUES ($1, $2, $3, $4)
+	ON CONFLICT (kind, name) DO UPDATE
+	SET paused = true, reason = EXCLUDED.reason, paused_by = EXCLUDED.paused_by,
+	    paused_at = CASE WHEN p.paused THEN p.paused_at ELSE now() END, resumed_at = NULL`
+	resumeSQL = `UPDATE {{.Pauses}} SET paused = false, resumed_at = now()
+	WHERE kind = $1 AND name = $2 AND paused`
+	// The topics with ready events, one probe of the key index each: the
+	// next topic after the last one found.
+	readyTopicsSQL = `WITH RECURSIVE t(topic) AS (
+		(SELECT o.topic FROM {{.Table}} o WHERE o.state = 'ready' ORDER BY o.topic LIMIT 1)
+		UNION ALL
+		SELECT (SELECT o.topic FROM {{.Table}} o WHERE o.state = 'ready' AND o.topic > t.topic
+		        ORDER BY o.topic LIMIT 1)
+		FROM t WHERE t.topic IS NOT NULL
+	)
+	SELECT topic FROM t WHERE topic IS NOT NULL`
+
+	// Relays' heartbeats (herald.Heartbeats): a beat writes its relay's
+	// row and deletes the rows of other relays that expired, in one
+	// statement. Its times are durations in microseconds, turned into
+	// times by the database clock; the start is kept from the row's
+	// first beat unless the beat is the relay's first ($8).
+	relayBeatSQL = `WITH expired AS (
+		DELETE FROM {{.Relays}} WHERE expires_at < now() AND owner <> $1
+	)
+	INSERT INTO {{.Relays}} AS r (owner, version, started_at, heartbeat_at, expires_at, last_claim_at, leased, published)
+	VALUES ($1, $2, now() - $3::bigint * interval '1 microsecond', now(), now() + $4::bigint * interval '1 microsecond',
+	        CASE WHEN $5::bigint >= 0 THEN now() - $5::bigint * interval '1 microsecond' END, $6::bigint, $7::bigint)
+	ON CONFLICT (owner) DO UPDATE
+	SET version = EXCLUDED.version,
+	    started_at = CASE WHEN $8::boolean THEN EXCLUDED.started_at ELSE r.started_at END,
+	    heartbeat_at = EXCLUDED.heartbeat_at, expires_at = EXCLUDED.expires_at,
+	    last_claim_at = EXCLUDED.last_claim_at, leased = EXCLUDED.leased, published = EXCLUDED.published`
+	relayGoneSQL = `DELETE FROM {{.Relays}} WHERE owner = $1`
+	// The relays listed are those whose row has not expired.
+	relaysSQL = `SELECT owner, version, started_at, heartbeat_at, last_claim_at, leased, published
+	FROM {{.Relays}} WHERE expires_at >= now() ORDER BY started_at, owner`
+
 	statusSQL = `SELECT topic, state, count(*),
 	       coalesce(extract(epoch FROM now()) - extract(epoch FROM min(created_at)), 0)::float8
 	FROM {{.Table}}
@@ -283,6 +340,8 @@ type queries struct {
 	insertOne, insertMany, claim, walkKeys, claimKeys                   string
 	publish, complete, publishDelete, completeDelete                    string
 	releaseClaim, rescue, deletePublished, status, blockedKeys, backlog string
+	pauses, pause, resume, readyTopics                                  string
+	relayBeat, relayGone, relays                                        string
 	table                                                               string
 }
 
@@ -303,6 +362,13 @@ func newQueries(n names) queries {
 		rescue:          n.render(rescueSQL),
 		deletePublished: n.render(deletePublishedSQL),
 		status:          n.render(statusSQL),
+		pauses:          n.render(pausesSQL),
+		pause:           n.render(pauseSQL),
+		resume:          n.render(resumeSQL),
+		readyTopics:     n.render(readyTopicsSQL),
+		relayBeat:       n.render(relayBeatSQL),
+		relayGone:       n.render(relayGoneSQL),
+		relays:          n.render(relaysSQL),
 		table:           n.Qualified,
 	}
 }

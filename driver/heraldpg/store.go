@@ -39,9 +39,12 @@ func (d *Driver) Claim(ctx context.Context, p herald.ClaimParams) ([]herald.Enve
 // stopped, so every key gets its turn; when it reaches the last key it
 // starts over from the first within the same claim.
 func (d *Driver) claimOrdered(ctx context.Context, p herald.ClaimParams, perKey int) ([]sqlstore.ClaimedRow, error) {
-	unordered := p.UnorderedTopics
+	unordered, paused := p.UnorderedTopics, p.PausedTopics
 	if unordered == nil {
 		unordered = []string{}
+	}
+	if paused == nil {
+		paused = []string{}
 	}
 	maxKeys := max(sqlstore.WalkKeysFactor*p.Limit, 64)
 
@@ -53,7 +56,7 @@ func (d *Driver) claimOrdered(ctx context.Context, p herald.ClaimParams, perKey 
 			seen         = map[[2]string]bool{}
 		)
 		err := d.cursor.Walk(maxKeys, p.Limit, func(from [2]string) (visited, rows int, last [2]string, err error) {
-			err = tx.query(ctx, d.q.walkKeys, []any{from[0], from[1], maxKeys, p.Limit, perKey, unordered, d.lockSpace},
+			err = tx.query(ctx, d.q.walkKeys, []any{from[0], from[1], maxKeys, p.Limit, perKey, unordered, d.lockSpace, paused, p.Unordered},
 				func(scan func(...any) error) error {
 					var (
 						k    [2]string
@@ -67,7 +70,7 @@ func (d *Driver) claimOrdered(ctx context.Context, p herald.ClaimParams, perKey 
 					if ok && !seen[k] {
 						seen[k] = true
 						topics, keys = append(topics, k[0]), append(keys, k[1])
-						free = append(free, k[1] == "" || slices.Contains(unordered, k[0]))
+						free = append(free, p.Unordered || k[1] == "" || slices.Contains(unordered, k[0]))
 					}
 					return nil
 				})

@@ -40,8 +40,7 @@ func NewExecWriter(cfg *Config) (*herald.Writer[Execer], error) {
 		return nil, err
 	}
 	q := newQueries(n)
-	ins := &inserter{prefix: q.insertPrefix, tuple: q.insertTuple}
-	ins.full = ins.statement(rowsPerInsert)
+	ins := newInserter(q)
 	var wc *herald.WriterConfig
 	if cfg != nil {
 		wc = &herald.WriterConfig{MaxPayloadBytes: cfg.MaxPayloadBytes}
@@ -49,39 +48,13 @@ func NewExecWriter(cfg *Config) (*herald.Writer[Execer], error) {
 	return herald.NewWriter[Execer](execInserter{ins}, wc)
 }
 
-type execInserter struct{ *inserter }
+type execInserter struct{ *sqlstore.TupleInserter }
 
 // InsertTx implements herald.WriteDriver with the statements of NewWriter's
-// inserter, chunked the same way.
+// inserter, once tx is known to be a transaction.
 func (e execInserter) InsertTx(ctx context.Context, tx Execer, msgs []herald.Message) error {
 	if err := sqlstore.CheckTx(tx); err != nil {
 		return fmt.Errorf("heraldsqlite: WriteTx: %w", err)
 	}
-	for len(msgs) > 0 {
-		chunk := msgs[:min(len(msgs), rowsPerInsert)]
-		msgs = msgs[len(chunk):]
-		args, err := insertArgs(chunk)
-		if err != nil {
-			return err
-		}
-		if _, err := tx.ExecContext(ctx, e.statement(len(chunk)), args...); err != nil {
-			return fmt.Errorf("heraldsqlite: writing %d events: %w", len(chunk), err)
-		}
-	}
-	return nil
-}
-
-// insertArgs returns the parameters of chunk's tuples, in the order of
-// the insert's columns.
-func insertArgs(chunk []herald.Message) ([]any, error) {
-	args := make([]any, 0, len(chunk)*insertColumns)
-	for _, m := range chunk {
-		h, err := encodeHeaders(m.Headers)
-		if err != nil {
-			return nil, err
-		}
-		args = append(args, m.ID, m.Topic, m.Key, m.Type, m.AggregateType, m.AggregateID,
-			payload(m.Payload), h, availableAt(m.AvailableAt))
-	}
-	return args, nil
+	return e.Insert(ctx, tx, msgs)
 }

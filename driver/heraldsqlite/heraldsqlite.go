@@ -12,8 +12,9 @@
 // from the database clock in SQL (for SQLite, the clock of the host running
 // the process that runs the statement).
 //
-// The driver's methods implement herald.Store and heraldadmin.Admin; they
-// are not a stable API of their own.
+// The driver's methods implement herald.Store, herald.Heartbeats,
+// heraldadmin.Admin and heraldadmin.Relays; they are not a stable API of
+// their own.
 package heraldsqlite
 
 import (

@@ -66,6 +66,12 @@ const (
 	nextKeySQL = `SELECT topic, key FROM {{.Table}}
 	WHERE state = 'ready' AND (topic, key) > (?1, ?2)
 	ORDER BY topic, key LIMIT 1`
+	// A key of a paused topic is never taken, and the walk's next probe
+	// passes the rest of its topic: one probe however many keys wait in
+	// it. ReadyTopics walks the topics with the same probe.
+	nextTopicSQL = `SELECT topic, key FROM {{.Table}}
+	WHERE state = 'ready' AND topic > ?1
+	ORDER BY topic, key LIMIT 1`
 	keyBlockedSQL = `SELECT EXISTS (SELECT 1 FROM {{.Table}}
 	WHERE (state = 'claimed' OR parked = 1) AND topic = ?1 AND key = ?2)`
 	keyRunSQL = `SELECT seq, available_at <= {{.Now}} FROM {{.Table}}
@@ -192,6 +198,36 @@ const (
 	GROUP BY topic
 	ORDER BY topic`
 
+	// Pauses: the relay reads them all once a second (a handful of rows).
+	pausesSQL = `SELECT kind, name, paused, reason, paused_by, paused_at, resumed_at
+	FROM {{.Pauses}} ORDER BY kind, name`
+	// Pausing what is paused already keeps its start and takes the new
+	// reason; pausing again after a resume starts a new pause.
+	pauseSQL = `INSERT INTO {{.Pauses}} AS p (kind, name, reason, paused_by) VALUES (?1, ?2, ?3, ?4)
+	ON CONFLICT (kind, name) DO UPDATE
+	SET paused = 1, reason = excluded.reason, paused_by = excluded.paused_by,
+	    paused_at = CASE WHEN p.paused THEN p.paused_at ELSE {{.Now}} END, resumed_at = NULL`
+	resumeSQL = `UPDATE {{.Pauses}} SET paused = 0, resumed_at = {{.Now}}
+	WHERE kind = ?1 AND name = ?2 AND paused`
+
+	// Relays' heartbeats (herald.Heartbeats): a beat deletes the rows of
+	// other relays that expired, then writes its relay's row. Its times
+	// are durations in microseconds, turned into times by the database
+	// clock; the start is kept from the row's first beat unless the beat
+	// is the relay's first (?8).
+	relayPruneSQL = `DELETE FROM {{.Relays}} WHERE expires_at < {{.Now}} AND owner <> ?1`
+	relayBeatSQL  = `INSERT INTO {{.Relays}} AS r (owner, version, started_at, heartbeat_at, expires_at, last_claim_at, leased, published)
+	VALUES (?1, ?2, {{.Now}} - ?3, {{.Now}}, {{.Now}} + ?4, CASE WHEN ?5 >= 0 THEN {{.Now}} - ?5 END, ?6, ?7)
+	ON CONFLICT (owner) DO UPDATE
+	SET version = excluded.version,
+	    started_at = CASE WHEN ?8 THEN excluded.started_at ELSE r.started_at END,
+	    heartbeat_at = excluded.heartbeat_at, expires_at = excluded.expires_at,
+	    last_claim_at = excluded.last_claim_at, leased = excluded.leased, published = excluded.published`
+	relayGoneSQL = `DELETE FROM {{.Relays}} WHERE owner = ?1`
+	// The relays listed are those whose row has not expired.
+	relaysSQL = `SELECT owner, version, started_at, heartbeat_at, last_claim_at, leased, published
+	FROM {{.Relays}} WHERE expires_at >= {{.Now}} ORDER BY started_at, owner`
+
 	statusSQL = `SELECT topic, state, count(*), max({{.Now}} - min(created_at), 0)
 	FROM {{.Table}}
 	GROUP BY topic, state
@@ -222,6 +258,8 @@ type queries struct {
 	nextKey, keyBlocked, keyRun, keyAvailable, claimSeqs, blockedKeys                      string
 	blockedKeysOf, runsOf                                                                  string
 	getEvent, listEvents, requeue, discard, backlog                                        string
+	nextTopic, pauses, pause, resume                                                       string
+	relayPrune, relayBeat, relayGone, relays                                               string
 }
 
 func newQueries(n names) queries {
@@ -230,6 +268,14 @@ func newQueries(n names) queries {
 		insertTuple:     n.render(insertTupleSQL),
 		claim:           n.render(claimSQL),
 		nextKey:         n.render(nextKeySQL),
+		nextTopic:       n.render(nextTopicSQL),
+		pauses:          n.render(pausesSQL),
+		pause:           n.render(pauseSQL),
+		resume:          n.render(resumeSQL),
+		relayPrune:      n.render(relayPruneSQL),
+		relayBeat:       n.render(relayBeatSQL),
+		relayGone:       n.render(relayGoneSQL),
+		relays:          n.render(relaysSQL),
 		keyAvailable:    n.render(keyAvailableSQL),
 		keyBlocked:      n.render(keyBlockedSQL),
 		keyRun:          n.render(keyRunSQL),

@@ -51,9 +51,14 @@ func (d *Driver) claimOrdered(ctx context.Context, p herald.ClaimParams, perKey 
 		seen       = map[[2]string]bool{}
 	)
 	err := d.cursor.Walk(maxKeys, p.Limit, func(from [2]string) (visited, rows int, last [2]string, err error) {
-		k := from
+		k, skip := from, false
 		for visited < maxKeys && rows < p.Limit {
-			err := d.db.QueryRowContext(ctx, d.q.nextKey, k[0], k[1]).Scan(&k[0], &k[1])
+			var err error
+			if skip { // the rest of a paused topic
+				err = d.db.QueryRowContext(ctx, d.q.nextTopic, k[0]).Scan(&k[0], &k[1])
+			} else {
+				err = d.db.QueryRowContext(ctx, d.q.nextKey, k[0], k[1]).Scan(&k[0], &k[1])
+			}
 			if errors.Is(err, sql.ErrNoRows) {
 				break
 			}
@@ -61,11 +66,11 @@ func (d *Driver) claimOrdered(ctx context.Context, p herald.ClaimParams, perKey 
 				return 0, 0, last, err
 			}
 			visited, last = visited+1, k
-			if seen[k] {
+			if skip = slices.Contains(p.PausedTopics, k[0]); skip || seen[k] {
 				continue
 			}
 			seen[k] = true
-			free := k[1] == "" || slices.Contains(p.UnorderedTopics, k[0])
+			free := p.Unordered || k[1] == "" || slices.Contains(p.UnorderedTopics, k[0])
 			run, err := d.keyRun(ctx, d.db, k, perKey, free)
 			if err != nil {
 				return 0, 0, last, err

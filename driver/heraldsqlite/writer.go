@@ -1,11 +1,7 @@
 package heraldsqlite
 
 import (
-	"context"
 	"database/sql"
-
-	"fmt"
-	"strings"
 	"time"
 
 	"github.com/herald-outbox/herald"
@@ -22,17 +18,13 @@ func NewWriter(cfg *Config) (*herald.Writer[*sql.Tx], error) {
 		return nil, err
 	}
 	q := newQueries(n)
-	ins := &inserter{prefix: q.insertPrefix, tuple: q.insertTuple}
-	ins.full = ins.statement(rowsPerInsert)
+	ins := newInserter(q)
 	var wc *herald.WriterConfig
 	if cfg != nil {
 		wc = &herald.WriterConfig{MaxPayloadBytes: cfg.MaxPayloadBytes}
 	}
 	return herald.NewWriter[*sql.Tx](ins, wc)
 }
-
-// insertColumns is the number of parameters of one message's tuple.
-const insertColumns = 9
 
 // rowsPerInsert is the most messages one INSERT carries; a larger call is
 // split into several statements of the same transaction. SQLite's own limit
@@ -43,73 +35,8 @@ const insertColumns = 9
 // and well within the limit.
 const rowsPerInsert = 128
 
-type inserter struct {
-	prefix, tuple string
-	full          string // the statement for rowsPerInsert messages
-}
-
-// statement returns the INSERT of n messages: one VALUES tuple each.
-func (in *inserter) statement(n int) string {
-	if n == rowsPerInsert && in.full != "" {
-		return in.full
-	}
-	var b strings.Builder
-	b.Grow(len(in.prefix) + n*(len(in.tuple)+2))
-	b.WriteString(in.prefix)
-	for i := range n {
-		if i > 0 {
-			b.WriteString(", ")
-		}
-		b.WriteString(in.tuple)
-	}
-	return b.String()
-}
-
-// InsertTx implements herald.WriteDriver: the messages are inserted in
-// order, so their seq follows the order of the call.
-func (in *inserter) InsertTx(ctx context.Context, tx *sql.Tx, msgs []herald.Message) error {
-	if tx == nil {
-		return fmt.Errorf("heraldsqlite: WriteTx: tx is nil")
-	}
-	for len(msgs) > 0 {
-		chunk := msgs[:min(len(msgs), rowsPerInsert)]
-		msgs = msgs[len(chunk):]
-		args := make([]any, 0, len(chunk)*insertColumns)
-		for _, m := range chunk {
-			h, err := encodeHeaders(m.Headers)
-			if err != nil {
-				return err
-			}
-			args = append(args, m.ID, m.Topic, m.Key, m.Type, m.AggregateType, m.AggregateID,
-				payload(m.Payload), h, availableAt(m.AvailableAt))
-		}
-		if _, err := tx.ExecContext(ctx, in.statement(len(chunk)), args...); err != nil {
-			return fmt.Errorf("heraldsqlite: writing %d events: %w", len(chunk), err)
-		}
-	}
-	return nil
-}
-
-// payload keeps an empty payload from becoming NULL.
-func payload(p []byte) []byte {
-	if p == nil {
-		return []byte{}
-	}
-	return p
-}
-
-// availableAt is nil, for the database clock's now, when t is zero.
-func availableAt(t time.Time) any {
-	if t.IsZero() {
-		return nil
-	}
-	return t.UnixMicro()
-}
-
-func encodeHeaders(h map[string]string) (string, error) {
-	enc, err := sqlstore.EncodeHeaders(h)
-	if err != nil {
-		return "", fmt.Errorf("heraldsqlite: %w", err)
-	}
-	return enc, nil
+// newInserter is the driver's writer: times as integer microseconds.
+func newInserter(q queries) *sqlstore.TupleInserter {
+	return sqlstore.NewTupleInserter("heraldsqlite", q.insertPrefix, q.insertTuple, rowsPerInsert, 0,
+		func(t time.Time) any { return t.UnixMicro() })
 }

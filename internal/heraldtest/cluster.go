@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"net"
 	"os"
 	"os/exec"
 	"os/user"
@@ -128,6 +127,10 @@ func (c *cluster) run(postgres, data string, port int, cred *syscall.Credential)
 		"-c", "full_page_writes=off",
 		// Parallel tests each open a pool.
 		"-c", "max_connections=200",
+		// The change-data-capture source reads logical replication slots.
+		"-c", "wal_level=logical",
+		"-c", "max_replication_slots=20",
+		"-c", "max_wal_senders=20",
 	)
 	cmd.Dir = c.dir
 	// An *os.File is handed to the child as is; any other writer would need
@@ -275,15 +278,6 @@ func clusterCredential() (*syscall.Credential, error) {
 		return nil, fmt.Errorf("gid of user postgres: %w", err)
 	}
 	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}, nil
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 // postgresBinaries returns the paths of initdb and postgres of one

@@ -120,20 +120,27 @@ func (n *NATSServer) Conn(t testing.TB) *nats.Conn {
 // The returned handle uses a connection closed when the test ends.
 func (n *NATSServer) CreateStream(t testing.TB, name string, subjects ...string) jetstream.Stream {
 	t.Helper()
+	return n.CreateStreamConfig(t, jetstream.StreamConfig{Name: name, Subjects: subjects})
+}
+
+// CreateStreamConfig creates the stream cfg describes, such as one with
+// AllowAtomicPublish or a MaxMsgSize. Its storage and duplicate window,
+// when left zero, are CreateStream's: file-backed, two minutes.
+func (n *NATSServer) CreateStreamConfig(t testing.TB, cfg jetstream.StreamConfig) jetstream.Stream {
+	t.Helper()
 	js, err := jetstream.New(n.Conn(t))
 	if err != nil {
 		t.Fatalf("heraldtest: %v", err)
 	}
+	if cfg.Duplicates == 0 {
+		cfg.Duplicates = 2 * time.Minute
+	}
+	// FileStorage is the zero value: it needs no default.
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	stream, err := js.CreateStream(ctx, jetstream.StreamConfig{
-		Name:       name,
-		Subjects:   subjects,
-		Storage:    jetstream.FileStorage,
-		Duplicates: 2 * time.Minute,
-	})
+	stream, err := js.CreateStream(ctx, cfg)
 	if err != nil {
-		t.Fatalf("heraldtest: creating stream %s: %v", name, err)
+		t.Fatalf("heraldtest: creating stream %s: %v", cfg.Name, err)
 	}
 	return stream
 }

@@ -4,12 +4,15 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"slices"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/herald-outbox/herald"
+	"github.com/herald-outbox/herald/heraldadmin"
 )
 
 // Names are a driver's validated, quoted identifiers.
@@ -18,6 +21,8 @@ type Names struct {
 	Table      string // as configured
 	Qualified  string // "schema"."table", or "table"
 	Migrations string // the migrations table, quoted the same way
+	Pauses     string // the pauses table, quoted the same way
+	Relays     string // the relays' heartbeats table, quoted the same way
 }
 
 // NewNames checks schema (empty for none) and table against Identifier and
@@ -38,16 +43,20 @@ func NewNames(pkg, schema, table string) (Names, error) {
 		Table:      table,
 		Qualified:  prefix + `"` + table + `"`,
 		Migrations: prefix + `"` + table + `_migrations"`,
+		Pauses:     prefix + `"` + table + `_pauses"`,
+		Relays:     prefix + `"` + table + `_relays"`,
 	}, nil
 }
 
-// Render fills a query template's {{.Table}}, {{.Migrations}}, {{.Name}}
-// and {{.Schema}}, then the driver's own placeholders given as old, new
+// Render fills a query template's {{.Table}}, {{.Migrations}},
+// {{.Pauses}}, {{.Relays}}, {{.Name}} and {{.Schema}}, then the driver's own placeholders given as old, new
 // pairs.
 func (n Names) Render(tmpl string, extra ...string) string {
 	pairs := append([]string{
 		"{{.Table}}", n.Qualified,
 		"{{.Migrations}}", n.Migrations,
+		"{{.Pauses}}", n.Pauses,
+		"{{.Relays}}", n.Relays,
 		"{{.Name}}", n.Table,
 		"{{.Schema}}", `"` + n.Schema + `"`,
 	}, extra...)
@@ -128,7 +137,10 @@ const WalkKeysFactor = 2
 // a claim could not read.
 type Claimers struct {
 	Unordered func(ctx context.Context, p herald.ClaimParams) ([]ClaimedRow, error)
-	Ordered   func(ctx context.Context, p herald.ClaimParams, perKey int) ([]ClaimedRow, error)
+	// Ordered walks the keys. It takes every key as free (as of an
+	// unordered topic) when p.Unordered: Claim calls it then for a claim
+	// with paused topics.
+	Ordered func(ctx context.Context, p herald.ClaimParams, perKey int) ([]ClaimedRow, error)
 	// Bury writes the failures Split decided for the claim's unreadable
 	// rows, checking the claim's token: the driver's Complete.
 	Bury func(ctx context.Context, p herald.CompleteParams) error
@@ -156,9 +168,13 @@ func Claim(ctx context.Context, pkg string, p herald.ClaimParams, c Claimers) ([
 		rows []ClaimedRow
 		err  error
 	)
-	if p.Unordered {
+	if p.Unordered && len(p.PausedTopics) == 0 {
 		rows, err = c.Unordered(ctx, p)
 	} else {
+		// With topics paused an unordered claim walks the keys too (every
+		// key free, as for an unordered topic): the claim by age would
+		// read every paused event in the ready index to pass them, where
+		// the walk passes a paused topic in one probe.
 		perKey := p.PerKey
 		if perKey <= 0 || perKey > p.Limit {
 			perKey = p.Limit
@@ -176,4 +192,55 @@ func Claim(ctx context.Context, pkg string, p herald.ClaimParams, c Claimers) ([
 		}
 	}
 	return envs, nil
+}
+
+// CheckPause checks an operator's pause: a known kind, a name that is not
+// blank, texts the database keeps as they are (UTF-8, no NUL) and within
+// heraldadmin.MaxPauseText.
+func CheckPause(kind herald.PauseKind, name string, texts ...string) error {
+	if kind != herald.PauseTopic && kind != herald.PauseDestination {
+		return fmt.Errorf("pausing: kind %q is neither %q nor %q", kind, herald.PauseTopic, herald.PauseDestination)
+	}
+	if strings.TrimSpace(name) == "" {
+		return fmt.Errorf("pausing: the %s to pause is empty", kind)
+	}
+	for _, t := range append([]string{name}, texts...) {
+		switch {
+		case len(t) > heraldadmin.MaxPauseText:
+			return fmt.Errorf("pausing: %d bytes is longer than the %d a pause's name, reason or author may have", len(t), heraldadmin.MaxPauseText)
+		case !utf8.ValidString(t) || strings.ContainsRune(t, 0):
+			return errors.New("pausing: a pause's name, reason and author must be UTF-8 text without NUL")
+		}
+	}
+	return nil
+}
+
+// MaxRelayText is the most bytes a heartbeat's owner or version may have:
+// the relays table is read whole by every status and admin page.
+const MaxRelayText = 1024
+
+// CheckBeat checks a relay's heartbeat: an owner that is not blank, texts
+// the database keeps as they are (UTF-8, no NUL) and within MaxRelayText,
+// an expiry in the future and no negative count.
+func CheckBeat(b herald.RelayBeat) error {
+	if strings.TrimSpace(b.Owner) == "" {
+		return errors.New("heartbeat: the relay's owner is empty")
+	}
+	for _, t := range []string{b.Owner, b.Version} {
+		switch {
+		case len(t) > MaxRelayText:
+			return fmt.Errorf("heartbeat: %d bytes is longer than the %d a relay's owner or version may have", len(t), MaxRelayText)
+		case !utf8.ValidString(t) || strings.ContainsRune(t, 0):
+			return errors.New("heartbeat: a relay's owner and version must be UTF-8 text without NUL")
+		}
+	}
+	switch {
+	case b.Expiry <= 0:
+		return fmt.Errorf("heartbeat: expiry %s is not positive", b.Expiry)
+	case b.Running < 0:
+		return fmt.Errorf("heartbeat: running time %s is negative", b.Running)
+	case b.Leased < 0 || b.Published < 0:
+		return fmt.Errorf("heartbeat: negative count (leased %d, published %d)", b.Leased, b.Published)
+	}
+	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/herald-outbox/herald"
+	"github.com/herald-outbox/herald/heraldce"
 	"github.com/herald-outbox/herald/publish/heraldaws"
 	"github.com/herald-outbox/herald/publish/publishertest"
 )
@@ -19,25 +20,30 @@ const tooLarge = heraldaws.DefaultMaxMessageBytes + 1
 // Dedup only for FIFO: the event id is the MessageDeduplicationId.
 // PermanentTooLarge: MaxMessageBytes is checked before sending. No Busy
 // case: moto does not throttle (the throttling codes are mapped in
-// TestThrottlingIsUnavailable and TestThrottledRequestFromTheSDK).
+// TestThrottlingIsUnavailable and TestThrottledRequestFromTheSDK). Two
+// more ways send CloudEvents, which Parse reads back.
 func TestConformance(t *testing.T) {
+	ce := &heraldce.Config{Source: "/conformance"}
 	for _, c := range []struct {
 		name         string
 		viaSNS, fifo bool
+		ce           *heraldce.Config
 	}{
-		{"SQSStandard", false, false},
-		{"SQSFIFO", false, true},
-		{"SNSStandard", true, false},
-		{"SNSFIFO", true, true},
+		{"SQSStandard", false, false, nil},
+		{"SQSFIFO", false, true, nil},
+		{"SNSStandard", true, false, nil},
+		{"SNSFIFO", true, true, nil},
+		{"SQSFIFOCloudEvents", false, true, ce},
+		{"SNSStandardCloudEvents", true, false, ce},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			b := setup(t)
 			newPublisher := func(t *testing.T) herald.Publisher {
 				if c.viaSNS {
-					return b.snsPublisher(t, nil)
+					return b.snsPublisher(t, &heraldaws.SNSConfig{CloudEvents: c.ce})
 				}
-				return b.sqsPublisher(t, nil)
+				return b.sqsPublisher(t, &heraldaws.SQSConfig{CloudEvents: c.ce})
 			}
 			publishertest.Run(t, publishertest.Harness{
 				Features: publishertest.Features{KeyOrder: c.fifo, Headers: true, Dedup: c.fifo, PermanentTooLarge: true},

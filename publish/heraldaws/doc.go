@@ -22,6 +22,20 @@
 // holding the same bytes. SNS subscription filter policies can match
 // Herald-Type and Herald-Topic; they cannot see into Herald-Headers.
 //
+// # CloudEvents
+//
+// With CloudEvents in SQSConfig or SNSConfig, every event is a CloudEvent
+// in structured mode: the body is the event in the JSON event format (the
+// payload as its data member when it is JSON, as data_base64 otherwise),
+// the attribute content-type (AttrContentType) holds
+// heraldce.StructuredContentType, and the producer's headers other than
+// Content-Type stay in Herald-Headers; Herald-* attributes and
+// Herald-Encoding are not sent, as the event's attributes carry the
+// event's fields (see package heraldce). There is no binary mode: no
+// CloudEvents binding exists for SQS or SNS, and 10 message attributes
+// cannot hold the up to 12 attributes of an event one by one. FIFO groups
+// and deduplication ids are as without CloudEvents.
+//
 // A consumer turns a received SQS message back into the event with Parse,
 // whether an SQSPublisher sent it or an SNSPublisher published it to a
 // topic the queue subscribes to (with or without raw message delivery);

@@ -19,7 +19,7 @@ var GroupID = groupID
 // notification SNS delivers without raw message delivery. It also returns
 // the number of attributes.
 func Delivered(env *herald.Envelope, dest string) (types.Message, []byte, int, error) {
-	m, err := buildMessage(env, 0, dest, DefaultMaxMessageBytes)
+	m, err := buildMessage(env, 0, dest, DefaultMaxMessageBytes, nil)
 	if err != nil {
 		return types.Message{}, nil, 0, err
 	}

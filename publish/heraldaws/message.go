@@ -11,6 +11,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/herald-outbox/herald"
+	"github.com/herald-outbox/herald/heraldce"
 )
 
 // Message attributes Publish sets besides Herald's own (herald.HeaderID,
@@ -25,6 +26,9 @@ const (
 	// AttrEncoding says how the body carries the payload, when not as is:
 	// EncodingBase64 or EncodingEmpty.
 	AttrEncoding = "Herald-Encoding"
+	// AttrContentType is, with CloudEvents on, the media type of the body:
+	// heraldce.StructuredContentType.
+	AttrContentType = "content-type"
 )
 
 // Values of AttrEncoding.
@@ -85,7 +89,7 @@ func (a attribute) dataType() string {
 
 // buildMessage turns env into the message for dest, or the permanent
 // error that keeps it from being sent.
-func buildMessage(env *herald.Envelope, i int, dest string, maxBytes int) (message, error) {
+func buildMessage(env *herald.Envelope, i int, dest string, maxBytes int, ce *heraldce.Config) (message, error) {
 	fail := func(format string, args ...any) (message, error) {
 		return message{}, herald.Permanent(fmt.Errorf("heraldaws: event %s: "+format, append([]any{env.ID}, args...)...))
 	}
@@ -94,6 +98,14 @@ func buildMessage(env *herald.Envelope, i int, dest string, maxBytes int) (messa
 	}
 	m := message{i: i, dest: dest}
 	switch {
+	case ce != nil:
+		// JSON text, and data_base64 for a payload that is not UTF-8; a
+		// JSON payload may still hold a character SQS refuses.
+		m.body = string(ce.Structured(env))
+		if !safeText([]byte(m.body)) {
+			return fail("the payload is JSON holding a character SQS refuses (a Unicode non-character)")
+		}
+		m.attrs = append(m.attrs, attribute{name: AttrContentType, value: heraldce.StructuredContentType})
 	case len(env.Payload) == 0:
 		m.body = emptyBody
 		m.attrs = append(m.attrs, attribute{name: AttrEncoding, value: EncodingEmpty})
@@ -103,7 +115,7 @@ func buildMessage(env *herald.Envelope, i int, dest string, maxBytes int) (messa
 		m.body = base64.StdEncoding.EncodeToString(env.Payload)
 		m.attrs = append(m.attrs, attribute{name: AttrEncoding, value: EncodingBase64})
 	}
-	attrs, err := eventAttributes(env)
+	attrs, err := eventAttributes(env, ce != nil)
 	if err != nil {
 		return fail("%v", err)
 	}
@@ -123,11 +135,18 @@ func buildMessage(env *herald.Envelope, i int, dest string, maxBytes int) (messa
 }
 
 // eventAttributes returns Herald's attributes of env and, in AttrHeaders,
-// the producer's headers, as herald.EventHeaders maps them.
-func eventAttributes(env *herald.Envelope) ([]attribute, error) {
+// the producer's headers, as herald.EventHeaders maps them. For a
+// CloudEvent (ce), whose attributes carry Herald's fields, it returns
+// AttrHeaders alone, with the headers heraldce.ProducerHeaders lets
+// through.
+func eventAttributes(env *herald.Envelope, ce bool) ([]attribute, error) {
 	var attrs []attribute
 	var producer map[string]string
-	herald.EventHeaders(env, func(name, v string) {
+	each := herald.EventHeaders
+	if ce {
+		each = heraldce.ProducerHeaders
+	}
+	each(env, func(name, v string) {
 		switch name {
 		case herald.HeaderID, herald.HeaderTopic, herald.HeaderType, herald.HeaderKey,
 			herald.HeaderAggregateType, herald.HeaderAggregateID:

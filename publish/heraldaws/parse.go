@@ -11,6 +11,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/herald-outbox/herald"
+	"github.com/herald-outbox/herald/heraldce"
 )
 
 // ErrNotHerald is returned by Parse and ParseNotification for a message
@@ -32,6 +33,11 @@ var ErrNotHerald = errors.New("heraldaws: not a Herald event (no valid Herald-Id
 // hands the message and its attributes to SQS as they are; without it, the
 // body is SNS's JSON notification, which Parse reads as
 // ParseNotification does.
+//
+// A message Herald sent as a CloudEvent (CloudEvents in SQSConfig or
+// SNSConfig) is read back from its body, the JSON event format, with the
+// producer's headers from AttrHeaders (see package heraldce); Topic is then
+// the heraldtopic extension.
 func Parse(msg types.Message) (herald.Message, error) {
 	body := aws.ToString(msg.Body)
 	if _, ok := msg.MessageAttributes[herald.HeaderID]; !ok {
@@ -73,14 +79,14 @@ type snsNotification struct {
 }
 
 // notification parses body as an SNS notification holding a Herald-Id
-// attribute.
+// attribute, or a CloudEvent's content-type attribute.
 func notification(body []byte) (snsNotification, bool) {
 	var n snsNotification
 	if json.Unmarshal(body, &n) != nil || n.Type != "Notification" {
 		return n, false
 	}
 	_, ok := n.MessageAttributes[herald.HeaderID]
-	return n, ok
+	return n, ok || heraldce.IsStructured(n.MessageAttributes[AttrContentType].Value)
 }
 
 func (n snsNotification) event() (herald.Message, error) {
@@ -102,6 +108,9 @@ func (n snsNotification) event() (herald.Message, error) {
 
 // event builds the event from a message's attributes and body.
 func event(attrs map[string]string, body string) (herald.Message, error) {
+	if _, ok := attrs[herald.HeaderID]; !ok && heraldce.IsStructured(attrs[AttrContentType]) {
+		return cloudEvent(attrs, body)
+	}
 	id := attrs[herald.HeaderID]
 	if _, err := uuid.Parse(id); err != nil {
 		return herald.Message{}, ErrNotHerald
@@ -142,6 +151,34 @@ func event(attrs map[string]string, body string) (herald.Message, error) {
 			}
 			m.Headers[name] = v
 		}
+	}
+	return m, nil
+}
+
+// cloudEvent builds the event of a structured CloudEvent from a message's
+// attributes and body.
+func cloudEvent(attrs map[string]string, body string) (herald.Message, error) {
+	var hs []heraldce.Header
+	if h := attrs[AttrHeaders]; h != "" {
+		var headers map[string]string
+		if err := json.Unmarshal([]byte(h), &headers); err != nil {
+			return herald.Message{}, fmt.Errorf("heraldaws: attribute %s: %w", AttrHeaders, err)
+		}
+		for name, v := range headers {
+			if herald.ValidateHeaderName(name) == nil {
+				hs = append(hs, heraldce.Header{Name: name, Value: v})
+			}
+		}
+	}
+	m, err := heraldce.ParseStructured(hs, []byte(body))
+	if errors.Is(err, heraldce.ErrNotHerald) {
+		return herald.Message{}, ErrNotHerald
+	}
+	if err != nil {
+		return herald.Message{}, fmt.Errorf("heraldaws: %w", err)
+	}
+	if m.Payload == nil {
+		m.Payload = []byte{}
 	}
 	return m, nil
 }

@@ -9,6 +9,7 @@ import (
 	"sync"
 
 	"github.com/herald-outbox/herald"
+	"github.com/herald-outbox/herald/heraldce"
 )
 
 // DefaultMaxConcurrentRequests is the default MaxConcurrentRequests.
@@ -40,6 +41,7 @@ type publisher struct {
 	maxBytes    int
 	concurrency int
 	send        sendFunc
+	ce          *heraldce.Config // nil: CloudEvents off
 	log         *slog.Logger
 }
 
@@ -96,7 +98,7 @@ func (s *sending) round(ctx context.Context, idx []int, errs []error) error {
 	msgs := make([]*message, 0, len(idx))
 	for _, i := range idx {
 		env := &s.batch[i]
-		m, err := buildMessage(env, i, s.p.dest(env), s.p.maxBytes)
+		m, err := buildMessage(env, i, s.p.dest(env), s.p.maxBytes, s.p.ce)
 		if err != nil {
 			errs[i] = err
 			s.answered++

@@ -11,6 +11,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sns/types"
 
 	"github.com/herald-outbox/herald"
+	"github.com/herald-outbox/herald/heraldce"
 )
 
 // SNSClient is the part of *sns.Client that an SNSPublisher uses.
@@ -36,6 +37,12 @@ type SNSConfig struct {
 	MaxConcurrentRequests int
 	// Logger receives the publisher's logs. Defaults to slog.Default().
 	Logger *slog.Logger
+	// CloudEvents sends each event as a CloudEvent in structured mode: the
+	// body is the event in the JSON event format, and the attribute
+	// content-type (AttrContentType) says heraldce.StructuredContentType;
+	// see the package documentation. Mode must be empty or
+	// heraldce.Structured. Defaults to nil: off.
+	CloudEvents *heraldce.Config
 }
 
 // SNSPublisher is a herald.Publisher to Amazon SNS. It lives as long as
@@ -61,7 +68,7 @@ func NewSNS(client SNSClient, cfg *SNSConfig) (*SNSPublisher, error) {
 	if c.TopicARN == nil {
 		return nil, errors.New("heraldaws: SNSConfig.TopicARN is required (Fixed(arn) for one topic)")
 	}
-	base, err := newPublisher("topic", c.TopicARN, c.MaxMessageBytes, c.MaxConcurrentRequests, c.Logger, "SNSConfig")
+	base, err := newPublisher("topic", c.TopicARN, c.MaxMessageBytes, c.MaxConcurrentRequests, c.Logger, c.CloudEvents, "SNSConfig")
 	if err != nil {
 		return nil, err
 	}

@@ -3,6 +3,7 @@ package heraldaws
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strconv"
 
@@ -11,6 +12,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/herald-outbox/herald"
+	"github.com/herald-outbox/herald/heraldce"
 )
 
 // SQSClient is the part of *sqs.Client that an SQSPublisher uses.
@@ -38,6 +40,12 @@ type SQSConfig struct {
 	MaxConcurrentRequests int
 	// Logger receives the publisher's logs. Defaults to slog.Default().
 	Logger *slog.Logger
+	// CloudEvents sends each event as a CloudEvent in structured mode: the
+	// body is the event in the JSON event format, and the attribute
+	// content-type (AttrContentType) says heraldce.StructuredContentType;
+	// see the package documentation. Mode must be empty or
+	// heraldce.Structured. Defaults to nil: off.
+	CloudEvents *heraldce.Config
 }
 
 // SQSPublisher is a herald.Publisher to Amazon SQS. It lives as long as
@@ -63,7 +71,7 @@ func NewSQS(client SQSClient, cfg *SQSConfig) (*SQSPublisher, error) {
 	if c.QueueURL == nil {
 		return nil, errors.New("heraldaws: SQSConfig.QueueURL is required (Fixed(url) for one queue)")
 	}
-	base, err := newPublisher("queue", c.QueueURL, c.MaxMessageBytes, c.MaxConcurrentRequests, c.Logger, "SQSConfig")
+	base, err := newPublisher("queue", c.QueueURL, c.MaxMessageBytes, c.MaxConcurrentRequests, c.Logger, c.CloudEvents, "SQSConfig")
 	if err != nil {
 		return nil, err
 	}
@@ -129,7 +137,7 @@ func Fixed(dest string) func(env *herald.Envelope) string {
 // newPublisher checks and fills the settings the SQS and SNS publishers
 // share; config names their Config type in errors.
 func newPublisher(what string, dest func(*herald.Envelope) string, maxBytes, concurrency int, log *slog.Logger,
-	config string) (publisher, error) {
+	ce *heraldce.Config, config string) (publisher, error) {
 	if maxBytes == 0 {
 		maxBytes = DefaultMaxMessageBytes
 	}
@@ -145,5 +153,16 @@ func newPublisher(what string, dest func(*herald.Envelope) string, maxBytes, con
 	case concurrency < 0:
 		return publisher{}, errors.New("heraldaws: " + config + ".MaxConcurrentRequests must not be negative")
 	}
-	return publisher{what: what, dest: dest, maxBytes: maxBytes, concurrency: concurrency, log: log}, nil
+	if ce != nil {
+		if err := ce.Validate("heraldaws: " + config + ".CloudEvents"); err != nil {
+			return publisher{}, err
+		}
+		if ce.ModeOr(heraldce.Structured) != heraldce.Structured {
+			return publisher{}, fmt.Errorf("heraldaws: %s.CloudEvents.Mode %q: SQS and SNS take CloudEvents in structured mode only "+
+				"(no binding defines a binary mode for them, and their 10 message attributes cannot hold every attribute)", config, ce.Mode)
+		}
+		c := *ce
+		ce = &c
+	}
+	return publisher{what: what, dest: dest, maxBytes: maxBytes, concurrency: concurrency, log: log, ce: ce}, nil
 }

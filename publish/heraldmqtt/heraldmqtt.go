@@ -10,6 +10,20 @@
 // property per producer header. A consumer turns a received PUBLISH back
 // into the event with Parse.
 //
+// With Config.CloudEvents set, every event is a CloudEvent instead, as the
+// CloudEvents MQTT binding says for MQTT 5. In binary mode (the default)
+// the attributes are user properties named as the attributes are
+// ("id" is the event id, "source", "type", "subject", "time",
+// "traceparent", "heraldtopic", ...), datacontenttype is the Content Type
+// property, and the payload is the event's. Since a reader takes every user
+// property of such a message for an attribute, the producer's other
+// headers are not sent in binary mode; use structured mode to keep them.
+// In structured mode the payload is the event in the JSON event format,
+// the Content Type property heraldce.StructuredContentType, and the
+// producer's headers other than Content-Type stay user properties. Herald-*
+// are not sent, as the attributes carry the event's fields (see package
+// heraldce). Parse reads both modes back.
+//
 // # What counts as published
 //
 // An event is published once the broker answered its PUBLISH with a
@@ -73,6 +87,7 @@ import (
 	"github.com/eclipse/paho.golang/paho"
 
 	"github.com/herald-outbox/herald"
+	"github.com/herald-outbox/herald/heraldce"
 )
 
 // ErrClosed is returned by Publish and Connect after Close.
@@ -127,6 +142,12 @@ type Config struct {
 	ReconnectMinDelay, ReconnectMaxDelay time.Duration
 	// Logger receives the publisher's logs. Defaults to slog.Default().
 	Logger *slog.Logger
+	// CloudEvents sends each event as a CloudEvent (the MQTT protocol
+	// binding, MQTT 5; see the package documentation), in binary mode
+	// (attributes as user properties, without the producer's other
+	// headers) or structured mode (the JSON event format as the payload).
+	// Defaults to nil: off.
+	CloudEvents *heraldce.Config
 }
 
 // Publisher is a herald.Publisher over an MQTT 5 connection it owns. It is
@@ -136,6 +157,7 @@ type Publisher struct {
 	topics     topicNamer
 	maxPacket  int
 	requireSub bool
+	ce         *heraldce.Config // nil: CloudEvents off
 	links      *links
 	log        *slog.Logger
 
@@ -187,6 +209,10 @@ func New(client autopaho.ClientConfig, cfg *Config) (*Publisher, error) {
 	if err := validate(&client, &c); err != nil {
 		return nil, err
 	}
+	if c.CloudEvents != nil {
+		ce := *c.CloudEvents
+		c.CloudEvents = &ce
+	}
 	namer, _ := newTopicNamer(c.TopicPrefix, c.TopicMapping, c.AllowEmptyLevels) // checked by validate
 	log := c.Logger.With("component", "herald.mqtt")
 	ctx, cancel := context.WithCancel(context.Background())
@@ -194,6 +220,7 @@ func New(client autopaho.ClientConfig, cfg *Config) (*Publisher, error) {
 		topics:     namer,
 		maxPacket:  c.MaxPacketBytes,
 		requireSub: c.RequireSubscribers,
+		ce:         c.CloudEvents,
 		links:      newLinks(log, servers(&client)),
 		log:        log,
 		ctx:        ctx,
@@ -250,6 +277,9 @@ func (c Config) Validate() error {
 		return errors.New("heraldmqtt: Config.ReconnectMinDelay must not be negative")
 	case c.ReconnectMaxDelay <= c.ReconnectMinDelay:
 		return errors.New("heraldmqtt: Config.ReconnectMaxDelay must be more than Config.ReconnectMinDelay")
+	}
+	if c.CloudEvents != nil {
+		return c.CloudEvents.Validate("heraldmqtt: Config.CloudEvents")
 	}
 	return nil
 }

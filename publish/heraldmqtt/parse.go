@@ -2,11 +2,13 @@ package heraldmqtt
 
 import (
 	"errors"
+	"fmt"
 
 	"github.com/eclipse/paho.golang/paho"
 	"github.com/google/uuid"
 
 	"github.com/herald-outbox/herald"
+	"github.com/herald-outbox/herald/heraldce"
 )
 
 // ErrNotHerald is returned by Parse for a message without a valid
@@ -22,9 +24,18 @@ var ErrNotHerald = errors.New("heraldmqtt: not a Herald event (no valid Herald-I
 // Headers holds the user properties whose names a producer may use (see
 // herald.ValidateHeaderName: no Herald-*); where a name comes more than
 // once, the last value wins.
+//
+// A PUBLISH Herald sent as a CloudEvent (Config.CloudEvents) is read back
+// from its user properties or, when its Content Type is the JSON event
+// format, from its payload (see package heraldce); Topic is then the
+// heraldtopic extension. Where a property of a CloudEvent repeats, the
+// first one counts.
 func Parse(pub *paho.Publish) (herald.Message, error) {
 	if pub == nil || pub.Properties == nil {
 		return herald.Message{}, ErrNotHerald
+	}
+	if pub.Properties.User.Get(herald.HeaderID) == "" && isCloudEvent(pub.Properties) {
+		return parseCloudEvent(pub)
 	}
 	var m herald.Message
 	for _, up := range pub.Properties.User {
@@ -68,4 +79,41 @@ func heraldField(m *herald.Message, name string) *string {
 		return &m.AggregateID
 	}
 	return nil
+}
+
+// isCloudEvent reports whether a PUBLISH of these properties looks like a
+// CloudEvent: a structured Content Type, or a specversion user property.
+func isCloudEvent(props *paho.PublishProperties) bool {
+	return heraldce.IsStructured(props.ContentType) || props.User.Get("specversion") != ""
+}
+
+func parseCloudEvent(pub *paho.Publish) (herald.Message, error) {
+	var (
+		m   herald.Message
+		err error
+	)
+	hs := make([]heraldce.Header, 0, len(pub.Properties.User))
+	if heraldce.IsStructured(pub.Properties.ContentType) {
+		for _, up := range pub.Properties.User {
+			if herald.ValidateHeaderName(up.Key) == nil {
+				hs = append(hs, heraldce.Header{Name: up.Key, Value: up.Value})
+			}
+		}
+		m, err = heraldce.ParseStructured(hs, pub.Payload)
+	} else {
+		for _, up := range pub.Properties.User {
+			hs = append(hs, heraldce.Header{Name: up.Key, Value: up.Value})
+		}
+		m, err = heraldce.ParseBinary("", hs, pub.Properties.ContentType, pub.Payload)
+	}
+	if errors.Is(err, heraldce.ErrNotHerald) {
+		return herald.Message{}, ErrNotHerald
+	}
+	if err != nil {
+		return herald.Message{}, fmt.Errorf("heraldmqtt: %w", err)
+	}
+	if m.Payload == nil {
+		m.Payload = []byte{}
+	}
+	return m, nil
 }

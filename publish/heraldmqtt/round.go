@@ -8,6 +8,7 @@ import (
 	"github.com/eclipse/paho.golang/paho"
 
 	"github.com/herald-outbox/herald"
+	"github.com/herald-outbox/herald/heraldce"
 )
 
 // errConnectionLost is why a round stops when the connection it was sent
@@ -77,18 +78,34 @@ func (p *Publisher) message(env *herald.Envelope, brokerMax int) (*paho.Publish,
 			p.log.Warn("dropped a reserved header", "event_id", env.ID, "header", name)
 		}
 	}
-	props := &paho.PublishProperties{User: make(paho.UserProperties, 0, len(env.Headers)+6)}
+	props := &paho.PublishProperties{User: make(paho.UserProperties, 0, len(env.Headers)+12)}
 	var bad string
-	herald.EventHeaders(env, func(name, value string) {
+	set := func(name, value string) {
 		if reason := checkString(value); reason != "" && bad == "" {
 			bad = fmt.Sprintf("the value of %s %s", name, reason)
 		}
 		props.User.Add(name, value)
-	})
+	}
+	payload := env.Payload
+	switch {
+	case p.ce == nil:
+		herald.EventHeaders(env, set)
+	case p.ce.ModeOr(heraldce.Binary) == heraldce.Structured:
+		heraldce.ProducerHeaders(env, set)
+		props.ContentType, payload = heraldce.StructuredContentType, p.ce.Structured(env)
+	default:
+		// Every user property of a binary-mode message is an attribute
+		// (the binding names them unprefixed): the producer's other
+		// headers cannot travel beside them.
+		props.ContentType = p.ce.Binary(env, "", set)
+		if reason := checkString(props.ContentType); reason != "" && bad == "" {
+			bad = "the content type " + reason
+		}
+	}
 	if bad != "" {
 		return fail("%s", bad)
 	}
-	pub := &paho.Publish{QoS: 1, Topic: topic, Payload: env.Payload, Properties: props}
+	pub := &paho.Publish{QoS: 1, Topic: topic, Payload: payload, Properties: props}
 	limit, which := p.maxPacket, "Config.MaxPacketBytes"
 	if brokerMax > 0 && brokerMax < limit {
 		limit, which = brokerMax, "the broker's Maximum Packet Size"

@@ -22,18 +22,32 @@ const conformanceMaxMsgSize = 64 << 10
 
 func TestConformance(t *testing.T) {
 	t.Parallel()
+	conformance(t, nil)
+}
+
+// With atomic batches, the stream's MaxMsgSize is left for the server to
+// enforce: the too-large event then fails the atomic batch that holds it,
+// and the suite shows that only that event fails.
+func TestConformanceWithAtomicBatches(t *testing.T) {
+	t.Parallel()
+	conformance(t, &heraldnats.Config{AtomicBatches: true})
+}
+
+// conformance runs the publisher suite with publishers configured as cfg
+// (nil: the defaults, with MaxMessageBytes set to the stream's limit).
+func conformance(t *testing.T, cfg *heraldnats.Config) {
+	atomicBatches := cfg != nil && cfg.AtomicBatches
 	srv := heraldtest.NATS(t)
 	nc := srv.Conn(t)
-	js, err := jetstream.New(nc)
-	require.NoError(t, err)
-	stream, err := js.CreateStream(t.Context(), jetstream.StreamConfig{
-		Name:       "CONFORMANCE",
-		Subjects:   []string{"conformance.>"},
-		Storage:    jetstream.FileStorage,
-		Duplicates: 2 * time.Minute,
-		MaxMsgSize: conformanceMaxMsgSize,
+	stream := srv.CreateStreamConfig(t, jetstream.StreamConfig{
+		Name:               "CONFORMANCE",
+		Subjects:           []string{"conformance.>"},
+		MaxMsgSize:         conformanceMaxMsgSize,
+		AllowAtomicPublish: atomicBatches,
 	})
-	require.NoError(t, err)
+	if cfg == nil {
+		cfg = &heraldnats.Config{MaxMessageBytes: conformanceMaxMsgSize}
+	}
 	var topics atomic.Int64
 
 	// A server whose streams' intake queue holds one message: a round of
@@ -46,15 +60,16 @@ func TestConformance(t *testing.T) {
 	require.NoError(t, err)
 	busyStream, err := busyJS.CreateStream(t.Context(), jetstream.StreamConfig{
 		Name: "CONFORMANCE", Subjects: []string{"conformance.>"}, Duplicates: 2 * time.Minute,
+		AllowAtomicPublish: atomicBatches,
 	})
 	require.NoError(t, err)
 
 	publishertest.Run(t, publishertest.Harness{
 		Features: publishertest.Features{KeyOrder: true, Headers: true, Dedup: true, PermanentTooLarge: true},
 		New: func(t *testing.T) herald.Publisher {
-			// The stream's limit, checked before sending: a message too
-			// large is refused without a round trip to the stream.
-			p, err := heraldnats.New(nc, &heraldnats.Config{MaxMessageBytes: conformanceMaxMsgSize})
+			// Without atomic batches, the stream's limit is checked before
+			// sending: a message too large is refused without a round trip.
+			p, err := heraldnats.New(nc, cfg)
 			require.NoError(t, err)
 			return p
 		},
@@ -77,7 +92,7 @@ func TestConformance(t *testing.T) {
 		TooLarge: conformanceMaxMsgSize + 1,
 		Busy: &publishertest.Busy{
 			New: func(t *testing.T) herald.Publisher {
-				p, err := heraldnats.New(busyConn, nil)
+				p, err := heraldnats.New(busyConn, &heraldnats.Config{AtomicBatches: atomicBatches})
 				require.NoError(t, err)
 				return p
 			},

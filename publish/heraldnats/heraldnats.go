@@ -24,6 +24,27 @@
 // herald.ErrHeldBack and not sent. A batch of distinct keys is one round
 // trip; n events of one key take n.
 //
+// # Atomic batches
+//
+// With Config.AtomicBatches, Publish sends the events of a batch that
+// share a subject as one JetStream atomic batch (nats-server 2.12 or
+// later; the stream needs allow_atomic, AllowAtomicPublish), which the
+// stream stores whole or not at all: a key's events then travel together,
+// one round trip for the batch instead of one per event of the key. A batch
+// is cut at Config.AtomicBatchSize messages and at MaxPendingBytes bytes,
+// and a key's events after a cut wait for the answer to the part before
+// it, as they wait for a round. A stream refuses an atomic batch as a
+// whole: when it says it is busy, every key of the batch waits
+// (herald.Unavailable, then herald.ErrHeldBack); for any other refusal
+// (an event over the stream's MaxMsgSize, an event it already holds, a
+// stream without allow_atomic), Publish sends that batch's events again in
+// rounds, so that only the event at fault fails and the stream drops the
+// copies of those it holds by their Nats-Msg-Id. A republished batch
+// therefore still reaches consumers once, at the cost of rounds. A subject
+// whose stream lacks allow_atomic is sent in rounds for a minute after each
+// refusal, with a warning. Stored messages keep the Nats-Batch-Id,
+// Nats-Batch-Sequence and, on the last, Nats-Batch-Commit headers.
+//
 // # Backpressure
 //
 // The messages awaiting a PubAck are bounded in number (Config.MaxPending)
@@ -98,6 +119,21 @@ type Config struct {
 	// attributes. Nats-Msg-Id stays the event id. Parse reads it back.
 	// Mode must be empty or heraldce.Structured. Defaults to nil: off.
 	CloudEvents *heraldce.Config
+	// AtomicBatches sends the events of a batch that share a subject as
+	// JetStream atomic batches (nats-server 2.12 or later, on streams
+	// created with AllowAtomicPublish, allow_atomic): the stream stores
+	// all of them or none, so a key's events go together in one round
+	// trip instead of one per event. A batch the stream refuses as a whole
+	// for another reason than load (an event over its MaxMsgSize, an event
+	// already stored, a stream without allow_atomic) is sent again in
+	// rounds, where only the events at fault fail. A subject whose stream
+	// lacks allow_atomic is sent in rounds for a minute, with a warning.
+	// See the package documentation. Defaults to false: rounds only.
+	AtomicBatches bool
+	// AtomicBatchSize caps the messages of one atomic batch. Set it to the
+	// server's max_batch_size (jetstream limits) when that is lower than
+	// the default. Defaults to DefaultAtomicBatchSize.
+	AtomicBatchSize int
 }
 
 const (
@@ -126,6 +162,11 @@ type Publisher struct {
 	pubOpts    []jetstream.PublishOpt
 	ce         *heraldce.Config // nil: CloudEvents off
 	log        *slog.Logger
+	atomic     bool // Config.AtomicBatches
+	atomicSize int  // Config.AtomicBatchSize
+
+	atomicOffMu sync.Mutex
+	atomicOffAt map[string]time.Time // subjects whose stream refused atomic batches
 
 	noStreamMu     sync.Mutex
 	noStreamLogged map[string]time.Time
@@ -156,7 +197,12 @@ func New(nc *nats.Conn, cfg *Config) (*Publisher, error) {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
+	if c.AtomicBatchSize == 0 {
+		c.AtomicBatchSize = DefaultAtomicBatchSize
+	}
 	switch {
+	case c.AtomicBatchSize < 0:
+		return nil, errors.New("heraldnats: Config.AtomicBatchSize must not be negative")
 	case c.MaxPending < 0:
 		return nil, errors.New("heraldnats: Config.MaxPending must not be negative")
 	case c.MaxPendingBytes < 0:
@@ -213,6 +259,9 @@ func New(nc *nats.Conn, cfg *Config) (*Publisher, error) {
 		ce:             c.CloudEvents,
 		log:            c.Logger.With("component", "herald.nats"),
 		noStreamLogged: map[string]time.Time{},
+		atomic:         c.AtomicBatches,
+		atomicSize:     c.AtomicBatchSize,
+		atomicOffAt:    map[string]time.Time{},
 	}, nil
 }
 
@@ -233,6 +282,19 @@ func (p *Publisher) Publish(ctx context.Context, batch []herald.Envelope) error 
 	}
 	if err := ctx.Err(); err != nil {
 		return err
+	}
+
+	if p.atomic {
+		errs, stats, lost := p.sendAtomic(ctx, batch, closed)
+		if lost != nil {
+			return p.lostMidBatch(errs, lost)
+		}
+		if err := herald.BatchResult(errs); err != nil {
+			return err
+		}
+		p.log.Debug("published batch", "batch_size", len(batch), "steps", stats.steps,
+			"atomic_batches", stats.batches, "fallbacks", stats.fallbacks)
+		return nil
 	}
 
 	var (

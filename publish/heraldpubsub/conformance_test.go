@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/herald-outbox/herald"
+	"github.com/herald-outbox/herald/heraldce"
 	"github.com/herald-outbox/herald/publish/heraldpubsub"
 	"github.com/herald-outbox/herald/publish/publishertest"
 )
@@ -24,7 +25,19 @@ import (
 // PermanentTooLarge: the publisher checks Config.MaxMessageBytes before
 // sending; pstest itself enforces no size limit. No Dedup: Pub/Sub has
 // none on publish.
-func TestConformance(t *testing.T) {
+func TestConformance(t *testing.T) { conformance(t, nil) }
+
+// The same with CloudEvents on, in each mode: Parse gives back what the
+// suite sent.
+func TestConformanceCloudEvents(t *testing.T) {
+	for _, mode := range []heraldce.Mode{heraldce.Binary, heraldce.Structured} {
+		t.Run(string(mode), func(t *testing.T) {
+			conformance(t, &heraldce.Config{Source: "/conformance", Mode: mode})
+		})
+	}
+}
+
+func conformance(t *testing.T, ce *heraldce.Config) {
 	const tooLarge = 128 << 10
 	f := newFake(t, nil)
 	var requests atomic.Int64
@@ -35,7 +48,7 @@ func TestConformance(t *testing.T) {
 		return nil
 	})
 	var topics atomic.Int64
-	cfg := &heraldpubsub.Config{MaxMessageBytes: tooLarge / 2}
+	cfg := &heraldpubsub.Config{MaxMessageBytes: tooLarge / 2, CloudEvents: ce}
 
 	publishertest.Run(t, publishertest.Harness{
 		Features: publishertest.Features{KeyOrder: true, Headers: true, PermanentTooLarge: true},
@@ -58,7 +71,7 @@ func TestConformance(t *testing.T) {
 		},
 		TooLarge: tooLarge,
 		Busy: &publishertest.Busy{
-			New:  func(t *testing.T) herald.Publisher { return busy.publisher(t, nil) },
+			New:  func(t *testing.T) herald.Publisher { return busy.publisher(t, &heraldpubsub.Config{CloudEvents: ce}) },
 			Read: busy.read,
 		},
 	})

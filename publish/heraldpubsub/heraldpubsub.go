@@ -9,6 +9,17 @@
 // an event with an empty key, or on a topic the relay does not order, has
 // none. A consumer turns a received message back into the event with Parse.
 //
+// With Config.CloudEvents set, every event is a CloudEvent instead, as the
+// CloudEvents Pub/Sub binding says: in binary mode (the default) the
+// attributes are message attributes named "ce-" and the attribute ("ce-id"
+// is the event id), datacontenttype is the Content-Type attribute, and the
+// data is the payload; in structured mode the data is the event in the JSON
+// event format and the Content-Type attribute
+// heraldce.StructuredContentType. The producer's other headers stay
+// attributes; Herald-* are not sent, as the CloudEvents attributes carry
+// the event's fields (see package heraldce). The ordering key is the
+// event's key either way. Parse reads both modes back.
+//
 // # What counts as published
 //
 // Publish reports an event as published only once the service answered
@@ -83,6 +94,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/herald-outbox/herald"
+	"github.com/herald-outbox/herald/heraldce"
 )
 
 // DefaultMaxMessageBytes is the default Config.MaxMessageBytes: 10 MB,
@@ -114,6 +126,11 @@ type Config struct {
 	Timeout time.Duration
 	// Logger receives the publisher's logs. Defaults to slog.Default().
 	Logger *slog.Logger
+	// CloudEvents sends each event as a CloudEvent (the Pub/Sub protocol
+	// binding; see the package documentation), in binary mode (ce-*
+	// attributes) or structured mode (the JSON event format as the data).
+	// Defaults to nil: off.
+	CloudEvents *heraldce.Config
 }
 
 // Publisher is a herald.Publisher over a Pub/Sub client. It is safe for
@@ -125,6 +142,7 @@ type Publisher struct {
 	prefix   string
 	maxBytes int
 	timeout  time.Duration
+	ce       *heraldce.Config // nil: CloudEvents off
 	log      *slog.Logger
 
 	mu     sync.Mutex
@@ -169,13 +187,15 @@ func New(client *pubsub.Client, cfg *Config) (*Publisher, error) {
 	case c.Timeout < 0:
 		return nil, errors.New("heraldpubsub: Config.Timeout must not be negative")
 	}
-	for _, ch := range c.TopicPrefix {
-		if !isTopicChar(ch) {
-			return nil, fmt.Errorf("heraldpubsub: Config.TopicPrefix %q has a character other than ASCII letters, digits and - _ . ~ + %%", c.TopicPrefix)
-		}
+	if err := CheckTopicPrefix(c.TopicPrefix); err != nil {
+		return nil, fmt.Errorf("heraldpubsub: Config.TopicPrefix %w", err)
 	}
-	if len(c.TopicPrefix) >= maxTopicLen {
-		return nil, fmt.Errorf("heraldpubsub: Config.TopicPrefix is longer than %d bytes", maxTopicLen-1)
+	if c.CloudEvents != nil {
+		if err := c.CloudEvents.Validate("heraldpubsub: Config.CloudEvents"); err != nil {
+			return nil, err
+		}
+		ce := *c.CloudEvents
+		c.CloudEvents = &ce
 	}
 	return &Publisher{
 		client:   client,
@@ -183,6 +203,7 @@ func New(client *pubsub.Client, cfg *Config) (*Publisher, error) {
 		prefix:   c.TopicPrefix,
 		maxBytes: c.MaxMessageBytes,
 		timeout:  c.Timeout,
+		ce:       c.CloudEvents,
 		log:      c.Logger.With("component", "herald.pubsub"),
 		topics:   map[string]*pubsub.Publisher{},
 		keys:     inFlight{keys: map[keyRef]*keyState{}},

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/herald-outbox/herald"
+	"github.com/herald-outbox/herald/heraldce"
 )
 
 // Pub/Sub's limits on a message's attributes and ordering key, and on
@@ -25,6 +26,9 @@ const (
 	minTopicLen        = 3
 	maxTopicLen        = 255
 	reservedGoogPrefix = "goog"
+	// contentTypeAttr is the attribute of the CloudEvents binding that
+	// holds datacontenttype, or the event format's media type.
+	contentTypeAttr = "Content-Type"
 )
 
 // message builds the Pub/Sub message of env and its topic ID, or the
@@ -37,11 +41,12 @@ func (p *Publisher) message(env *herald.Envelope) (*pubsub.Message, string, erro
 	if reason := checkTopicID(topicID); reason != "" {
 		return fail("topic ID %q %s", topicID, reason)
 	}
-	attrs, err := p.attributes(env)
+	data := env.Payload
+	attrs, err := p.attributes(env, &data)
 	if err != nil {
 		return fail("%v", err)
 	}
-	msg := &pubsub.Message{Data: env.Payload, Attributes: attrs}
+	msg := &pubsub.Message{Data: data, Attributes: attrs}
 	if env.Ordered && env.Key != "" {
 		if len(env.Key) > maxOrderingKeyLen {
 			return fail("key of %d bytes is over Pub/Sub's ordering key limit of %d", len(env.Key), maxOrderingKeyLen)
@@ -59,16 +64,18 @@ func (p *Publisher) message(env *herald.Envelope) (*pubsub.Message, string, erro
 // attributes returns the message attributes of env, as herald.EventHeaders
 // maps them, or why Pub/Sub would refuse them. A reserved header name in a
 // row inserted with plain SQL (which a Writer would have refused) is
-// dropped and logged.
-func (p *Publisher) attributes(env *herald.Envelope) (map[string]string, error) {
+// dropped and logged. With CloudEvents on, they are the producer's headers
+// and the event's CloudEvents attributes, and data becomes the structured
+// event in structured mode.
+func (p *Publisher) attributes(env *herald.Envelope, data *[]byte) (map[string]string, error) {
 	for name := range env.Headers {
 		if herald.ValidateHeaderName(name) != nil {
 			p.log.Warn("dropped a reserved header", "event_id", env.ID, "header", name)
 		}
 	}
-	attrs := make(map[string]string, len(env.Headers)+6)
+	attrs := make(map[string]string, len(env.Headers)+12)
 	var err error
-	herald.EventHeaders(env, func(name, v string) {
+	set := func(name, v string) {
 		switch {
 		case err != nil:
 		case strings.HasPrefix(name, reservedGoogPrefix):
@@ -79,7 +86,20 @@ func (p *Publisher) attributes(env *herald.Envelope) (map[string]string, error) 
 			err = fmt.Errorf("header %q: value of %d bytes is over Pub/Sub's attribute value limit of %d", name, len(v), maxAttributeValLen)
 		}
 		attrs[name] = v
-	})
+	}
+	switch {
+	case p.ce == nil:
+		herald.EventHeaders(env, set)
+	case p.ce.ModeOr(heraldce.Binary) == heraldce.Structured:
+		heraldce.ProducerHeaders(env, set)
+		set(contentTypeAttr, heraldce.StructuredContentType)
+		*data = p.ce.Structured(env)
+	default:
+		heraldce.ProducerHeaders(env, set)
+		if ct := p.ce.Binary(env, heraldce.PrefixPubSub, set); ct != "" {
+			set(contentTypeAttr, ct)
+		}
+	}
 	if err == nil && len(attrs) > maxAttributes {
 		err = fmt.Errorf("%d attributes, over Pub/Sub's limit of %d", len(attrs), maxAttributes)
 	}
@@ -107,6 +127,21 @@ func checkTopicID(s string) string {
 }
 
 func isLetter(c byte) bool { return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' }
+
+// CheckTopicPrefix reports whether prefix can begin Pub/Sub topic IDs
+// (Config.TopicPrefix): ASCII letters, digits and - _ . ~ + %, shorter than
+// a topic ID's limit.
+func CheckTopicPrefix(prefix string) error {
+	for _, ch := range prefix {
+		if !isTopicChar(ch) {
+			return fmt.Errorf("%q has a character other than ASCII letters, digits and - _ . ~ + %%", prefix)
+		}
+	}
+	if len(prefix) >= maxTopicLen {
+		return fmt.Errorf("is longer than %d bytes", maxTopicLen-1)
+	}
+	return nil
+}
 
 func isTopicChar(c rune) bool {
 	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.ContainsRune("-_.~+%", c)
@@ -146,7 +181,7 @@ func classify(env *herald.Envelope, project, topicID string, err error) (error, 
 	case codes.DeadlineExceeded:
 		return wrap("no answer within Config.Timeout"), false
 	case codes.NotFound:
-		return fmt.Errorf("heraldpubsub: event %s: topic %q does not exist in project %q: create it, or fix the topic mapping (Config.TopicPrefix, Config.Project): %w",
+		return fmt.Errorf("heraldpubsub: event %s: topic %q does not exist in project %q: create it, or fix the topic mapping (the topic prefix and the project): %w",
 			env.ID, topicID, project, err), true
 	case codes.InvalidArgument, codes.FailedPrecondition, codes.OutOfRange:
 		return wrap("refused"), true

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/herald-outbox/herald"
+	"github.com/herald-outbox/herald/heraldce"
 	"github.com/herald-outbox/herald/publish/heraldrabbit"
 	"github.com/herald-outbox/herald/publish/publishertest"
 )
@@ -17,7 +18,19 @@ import (
 // The shared publisher suite against the machine's RabbitMQ. Each topic is
 // a routing key of the test's exchange with a queue of its own bound to it,
 // which Read drains.
-func TestConformance(t *testing.T) {
+func TestConformance(t *testing.T) { conformance(t, nil) }
+
+// The same with CloudEvents on, in each mode: Parse gives back what the
+// suite sent.
+func TestConformanceCloudEvents(t *testing.T) {
+	for _, mode := range []heraldce.Mode{heraldce.Binary, heraldce.Structured} {
+		t.Run(string(mode), func(t *testing.T) {
+			conformance(t, &heraldce.Config{Source: "/conformance", Mode: mode})
+		})
+	}
+}
+
+func conformance(t *testing.T, ce *heraldce.Config) {
 	const tooLarge = 128 << 10
 	b := setup(t)
 	var topics atomic.Int64
@@ -29,7 +42,7 @@ func TestConformance(t *testing.T) {
 		// checked before sending. No Dedup: RabbitMQ has none.
 		Features: publishertest.Features{KeyOrder: true, Headers: true, PermanentTooLarge: true},
 		New: func(t *testing.T) herald.Publisher {
-			return b.publisher(t, &heraldrabbit.Config{MaxMessageBytes: tooLarge / 2})
+			return b.publisher(t, &heraldrabbit.Config{MaxMessageBytes: tooLarge / 2, CloudEvents: ce})
 		},
 		Topic: func(t *testing.T) string {
 			topic := fmt.Sprintf("conformance.%d", topics.Add(1))

@@ -165,7 +165,7 @@ func (cn *connector) connect(done chan struct{}) {
 		err = ErrClosed
 	}
 	if err != nil {
-		cn.dialErr = fmt.Errorf("heraldrabbit: connecting: %s", herald.Scrub(err.Error()))
+		cn.dialErr = &scrubbedError{prefix: "heraldrabbit: connecting", err: err}
 		// Full jitter on the upper half: relays restarted together do not
 		// dial in step.
 		wait := cn.delay/2 + rand.N(cn.delay/2+1)

@@ -76,11 +76,24 @@ func Dialer(uri string, cfg amqp.Config) (DialFunc, error) {
 		}
 		conn, err := amqp.DialConfig(uri, c)
 		if err != nil {
-			return nil, fmt.Errorf("dialing %s: %s", where, herald.Scrub(err.Error()))
+			return nil, &scrubbedError{prefix: "dialing " + where, err: err}
 		}
 		return conn, nil
 	}, nil
 }
+
+// scrubbedError is an error whose text goes through herald.Scrub (the
+// client's errors may quote the URI, password included) and which still
+// unwraps to the client's error, so that a caller can tell refused
+// credentials (*amqp.Error, ACCESS_REFUSED) or an untrusted certificate
+// from a broker that is down.
+type scrubbedError struct {
+	prefix string
+	err    error
+}
+
+func (e *scrubbedError) Error() string { return e.prefix + ": " + herald.Scrub(e.err.Error()) }
+func (e *scrubbedError) Unwrap() error { return e.err }
 
 // contextDial is amqp.DefaultDial whose connect also ends with ctx:
 // DialConfig takes no context, and a Publisher that closes must not wait

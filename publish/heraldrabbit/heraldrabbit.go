@@ -9,6 +9,18 @@
 // name in a row written with plain SQL, such as CC, is dropped and
 // logged). A consumer turns a delivery back into the event with Parse.
 //
+// With Config.CloudEvents set, every event is a CloudEvent instead, as the
+// CloudEvents AMQP binding (1.0) says: in binary mode (the default) the
+// attributes are string headers named "cloudEvents:" and the attribute
+// ("cloudEvents:id" is the event id), datacontenttype is the content-type
+// property, and the body is the payload; in structured mode the body is the
+// event in the JSON event format and the content-type property
+// heraldce.StructuredContentType. The binding maps AMQP 1.0 application
+// properties, which RabbitMQ hands to AMQP 1.0 consumers from the headers
+// of AMQP 0-9-1. The producer's other headers stay headers; Herald-* are
+// not sent, as the attributes carry the event's fields (see package
+// heraldce). Parse reads both modes back.
+//
 // # What counts as published
 //
 // The channel is in confirm mode and every message is published
@@ -71,6 +83,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/herald-outbox/herald"
+	"github.com/herald-outbox/herald/heraldce"
 )
 
 // DefaultMaxMessageBytes is the default Config.MaxMessageBytes: 16 MiB,
@@ -116,6 +129,13 @@ type Config struct {
 	ReconnectMinDelay, ReconnectMaxDelay time.Duration
 	// Logger receives the publisher's logs. Defaults to slog.Default().
 	Logger *slog.Logger
+	// CloudEvents sends each event as a CloudEvent (AMQP protocol binding
+	// 1.0; see the package documentation), in binary mode (cloudEvents:*
+	// headers) or structured mode (the JSON event format as the body). In
+	// binary mode the content-type property is the event's Content-Type
+	// header, or ContentType for an event without one. Defaults to nil:
+	// off.
+	CloudEvents *heraldce.Config
 }
 
 // Publisher is a herald.Publisher over an AMQP connection it owns. It is
@@ -126,6 +146,7 @@ type Publisher struct {
 	contentType string
 	maxBytes    int
 	unroutable  bool
+	ce          *heraldce.Config // nil: CloudEvents off
 	conns       *connector
 	log         *slog.Logger
 }
@@ -174,6 +195,13 @@ func New(dial DialFunc, cfg *Config) (*Publisher, error) {
 	case c.ReconnectMaxDelay < c.ReconnectMinDelay:
 		return nil, errors.New("heraldrabbit: Config.ReconnectMaxDelay must not be less than Config.ReconnectMinDelay")
 	}
+	if c.CloudEvents != nil {
+		if err := c.CloudEvents.Validate("heraldrabbit: Config.CloudEvents"); err != nil {
+			return nil, err
+		}
+		ce := *c.CloudEvents
+		c.CloudEvents = &ce
+	}
 	log := c.Logger.With("component", "herald.rabbit")
 	return &Publisher{
 		exchange:    c.Exchange,
@@ -181,6 +209,7 @@ func New(dial DialFunc, cfg *Config) (*Publisher, error) {
 		contentType: c.ContentType,
 		maxBytes:    c.MaxMessageBytes,
 		unroutable:  c.UnroutablePermanent,
+		ce:          c.CloudEvents,
 		conns:       newConnector(dial, c.ReconnectMinDelay, c.ReconnectMaxDelay, log),
 		log:         log,
 	}, nil
@@ -327,20 +356,28 @@ func (p *Publisher) message(env *herald.Envelope, frameMax int) (amqp.Publishing
 	if len(rk) > maxShortString {
 		return fail("routing key is longer than %d bytes", maxShortString)
 	}
-	if len(env.Payload) > p.maxBytes {
-		return fail("payload of %d bytes is over the limit of %d (Config.MaxMessageBytes)", len(env.Payload), p.maxBytes)
-	}
-	headers, err := p.headers(env)
-	if err != nil {
-		return fail("%v", err)
-	}
 	msg := amqp.Publishing{
-		Headers:      headers,
 		ContentType:  p.contentType,
 		DeliveryMode: amqp.Persistent,
 		MessageId:    env.ID,
 		Timestamp:    env.CreatedAt,
 		Body:         env.Payload,
+	}
+	var err error
+	if p.ce != nil {
+		err = p.cloudEvent(env, &msg)
+	} else {
+		msg.Headers, err = p.headers(env)
+	}
+	if err != nil {
+		return fail("%v", err)
+	}
+	if len(msg.Body) > p.maxBytes {
+		what := "payload"
+		if p.ce != nil {
+			what = "message body"
+		}
+		return fail("%s of %d bytes is over the limit of %d (Config.MaxMessageBytes)", what, len(msg.Body), p.maxBytes)
 	}
 	// The type property is a short string; the Herald-Type header always
 	// carries the whole type.
@@ -375,6 +412,35 @@ func (p *Publisher) headers(env *herald.Envelope) (amqp.Table, error) {
 		h[name] = value
 	})
 	return h, err
+}
+
+// cloudEvent sets the headers, content type and body of msg to carry env as
+// a CloudEvent.
+func (p *Publisher) cloudEvent(env *herald.Envelope, msg *amqp.Publishing) error {
+	for name := range env.Headers {
+		if herald.ValidateHeaderName(name) != nil {
+			p.log.Warn("dropped a reserved header", "event_id", env.ID, "header", name)
+		}
+	}
+	h := make(amqp.Table, len(env.Headers)+12)
+	var err error
+	set := func(name, value string) {
+		if len(name) > maxShortString && err == nil {
+			err = fmt.Errorf("header name is longer than %d bytes", maxShortString)
+		}
+		h[name] = value
+	}
+	heraldce.ProducerHeaders(env, set)
+	msg.Headers = h
+	if p.ce.ModeOr(heraldce.Binary) == heraldce.Structured {
+		msg.ContentType, msg.Body = heraldce.StructuredContentType, p.ce.Structured(env)
+	} else if ct := p.ce.Binary(env, heraldce.PrefixAMQP, set); ct != "" {
+		msg.ContentType = ct
+	}
+	if len(msg.ContentType) > maxShortString && err == nil {
+		err = fmt.Errorf("content type is longer than %d bytes", maxShortString)
+	}
+	return err
 }
 
 // propertiesSize bounds from above the size of the content header frame

@@ -9,6 +9,20 @@
 // entry's other fields. A consumer turns an entry back into the event with
 // Parse.
 //
+// With Config.CloudEvents set, every entry is a CloudEvent instead. Redis
+// Streams have no CloudEvents binding; Herald follows the Kafka binding's
+// rules, since an entry's fields are, like a record's headers, a flat list
+// of names and values: in binary mode (the default) each attribute is a
+// field named "ce_" and the attribute (FieldCEPrefix: "ce_id" is the event
+// id), datacontenttype is the content-type field (FieldContentType), and
+// the payload field is the event's payload; in structured mode the
+// content-type field is heraldce.StructuredContentType and the payload
+// field holds the event in the JSON event format. Either way the
+// producer's headers other than Content-Type stay in the headers field,
+// where no header can pass for an attribute, and Herald's own fields (id,
+// topic, ...) are not sent, as the attributes carry them (see package
+// heraldce). Parse reads both modes back.
+//
 // Redis has no broker-side deduplication: an event the relay republishes
 // (after a lost reply or a crash) is added again, so consumers deduplicate
 // on the event id, as Herald's inbox does.
@@ -46,6 +60,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/herald-outbox/herald"
+	"github.com/herald-outbox/herald/heraldce"
 )
 
 // Names of the fields of a stream entry.
@@ -59,8 +74,15 @@ const (
 	// FieldHeaders holds the producer's headers as one JSON object of
 	// strings, so no header can stand in for another field.
 	FieldHeaders = "headers"
-	// FieldPayload holds the payload, byte for byte.
+	// FieldPayload holds the payload, byte for byte; with CloudEvents in
+	// structured mode, the event in the JSON event format.
 	FieldPayload = "payload"
+	// FieldContentType is, with CloudEvents on, the datacontenttype of a
+	// binary-mode entry or the event format of a structured one.
+	FieldContentType = "content-type"
+	// FieldCEPrefix starts the name of each attribute's field of a
+	// binary-mode CloudEvent: "ce_id", "ce_source", ...
+	FieldCEPrefix = "ce_"
 )
 
 // DefaultMaxPayloadBytes is Redis's own default limit on one argument
@@ -86,6 +108,11 @@ type Config struct {
 	MaxPayloadBytes int
 	// Logger receives the publisher's logs. Defaults to slog.Default().
 	Logger *slog.Logger
+	// CloudEvents adds each event as a CloudEvent, in binary mode (ce_*
+	// fields) or structured mode (the JSON event format in the payload
+	// field); see the package documentation. MaxPayloadBytes then bounds
+	// the payload field. Defaults to nil: off.
+	CloudEvents *heraldce.Config
 }
 
 // Publisher is a herald.Publisher over a go-redis client. It lives as long
@@ -95,6 +122,7 @@ type Publisher struct {
 	prefix     string
 	maxLen     string // MaxLen as an argument; "0" means no trimming
 	maxPayload int
+	ce         *heraldce.Config // nil: CloudEvents off
 	log        *slog.Logger
 }
 
@@ -127,11 +155,19 @@ func New(rdb redis.UniversalClient, cfg *Config) (*Publisher, error) {
 	case c.MaxPayloadBytes < 0:
 		return nil, errors.New("heraldredis: Config.MaxPayloadBytes must not be negative")
 	}
+	if c.CloudEvents != nil {
+		if err := c.CloudEvents.Validate("heraldredis: Config.CloudEvents"); err != nil {
+			return nil, err
+		}
+		ce := *c.CloudEvents
+		c.CloudEvents = &ce
+	}
 	return &Publisher{
 		rdb:        rdb,
 		prefix:     c.StreamPrefix,
 		maxLen:     strconv.FormatInt(c.MaxLen, 10),
 		maxPayload: c.MaxPayloadBytes,
+		ce:         c.CloudEvents,
 		log:        c.Logger.With("component", "herald.redis"),
 	}, nil
 }
@@ -280,6 +316,9 @@ func (p *Publisher) entry(env *herald.Envelope) (string, []any, error) {
 	case len(env.Payload) > p.maxPayload:
 		return "", nil, herald.Permanent(fmt.Errorf("heraldredis: payload of %d bytes is over the limit of %d (Config.MaxPayloadBytes)",
 			len(env.Payload), p.maxPayload))
+	case p.ce != nil:
+		args, err := p.cloudEvent(env)
+		return stream, args, err
 	}
 	args := make([]any, 1, 17)
 	args = append(args, FieldID, env.ID, FieldTopic, env.Topic)
@@ -304,6 +343,40 @@ func (p *Publisher) entry(env *herald.Envelope) (string, []any, error) {
 	args = append(args, FieldPayload, env.Payload)
 	args[0] = len(args) - 1
 	return stream, args, nil
+}
+
+// cloudEvent returns the script arguments of env as a CloudEvent: its field
+// count, then its fields and values.
+func (p *Publisher) cloudEvent(env *herald.Envelope) ([]any, error) {
+	args := make([]any, 1, 33)
+	var h map[string]string
+	heraldce.ProducerHeaders(env, func(name, v string) {
+		if h == nil {
+			h = make(map[string]string, len(env.Headers))
+		}
+		h[name] = v
+	})
+	payload := env.Payload
+	if p.ce.ModeOr(heraldce.Binary) == heraldce.Structured {
+		args = append(args, FieldContentType, heraldce.StructuredContentType)
+		payload = p.ce.Structured(env)
+		if len(payload) > p.maxPayload {
+			return nil, herald.Permanent(fmt.Errorf("heraldredis: event of %d bytes in the JSON event format is over the limit of %d (Config.MaxPayloadBytes)",
+				len(payload), p.maxPayload))
+		}
+	} else if ct := p.ce.Binary(env, FieldCEPrefix, func(name, v string) { args = append(args, name, v) }); ct != "" {
+		args = append(args, FieldContentType, ct)
+	}
+	if len(h) > 0 {
+		encoded, err := json.Marshal(h)
+		if err != nil {
+			return nil, herald.Permanent(fmt.Errorf("heraldredis: encoding headers: %w", err))
+		}
+		args = append(args, FieldHeaders, encoded)
+	}
+	args = append(args, FieldPayload, payload)
+	args[0] = len(args) - 1
+	return args, nil
 }
 
 // producerHeaders returns the producer headers of env that reach the

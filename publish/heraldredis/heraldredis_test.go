@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/herald-outbox/herald"
+	"github.com/herald-outbox/herald/heraldce"
 	"github.com/herald-outbox/herald/internal/heraldtest"
 	"github.com/herald-outbox/herald/publish/heraldredis"
 	"github.com/herald-outbox/herald/publish/publishertest"
@@ -134,6 +135,22 @@ const conformanceMaxPayload = 64 << 10
 
 func TestConformance(t *testing.T) {
 	t.Parallel()
+	conformance(t, nil)
+}
+
+// The same with CloudEvents on, in each mode: Parse gives back what the
+// suite sent.
+func TestConformanceCloudEvents(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []heraldce.Mode{heraldce.Binary, heraldce.Structured} {
+		t.Run(string(mode), func(t *testing.T) {
+			t.Parallel()
+			conformance(t, &heraldce.Config{Source: "/conformance", Mode: mode})
+		})
+	}
+}
+
+func conformance(t *testing.T, ce *heraldce.Config) {
 	b := setup(t)
 	var topics atomic.Int64
 
@@ -141,7 +158,7 @@ func TestConformance(t *testing.T) {
 		// Redis Streams have no broker-side deduplication.
 		Features: publishertest.Features{KeyOrder: true, Headers: true, PermanentTooLarge: true},
 		New: func(t *testing.T) herald.Publisher {
-			return b.publisher(t, &heraldredis.Config{MaxPayloadBytes: conformanceMaxPayload})
+			return b.publisher(t, &heraldredis.Config{MaxPayloadBytes: conformanceMaxPayload, CloudEvents: ce})
 		},
 		Topic: func(t *testing.T) string {
 			return fmt.Sprintf("conformance.t%d", topics.Add(1))

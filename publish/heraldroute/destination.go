@@ -34,6 +34,8 @@ type destination struct {
 	failures  int       // failed calls in a row
 	openUntil time.Time // while open
 	probing   bool      // a half-open call is running
+	lastErr   string    // the last failed call's error, scrubbed
+	lastErrAt time.Time
 }
 
 func newDestination(d Destination, log *slog.Logger) *destination {
@@ -81,7 +83,7 @@ func (d *destination) publish(ctx context.Context, envs []herald.Envelope) []err
 	select {
 	case d.slots <- struct{}{}:
 	default:
-		d.release(false, false)
+		d.release(false, nil)
 		return fill(len(envs), herald.Unavailable(&unavailableError{dest: d.name, why: "is busy: every publish slot is taken"}))
 	}
 	defer func() { <-d.slots }()
@@ -95,7 +97,10 @@ func (d *destination) publish(ctx context.Context, envs []herald.Envelope) []err
 	// unreachable (an error that is no BatchError) or too slow. Per-event
 	// errors are the events' business.
 	var be *herald.BatchError
-	failed := err != nil && (!errors.As(err, &be) || timedOut)
+	var failed error
+	if err != nil && (!errors.As(err, &be) || timedOut) {
+		failed = err
+	}
 	d.release(true, failed)
 	switch {
 	case err == nil:
@@ -138,7 +143,7 @@ func (d *destination) admit() error {
 
 // release records a call's outcome. called is false when the call did not
 // happen after admit (no free slot).
-func (d *destination) release(called, failed bool) {
+func (d *destination) release(called bool, failed error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	probe := d.state == breakerHalfOpen && d.probing
@@ -148,7 +153,7 @@ func (d *destination) release(called, failed bool) {
 	if !called {
 		return
 	}
-	if !failed {
+	if failed == nil {
 		if d.state != breakerClosed {
 			d.log.Info("destination up again: circuit closed")
 		}
@@ -156,6 +161,7 @@ func (d *destination) release(called, failed bool) {
 		return
 	}
 	d.failures++
+	d.lastErr, d.lastErrAt = herald.Scrub(failed.Error()), d.now()
 	if probe || (d.state == breakerClosed && d.failures >= d.threshold) {
 		d.state, d.openUntil = breakerOpen, d.now().Add(d.openFor)
 		d.log.Warn("destination down: circuit open; its events wait, the others go on",
@@ -170,7 +176,8 @@ func (d *destination) status() DestinationStatus {
 	if state == breakerOpen && !d.now().Before(d.openUntil) {
 		state = breakerHalfOpen // the next call probes
 	}
-	return DestinationStatus{Name: d.name, Breaker: state, InFlight: len(d.slots), Failures: d.failures}
+	return DestinationStatus{Name: d.name, Breaker: state, InFlight: len(d.slots), Failures: d.failures,
+		LastError: d.lastErr, LastErrorAt: d.lastErrAt}
 }
 
 func fill(n int, err error) []error {

@@ -196,6 +196,17 @@ func (r *Router) route(topic string) (Route, *destination, bool) {
 	return Route{}, nil, false
 }
 
+// DestinationOf names the destination the events of topic go to: its
+// route's, or the default's; "" when none. Metrics label events with it,
+// and the herald daemon gives it to the relay (herald.RelayConfig.DestinationOf),
+// so that pausing a destination holds every topic routed to it.
+func (r *Router) DestinationOf(topic string) string {
+	if _, d, ok := r.route(topic); ok {
+		return d.name
+	}
+	return ""
+}
+
 // matches applies a pattern: dots separate tokens, * matches within one
 // token, a trailing > matches one or more tokens.
 func matches(pattern, topic string) bool {
@@ -337,6 +348,11 @@ type DestinationStatus struct {
 	Breaker  string // closed, open or half-open
 	InFlight int    // Publish calls running
 	Failures int    // failed calls in a row
+	// LastError is the error of the destination's last failed call
+	// (unreachable or too slow, not an event's own refusal), scrubbed of
+	// secrets, and LastErrorAt when it failed; kept after it recovers.
+	LastError   string
+	LastErrorAt time.Time
 }
 
 // Status returns every destination's state, in configuration order.

@@ -94,6 +94,21 @@ func TestRoutesPickTheDestination(t *testing.T) {
 	require.Contains(t, a.ids(), "6", "the default takes what no route matches")
 }
 
+// DestinationOf, which a destination's pause relies on, names the
+// destination Publish sends a topic to.
+func TestDestinationOfNamesWherePublishSendsATopic(t *testing.T) {
+	t.Parallel()
+	a, b := &sink{}, &sink{}
+	dests := []Destination{{Name: "a", Publisher: a}, {Name: "b", Publisher: b}}
+	routes := []Route{{Topic: "orders.*", Destination: "b"}, {Topic: "orders.placed", Destination: "a"}}
+	r, _ := newRouter(t, Config{Destinations: dests, Routes: routes})
+	for topic, want := range map[string]string{"orders.placed": "a", "orders.paid": "b", "billing": ""} {
+		require.Equal(t, want, r.DestinationOf(topic), topic)
+	}
+	r, _ = newRouter(t, Config{Destinations: dests, Routes: routes, Default: "a"})
+	require.Equal(t, "a", r.DestinationOf("billing"), "the default takes what no route matches")
+}
+
 func TestBadConfigNamesTheField(t *testing.T) {
 	t.Parallel()
 	p := &sink{}
@@ -157,7 +172,11 @@ func TestADownDestinationDoesNotStopTheOthers(t *testing.T) {
 	require.ErrorAs(t, be.Errs[1], &ra)
 	require.Greater(t, ra.RetryAfter(), 59*time.Minute, "the open breaker says when to come back")
 	require.Contains(t, log.String(), "destination down: circuit open")
-	require.Equal(t, []DestinationStatus{{Name: "up", Breaker: "closed"}, {Name: "down", Breaker: "open", Failures: 2}}, r.Status())
+	st := r.Status()
+	require.Contains(t, st[1].LastError, "connection refused", "the down destination's last error")
+	require.False(t, st[1].LastErrorAt.IsZero())
+	st[1].LastError, st[1].LastErrorAt = "", time.Time{}
+	require.Equal(t, []DestinationStatus{{Name: "up", Breaker: "closed"}, {Name: "down", Breaker: "open", Failures: 2}}, st)
 
 	// A batch for the down destination alone: per-event errors still, so
 	// that the relay keeps claiming for the healthy one.

@@ -9,7 +9,12 @@ import (
 )
 
 // VerifyAt is Verify with the receiver's clock given, for test vectors.
-var VerifyAt = verifyAt
+func VerifyAt(secret string, h http.Header, body []byte, tolerance time.Duration, now time.Time) error {
+	return verifyAt([]string{secret}, h, body, tolerance, now)
+}
+
+// VerifyAnyAt is VerifyAny with the receiver's clock given.
+var VerifyAnyAt = verifyAt
 
 // RefusedReason exposes the default classification of an address.
 func RefusedReason(addr netip.Addr) string { return refusedReason(addr.Unmap()) }

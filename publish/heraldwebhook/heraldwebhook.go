@@ -9,7 +9,9 @@
 //     receiver to drop duplicates (delivery is at least once);
 //   - webhook-timestamp: the attempt's time in unix seconds;
 //   - webhook-signature: "v1," and the base64 HMAC-SHA256 of
-//     "id.timestamp.body" under the endpoint's secret;
+//     "id.timestamp.body" under the endpoint's secret; during a secret
+//     rollover (Endpoint.PreviousSecret), a second such signature under
+//     the previous secret, after a space;
 //   - Herald-Id, Herald-Topic, Herald-Key, Herald-Type and the aggregate
 //     headers, when set, and the producer's headers, as herald.EventHeaders
 //     maps them: a name a producer may not use (webhook-*, Herald-*,
@@ -107,15 +109,36 @@ type Endpoint struct {
 	// "whsec_" then the base64 of a 24 to 64 byte key. Defaults to
 	// Config.Secret.
 	Secret string
+	// PreviousSecret, during a secret rollover, is the secret being
+	// retired: every request is signed under Secret and under
+	// PreviousSecret, so that receivers still verifying with the previous
+	// secret and receivers already on the new one both accept it (see
+	// VerifyAny). It goes with Secret: an endpoint without a Secret of its
+	// own takes Config.Secret and Config.PreviousSecret together. Defaults
+	// to "": one signature.
+	PreviousSecret string
 }
 
-// String shows the endpoint without its secret, its path or its query.
+// String shows the endpoint without its secrets, its path or its query.
 func (e Endpoint) String() string {
-	secret := "none"
-	if e.Secret != "" {
-		secret = "set"
+	return fmt.Sprintf("{URL:%s Secret:%s%s}", origin(e.URL), setOrNone(e.Secret), previousSet(e.PreviousSecret))
+}
+
+// previousSet stands for a PreviousSecret in String forms: said only when
+// set, so that the forms of configurations without one stay as they were.
+func previousSet(previous string) string {
+	if previous == "" {
+		return ""
 	}
-	return fmt.Sprintf("{URL:%s Secret:%s}", origin(e.URL), secret)
+	return " PreviousSecret:set"
+}
+
+// setOrNone stands for a secret in String forms.
+func setOrNone(secret string) string {
+	if secret == "" {
+		return "none"
+	}
+	return "set"
 }
 
 // GoString keeps %#v from printing the secret.
@@ -136,6 +159,10 @@ type Config struct {
 	// Secret signs the requests of every endpoint without a Secret of its
 	// own (see Endpoint.Secret). Defaults to "".
 	Secret string
+	// PreviousSecret is the retiring secret of a rollover of Secret, for
+	// the endpoints that take Secret (see Endpoint.PreviousSecret).
+	// Defaults to "".
+	PreviousSecret string
 	// Timeout bounds each request, from dialling to the end of the answer.
 	// Defaults to DefaultTimeout (10s).
 	Timeout time.Duration
@@ -188,12 +215,8 @@ func (c Config) String() string {
 		}
 		fmt.Fprintf(&b, "%s:%s", t, c.Endpoints[t])
 	}
-	secret := "none"
-	if c.Secret != "" {
-		secret = "set"
-	}
-	fmt.Fprintf(&b, "] Default:%s Secret:%s Timeout:%s MaxConcurrency:%d AllowedNetworks:%v AllowPrivate:%t UserAgent:%q",
-		c.Default, secret, c.Timeout, c.MaxConcurrency, c.AllowedNetworks, c.AllowPrivate, c.UserAgent)
+	fmt.Fprintf(&b, "] Default:%s Secret:%s%s Timeout:%s MaxConcurrency:%d AllowedNetworks:%v AllowPrivate:%t UserAgent:%q",
+		c.Default, setOrNone(c.Secret), previousSet(c.PreviousSecret), c.Timeout, c.MaxConcurrency, c.AllowedNetworks, c.AllowPrivate, c.UserAgent)
 	if c.CloudEvents != nil {
 		fmt.Fprintf(&b, " CloudEvents:%+v", *c.CloudEvents)
 	}
@@ -211,9 +234,9 @@ func (c Config) LogValue() slog.Value { return slog.StringValue(c.String()) }
 type endpoint struct {
 	field  string // Config.Endpoints["topic"] or Config.Default
 	url    string
-	host   string // the URL's host, without port or brackets
-	origin string // scheme://host:port, for errors and logs
-	key    []byte
+	host   string   // the URL's host, without port or brackets
+	origin string   // scheme://host:port, for errors and logs
+	keys   [][]byte // the secret's, then the previous secret's in a rollover
 	// refused is the address guard's refusal of the last request, nil
 	// once a request was answered.
 	refused atomic.Pointer[RefusedDestinationError]
@@ -280,6 +303,9 @@ func New(cfg *Config) (*Publisher, error) {
 			return fail("%v", err)
 		}
 	}
+	if err := checkPrevious("Config", c.Secret, c.PreviousSecret); err != nil {
+		return fail("%v", err)
+	}
 	p := &Publisher{
 		endpoints: make(map[string]*endpoint, len(c.Endpoints)),
 		timeout:   c.Timeout,
@@ -292,14 +318,14 @@ func New(cfg *Config) (*Publisher, error) {
 		if topic == "" {
 			return fail("Config.Endpoints: a topic name is empty")
 		}
-		ep, err := newEndpoint(fmt.Sprintf("Config.Endpoints[%q]", topic), e, c.Secret)
+		ep, err := newEndpoint(fmt.Sprintf("Config.Endpoints[%q]", topic), e, c.Secret, c.PreviousSecret)
 		if err != nil {
 			return fail("%v", err)
 		}
 		p.endpoints[topic] = ep
 	}
-	if c.Default.URL != "" || c.Default.Secret != "" {
-		ep, err := newEndpoint("Config.Default", c.Default, c.Secret)
+	if c.Default != (Endpoint{}) {
+		ep, err := newEndpoint("Config.Default", c.Default, c.Secret, c.PreviousSecret)
 		if err != nil {
 			return fail("%v", err)
 		}
@@ -353,7 +379,7 @@ func New(cfg *Config) (*Publisher, error) {
 	return p, nil
 }
 
-func newEndpoint(field string, e Endpoint, secret string) (*endpoint, error) {
+func newEndpoint(field string, e Endpoint, secret, previous string) (*endpoint, error) {
 	if e.URL == "" {
 		return nil, fmt.Errorf("%s.URL: required", field)
 	}
@@ -368,8 +394,11 @@ func newEndpoint(field string, e Endpoint, secret string) (*endpoint, error) {
 	if u.Hostname() == "" {
 		return nil, fmt.Errorf("%s.URL: a host is required", field)
 	}
-	if e.Secret != "" {
-		secret = e.Secret
+	if e.Secret != "" || e.PreviousSecret != "" {
+		if err := checkPrevious(field, e.Secret, e.PreviousSecret); err != nil {
+			return nil, err
+		}
+		secret, previous = e.Secret, e.PreviousSecret
 	}
 	if secret == "" {
 		return nil, fmt.Errorf("%s.Secret is required, or set Config.Secret", field)
@@ -378,7 +407,28 @@ func newEndpoint(field string, e Endpoint, secret string) (*endpoint, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &endpoint{field: field, url: u.String(), host: u.Hostname(), origin: u.Scheme + "://" + u.Host, key: key}, nil
+	keys := [][]byte{key}
+	if previous != "" {
+		// checkPrevious parsed it.
+		prev, _ := parseSecret(field+".PreviousSecret", previous)
+		keys = append(keys, prev)
+	}
+	return &endpoint{field: field, url: u.String(), host: u.Hostname(), origin: u.Scheme + "://" + u.Host, keys: keys}, nil
+}
+
+// checkPrevious checks the PreviousSecret of field (Config or an Endpoint)
+// against its Secret: it goes with one, is valid, and is another secret.
+func checkPrevious(field, secret, previous string) error {
+	switch {
+	case previous == "":
+		return nil
+	case secret == "":
+		return fmt.Errorf("%s.PreviousSecret goes with %s.Secret, the secret that replaces it", field, field)
+	case previous == secret:
+		return fmt.Errorf("%s.PreviousSecret is the same as %s.Secret; give the retiring secret", field, field)
+	}
+	_, err := parseSecret(field+".PreviousSecret", previous)
+	return err
 }
 
 // all returns the endpoints, the default last, the others by field.
@@ -549,7 +599,7 @@ func (p *Publisher) send(ctx context.Context, env *herald.Envelope) (outcome, er
 	ts := strconv.FormatInt(time.Now().Unix(), 10)
 	header.Set(HeaderWebhookID, env.ID)
 	header.Set(HeaderWebhookTimestamp, ts)
-	header.Set(HeaderWebhookSignature, signature(ep.key, env.ID, ts, body))
+	header.Set(HeaderWebhookSignature, signature(ep.keys, env.ID, ts, body))
 	req.Header = header
 
 	resp, err := p.client.Do(req)
@@ -570,7 +620,7 @@ func (p *Publisher) send(ctx context.Context, env *herald.Envelope) (outcome, er
 			}
 			return refused, fmt.Errorf("heraldwebhook: POST to %s (topic %q): %w", ep.origin, env.Topic, err)
 		case errors.Is(context.Cause(reqCtx), errRequestTimeout):
-			return unreachable, fmt.Errorf("heraldwebhook: POST to %s (topic %q): no answer within %s (Config.Timeout): %w", ep.origin, env.Topic, p.timeout, err)
+			return unreachable, fmt.Errorf("heraldwebhook: POST to %s (topic %q): no answer within %s: %w", ep.origin, env.Topic, p.timeout, err)
 		}
 		return unreachable, fmt.Errorf("heraldwebhook: POST to %s (topic %q): %w", ep.origin, env.Topic, err)
 	}

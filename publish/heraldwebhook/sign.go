@@ -85,9 +85,14 @@ func mac(key []byte, id, timestamp string, body []byte) []byte {
 	return h.Sum(nil)
 }
 
-// signature returns the webhook-signature value of one request.
-func signature(key []byte, id, timestamp string, body []byte) string {
-	return "v1," + base64.StdEncoding.EncodeToString(mac(key, id, timestamp, body))
+// signature returns the webhook-signature value of one request: a v1
+// signature under each key, space-separated, the current key's first.
+func signature(keys [][]byte, id, timestamp string, body []byte) string {
+	sigs := make([]string, len(keys))
+	for i, key := range keys {
+		sigs[i] = "v1," + base64.StdEncoding.EncodeToString(mac(key, id, timestamp, body))
+	}
+	return strings.Join(sigs, " ")
 }
 
 // Verify checks a webhook request as a receiver: that its webhook-signature
@@ -104,13 +109,35 @@ func signature(key []byte, id, timestamp string, body []byte) string {
 // After Verify, use webhook-id (the Herald event id) to drop duplicates:
 // delivery is at least once.
 func Verify(secret string, h http.Header, body []byte, tolerance time.Duration) error {
-	return verifyAt(secret, h, body, tolerance, time.Now())
+	return verifyAt([]string{secret}, h, body, tolerance, time.Now())
 }
 
-func verifyAt(secret string, h http.Header, body []byte, tolerance time.Duration, now time.Time) error {
-	key, err := parseSecret("heraldwebhook: Verify: secret", secret)
-	if err != nil {
-		return err
+// VerifyAny is Verify for a receiver that holds two secrets or more during
+// a rotation (its current one and the one it is moving to): the request
+// verifies when one v1 signature of its header matches one of secrets. A
+// publisher in the middle of a rollover (Endpoint.PreviousSecret) sends a
+// signature under each of its secrets, so a receiver on either side of
+// the rollover accepts its requests. Every secret must be valid; at least
+// one is required.
+func VerifyAny(secrets []string, h http.Header, body []byte, tolerance time.Duration) error {
+	return verifyAt(secrets, h, body, tolerance, time.Now())
+}
+
+func verifyAt(secrets []string, h http.Header, body []byte, tolerance time.Duration, now time.Time) error {
+	if len(secrets) == 0 {
+		return errors.New("heraldwebhook: Verify: a secret is required")
+	}
+	keys := make([][]byte, 0, len(secrets))
+	for i, secret := range secrets {
+		field := "heraldwebhook: Verify: secret"
+		if len(secrets) > 1 {
+			field = fmt.Sprintf("heraldwebhook: VerifyAny: secret %d", i+1)
+		}
+		key, err := parseSecret(field, secret)
+		if err != nil {
+			return err
+		}
+		keys = append(keys, key)
 	}
 	if tolerance <= 0 {
 		tolerance = DefaultTolerance
@@ -131,18 +158,22 @@ func verifyAt(secret string, h http.Header, body []byte, tolerance time.Duration
 	if d := now.Sub(sent); d > tolerance || d < -tolerance {
 		return fmt.Errorf("%w: sent at %s, %s from now, tolerance %s", ErrTimestamp, sent.UTC().Format(time.RFC3339), d.Round(time.Second), tolerance)
 	}
-	want := mac(key, id, ts, body)
+	var got [][]byte
 	for _, s := range strings.Fields(sigs) {
 		version, b64, ok := strings.Cut(s, ",")
 		if !ok || version != "v1" {
 			continue
 		}
-		got, err := base64.StdEncoding.DecodeString(b64)
-		if err != nil {
-			continue
+		if sig, err := base64.StdEncoding.DecodeString(b64); err == nil {
+			got = append(got, sig)
 		}
-		if hmac.Equal(got, want) {
-			return nil
+	}
+	for _, key := range keys {
+		want := mac(key, id, ts, body)
+		for _, sig := range got {
+			if hmac.Equal(sig, want) {
+				return nil
+			}
 		}
 	}
 	return ErrSignature

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"regexp"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/herald-outbox/herald"
@@ -25,15 +26,32 @@ type Config struct {
 	// Token lets an operator requeue and discard dead events. It must be at
 	// least 16 bytes long. Empty makes the page read-only. Defaults to "".
 	Token string
-	// Rate returns the events published in each of the last minutes,
-	// oldest first. It is called on every overview, possibly from several
-	// requests at once. Nil means the page says the rate is not available.
+	// Rate returns, for each of the last minutes, oldest first, the
+	// events published, the failed attempts and the oldest pending age.
+	// It is called on every overview, possibly from several requests at
+	// once. Nil means the page says the charts are not available.
 	// Defaults to nil.
 	Rate func() []RatePoint
+	// DestinationStatus returns each destination's state: its circuit
+	// breaker, the calls in flight, its last error. Nil leaves the
+	// Destinations section out. Defaults to nil.
+	DestinationStatus func() []Destination
+	// Replay republishes published events through the running relay's
+	// destinations (or, with ReplayRequest.DryRun, counts them). Nil
+	// leaves the Replay page out. Defaults to nil.
+	Replay func(ctx context.Context, req ReplayRequest) (ReplayResult, error)
 	// Audit receives one line per action and per login. Defaults to Logger.
 	Audit *slog.Logger
 	// Logger receives the handler's errors. Defaults to slog.Default().
 	Logger *slog.Logger
+	// DestinationOf names the destination a topic routes to
+	// (heraldroute.Router.DestinationOf), so that a paused destination
+	// shows the events it holds. Nil shows them as unknown. Defaults to
+	// nil.
+	DestinationOf func(topic string) string
+	// Destinations names the destinations the pause form offers. Defaults
+	// to nil: any name may be typed.
+	Destinations func() []string
 	// Prefix is the path the handler is mounted under, such as "/admin",
 	// without a trailing slash. The handler sees whole paths: mount it with
 	// mux.Handle(prefix+"/", h), not behind http.StripPrefix. Defaults to
@@ -41,10 +59,23 @@ type Config struct {
 	Prefix string
 }
 
-// RatePoint is how many events were published in one minute.
+// RatePoint is what one minute saw.
 type RatePoint struct {
-	Minute    time.Time // the start of the minute
-	Published int64
+	Minute        time.Time // the start of the minute
+	Published     int64     // events published
+	Failed        int64     // attempts that failed (retried or dead)
+	OldestPending time.Duration
+}
+
+// Destination is one destination's state, as the relay's /destinations
+// reports it.
+type Destination struct {
+	Name        string    `json:"name"`
+	Breaker     string    `json:"breaker"` // closed, open or half-open
+	InFlight    int       `json:"in_flight"`
+	Failures    int       `json:"failures"` // failed calls in a row
+	LastError   string    `json:"last_error,omitempty"`
+	LastErrorAt time.Time `json:"last_error_at,omitzero"`
 }
 
 // MinTokenLen is the shortest Config.Token New accepts.
@@ -61,10 +92,10 @@ const (
 	storeTimeout = 15 * time.Second
 )
 
-// contentSecurityPolicy allows the page's own stylesheet and script and
-// nothing else: no inline script or style, no frames, forms posting only
-// back to the page.
-const contentSecurityPolicy = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; " +
+// contentSecurityPolicy allows the page's own stylesheet and script, and
+// the script's fetches of the page's own JSON, and nothing else: no inline
+// script or style, no frames, forms posting only back to the page.
+const contentSecurityPolicy = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; " +
 	"form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
 
 var prefixPattern = regexp.MustCompile(`^(/[A-Za-z0-9._~-]+)*$`)
@@ -92,14 +123,14 @@ func New(cfg Config) (http.Handler, error) {
 	if cfg.Audit == nil {
 		cfg.Audit = cfg.Logger
 	}
-	h := &handler{cfg: cfg, now: time.Now, pages: map[string]*template.Template{}}
+	h := &handler{cfg: cfg, now: time.Now, pages: map[string]*template.Template{}, refresh: 5 * time.Second}
 	// Sessions are signed with a key of this handler's own: a restart logs
 	// everyone out, and no cookie outlives the process that issued it.
 	h.key = make([]byte, 32)
 	if _, err := rand.Read(h.key); err != nil {
 		return nil, fmt.Errorf("adminui: generating the session key: %w", err)
 	}
-	for _, name := range []string{"overview", "dead", "event", "confirm", "result", "parked", "login", "error"} {
+	for _, name := range []string{"overview", "dead", "event", "confirm", "result", "parked", "login", "error", "retrying", "replay"} {
 		t, err := template.New(name).Funcs(templateFuncs).ParseFS(templateFS, "templates/layout.html", "templates/"+name+".html")
 		if err != nil {
 			return nil, fmt.Errorf("adminui: parsing template %s: %w", name, err)
@@ -119,6 +150,11 @@ func New(cfg Config) (http.Handler, error) {
 	mux.HandleFunc("GET "+p+"/events/{id}", h.event)
 	mux.HandleFunc("GET "+p+"/confirm", h.confirm)
 	mux.HandleFunc("POST "+p+"/actions/{action}", h.action)
+	mux.HandleFunc("POST "+p+"/pauses/{verb}", h.pauseAction)
+	mux.HandleFunc("GET "+p+"/retrying", h.retrying)
+	mux.HandleFunc("POST "+p+"/retrying/retry-now", h.retryNow)
+	mux.HandleFunc("GET "+p+"/replay", h.replayPage)
+	mux.HandleFunc("POST "+p+"/replay/{step}", h.replayAction)
 	mux.HandleFunc("GET "+p+"/login", h.loginPage)
 	mux.HandleFunc("POST "+p+"/login", h.login)
 	mux.HandleFunc("POST "+p+"/logout", h.logout)
@@ -155,6 +191,10 @@ type handler struct {
 	sessions sessionStore
 	// limiter bounds the tries at guessing the token.
 	limiter loginLimiter
+	// refresh is how often the overview refreshes itself.
+	refresh time.Duration
+	// replaying is set while a replay from the page runs: one at a time.
+	replaying atomic.Bool
 }
 
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -198,19 +238,20 @@ func storeCtx(r *http.Request) (context.Context, context.CancelFunc) {
 
 // view is what every page template gets.
 type view struct {
-	Title  string
-	Page   string // the body's data-page, which tests and scripts key on
-	Prefix string
-	Access access
-	CSRF   string
-	Data   any
+	Title     string
+	HasReplay bool   // the Replay page is served
+	Page      string // the body's data-page, which tests and scripts key on
+	Prefix    string
+	Access    access
+	CSRF      string
+	Data      any
 }
 
 // render writes a page. Templates are executed into a buffer first so that
 // a failure half-way never sends half a page with a 200.
 func (h *handler) render(w http.ResponseWriter, r *http.Request, status int, name, title string, data any) {
 	acc, sess := h.access(r)
-	v := view{Title: title, Page: name, Prefix: h.cfg.Prefix, Access: acc, Data: data}
+	v := view{Title: title, Page: name, Prefix: h.cfg.Prefix, Access: acc, Data: data, HasReplay: h.cfg.Replay != nil}
 	if sess != nil {
 		v.CSRF = h.csrfToken(sess)
 	}
@@ -238,6 +279,10 @@ func (h *handler) fail(w http.ResponseWriter, r *http.Request, status int, forma
 	msg := herald.Scrub(fmt.Sprintf(format, args...))
 	if status == http.StatusUnauthorized {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="herald"`)
+	}
+	if wantsJSON(r) {
+		h.writeJSON(w, status, errorJSON{Status: status, Error: msg})
+		return
 	}
 	h.render(w, r, status, "error", http.StatusText(status), errorView{Status: status, Message: msg})
 }

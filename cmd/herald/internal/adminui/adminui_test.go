@@ -49,7 +49,11 @@ func TestPages(t *testing.T) {
 		minute := time.Date(2026, 5, 4, 12, 0, 0, 0, time.UTC)
 		b := setup(t, "", func(c *adminui.Config) {
 			c.Rate = func() []adminui.RatePoint {
-				return []adminui.RatePoint{{minute, 40}, {minute.Add(time.Minute), 0}, {minute.Add(2 * time.Minute), 2}}
+				return []adminui.RatePoint{
+					{Minute: minute, Published: 40, Failed: 3, OldestPending: 90 * time.Second},
+					{Minute: minute.Add(time.Minute)},
+					{Minute: minute.Add(2 * time.Minute), Published: 2, OldestPending: 5 * time.Second},
+				}
 			}
 		})
 		dead := b.kill(t, true, "broker said no", herald.Message{Topic: "orders", Key: "order-7"})
@@ -60,18 +64,24 @@ func TestPages(t *testing.T) {
 		require.Equal(t, http.StatusOK, res.Code)
 		require.Equal(t, "text/html; charset=utf-8", res.Header.Get("Content-Type"))
 		require.Contains(t, res.Body, `data-page="overview"`)
-		require.Regexp(t, `<td class="topic">orders</td>\s*<td class="num">2</td>\s*<td class="num">0</td>\s*`+
-			`<td class="num"><a href="/dead\?topic=orders">1</a></td>\s*<td class="num">1</td>`, res.Body,
+		require.Regexp(t, `data-f="topic">orders</span>.*\s*<td class="num" data-f="ready">2</td>\s*<td class="num" data-f="claimed">0</td>\s*`+
+			`<td class="num"><a [^>]*href="dead\?topic=orders">1</a></td>\s*<td class="num" data-f="parked_keys">1</td>`, res.Body,
 			"orders: 2 ready, 0 claimed, 1 dead (linked), 1 parked key")
-		require.Regexp(t, `<td class="topic">payments</td>\s*<td class="num">1</td>`, res.Body)
-		require.Regexp(t, `id="total-ready">3<`, res.Body)
-		require.Regexp(t, `id="total-dead">1<`, res.Body)
+		require.Regexp(t, `data-f="topic">payments</span>.*\s*<td class="num" data-f="ready">1</td>`, res.Body)
+		require.Regexp(t, `id="total-ready"[^>]*>3<`, res.Body)
+		require.Regexp(t, `id="total-dead"[^>]*>1<`, res.Body)
 		require.Regexp(t, `(?s)id="parked-keys".*order-7.*href="/events/`+dead[0]+`".*<td class="num">1</td>`, res.Body,
 			"the parked key, its dead event and the one event waiting behind it")
-		require.Regexp(t, `id="rate-total">42<`, res.Body)
-		require.Regexp(t, `id="rate-last">2<`, res.Body)
-		require.Equal(t, 3, strings.Count(res.Body, "<rect "), "one bar a minute")
-		require.Contains(t, res.Body, "<title>12:00 UTC: 40 events</title>")
+		require.Regexp(t, `id="rate-total"[^>]*>42<`, res.Body)
+		require.Regexp(t, `id="failures-total"[^>]*>3<`, res.Body)
+		require.Regexp(t, `id="chart-throughput-last">2<`, res.Body)
+		require.Regexp(t, `id="chart-oldest-last">5s<`, res.Body)
+		require.Equal(t, 3*3, strings.Count(res.Body, "<rect "), "one bar a minute, on each of three charts")
+		require.Contains(t, res.Body, "<title>12:00 UTC: 40</title>")
+		require.Contains(t, res.Body, "<title>12:00 UTC: 1m30s</title>")
+		require.Contains(t, res.Body, "events published / minute", "the y axis says its unit")
+		require.Regexp(t, `class="ylabel"[^>]*>50<`, res.Body, "a round top for the scale of 40")
+		require.Regexp(t, `class="xlabel"[^>]*>12:02<`, res.Body, "the time axis is labelled")
 	})
 
 	t.Run("OverviewSaysWhenTheRateOrTheBacklogIsEmpty", func(t *testing.T) {
@@ -196,7 +206,7 @@ func TestPages(t *testing.T) {
 		// So does the overview, where the topic is also in a link.
 		res = b.get(t, "/")
 		require.NotContains(t, res.Body, "<i>orders</i>")
-		require.Contains(t, res.Body, `href="/dead?topic=%3ci%3eorders%3c%2fi%3e"`)
+		require.Contains(t, res.Body, `href="dead?topic=%3ci%3eorders%3c%2fi%3e"`)
 	})
 
 	t.Run("BinaryPayloadIsAHexDumpAndLongPayloadsAreCut", func(t *testing.T) {
@@ -253,7 +263,7 @@ func TestPages(t *testing.T) {
 		res = b.get(t, "/admin/")
 		require.Equal(t, http.StatusOK, res.Code)
 		require.Contains(t, res.Body, `href="/admin/static/admin.css"`)
-		require.Contains(t, res.Body, `href="/admin/dead?topic=orders"`)
+		require.Contains(t, res.Body, `href="dead?topic=orders"`, "relative to the overview at /admin/")
 		require.Equal(t, http.StatusOK, b.get(t, "/admin/events/"+ids[0]).Code)
 		require.Equal(t, http.StatusNotFound, b.get(t, "/dead").Code, "outside the prefix")
 

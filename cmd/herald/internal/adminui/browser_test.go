@@ -9,7 +9,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -18,6 +21,7 @@ import (
 
 	"github.com/herald-outbox/herald"
 	"github.com/herald-outbox/herald/cmd/herald/internal/adminui"
+	"github.com/herald-outbox/herald/driver/heraldsqlite"
 	"github.com/herald-outbox/herald/heraldadmin"
 	"github.com/herald-outbox/herald/internal/heraldtest"
 )
@@ -44,12 +48,15 @@ func browserPath(t *testing.T) string {
 type recorder struct {
 	mu        sync.Mutex
 	refuse    map[string]bool
+	flaky     map[string]bool // topics failing with an error worth a retry
+	failed    []time.Time
+	oldest    func() time.Duration // the oldest pending age now, for the last minute
 	published map[string]time.Time
 	order     []string
 }
 
 func newRecorder(refuse ...string) *recorder {
-	r := &recorder{refuse: map[string]bool{}, published: map[string]time.Time{}}
+	r := &recorder{refuse: map[string]bool{}, flaky: map[string]bool{}, published: map[string]time.Time{}}
 	for _, topic := range refuse {
 		r.refuse[topic] = true
 	}
@@ -69,6 +76,11 @@ func (r *recorder) Publish(_ context.Context, batch []herald.Envelope) error {
 		case r.refuse[e.Topic]:
 			errs[i], failed = herald.Permanent(errors.New(`broker rejected the event: <b>schema mismatch</b>, token=tok-9f8e7d`)), true
 			failedKeys[e.Topic+"\x00"+e.Key] = true
+			r.failed = append(r.failed, time.Now())
+		case r.flaky[e.Topic]:
+			errs[i], failed = errors.New("POST https://hooks.example/in: 503 Service Unavailable"), true
+			failedKeys[e.Topic+"\x00"+e.Key] = true
+			r.failed = append(r.failed, time.Now())
 		default:
 			r.published[e.ID] = time.Now()
 			r.order = append(r.order, e.ID)
@@ -84,6 +96,13 @@ func (r *recorder) accept(topic string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	delete(r.refuse, topic)
+	delete(r.flaky, topic)
+}
+
+func (r *recorder) flake(topic string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.flaky[topic] = true
 }
 
 func (r *recorder) has(ids ...string) bool {
@@ -118,6 +137,14 @@ func (r *recorder) rate() []adminui.RatePoint {
 			points[i].Published++
 		}
 	}
+	if r.oldest != nil {
+		points[9].OldestPending = r.oldest()
+	}
+	for _, at := range r.failed {
+		if i := 9 - int(now.Sub(at.Truncate(time.Minute))/time.Minute); i >= 0 && i < 10 {
+			points[i].Failed++
+		}
+	}
 	return points
 }
 
@@ -128,7 +155,48 @@ func TestBrowser(t *testing.T) {
 	t.Parallel()
 	chromium := browserPath(t)
 	rec := newRecorder("orders", "invoices")
-	b := setup(t, testToken, func(c *adminui.Config) { c.Rate = rec.rate })
+	// The destinations: kafka takes every topic but hooks.*, which goes to
+	// a webhook whose breaker the test opens.
+	var webhookDown atomic.Bool
+	var store *heraldsqlite.Driver
+	b := setup(t, testToken, func(c *adminui.Config) {
+		c.Rate = rec.rate
+		store = c.Admin.(*heraldsqlite.Driver)
+		started := time.Now().Add(-3 * time.Hour)
+		c.Admin = relaysStore{Driver: store, relays: []heraldadmin.RelayInfo{
+			{Owner: "adminui-browser-test", Version: "v1.4.0", StartedAt: started, HeartbeatAt: time.Now(), Leased: 0, Published: 20},
+			{Owner: "worker-2/311", Version: "v1.4.0", StartedAt: started.Add(time.Hour), HeartbeatAt: time.Now(), Published: 1840},
+		}}
+		c.DestinationOf = func(topic string) string {
+			if strings.HasPrefix(topic, "hooks.") {
+				return "webhook"
+			}
+			return "kafka"
+		}
+		c.DestinationStatus = func() []adminui.Destination {
+			hook := adminui.Destination{Name: "webhook", Breaker: "closed"}
+			if webhookDown.Load() {
+				hook = adminui.Destination{Name: "webhook", Breaker: "open", Failures: 5, LastError: "POST https://hooks.example/in: 503 Service Unavailable",
+					LastErrorAt: time.Now()}
+			}
+			return []adminui.Destination{{Name: "kafka", Breaker: "closed", InFlight: 1}, hook}
+		}
+		c.Replay = func(ctx context.Context, req adminui.ReplayRequest) (adminui.ReplayResult, error) {
+			return browserReplay(ctx, store, rec, req)
+		}
+	})
+	adminui.SetRefresh(b.ui, 300*time.Millisecond)
+	rec.oldest = func() time.Duration {
+		backlog, err := store.Backlog(context.Background())
+		if err != nil {
+			return 0
+		}
+		var oldest time.Duration
+		for _, bl := range backlog {
+			oldest = max(oldest, bl.OldestPending)
+		}
+		return oldest
+	}
 
 	relayLogs := &heraldtest.LogBuffer{}
 	relay, err := herald.NewRelay(&herald.RelayConfig{
@@ -137,6 +205,8 @@ func TestBrowser(t *testing.T) {
 		PollInterval: 5 * time.Millisecond, IdlePollInterval: 20 * time.Millisecond,
 		// A dead invoice does not park its key; a dead order does.
 		SkipDeadTopics: []string{"invoices"},
+		// A failed webhook waits an hour, until retried now.
+		Retry: herald.RetryPolicy{Base: time.Hour, Cap: time.Hour},
 	})
 	require.NoError(t, err)
 	require.NoError(t, relay.Start(context.Background()))
@@ -207,12 +277,20 @@ func TestBrowser(t *testing.T) {
 		defer c()
 		require.NoError(t, chromedp.Do(sctx, steps...))
 	}
+	// text reads an element's text. The live refresh may replace the element
+	// between finding it and reading it: read again until the deadline.
 	text := func(sel string) string {
 		t.Helper()
-		sctx, c := context.WithTimeout(ctx, 20*time.Second)
-		defer c()
-		s, err := chromedp.Run(sctx, chromedp.Text(chromedp.CSS(sel)))
-		require.NoError(t, err, sel)
+		var (
+			s   string
+			err error
+		)
+		require.Eventually(t, func() bool {
+			sctx, c := context.WithTimeout(ctx, 5*time.Second)
+			defer c()
+			s, err = chromedp.Run(sctx, chromedp.Text(chromedp.CSS(sel)))
+			return err == nil
+		}, 20*time.Second, 50*time.Millisecond, "%s: %v", sel, err)
 		return s
 	}
 	eval := func(js string) any {
@@ -294,10 +372,141 @@ func TestBrowser(t *testing.T) {
 	do(chromedp.Navigate(srv.URL+"/events/"+deadOrder), page("event"))
 	require.Equal(t, "published", text("#event-state"))
 
+	// Pause a topic from the overview: the relay leaves its new events
+	// alone, the page counts them, and Resume lets them go, in order.
+	do(chromedp.Navigate(srv.URL+"/"), page("overview"), chromedp.WaitVisible(chromedp.ID("paused-empty")))
+	do(chromedp.SetValue(chromedp.ID("pause-kind"), "topic"),
+		chromedp.SendKeys(chromedp.ID("pause-name"), "orders.shipped"),
+		chromedp.SendKeys(chromedp.ID("pause-reason"), "consumer <b>migration</b>"),
+		chromedp.Click(chromedp.ID("pause-submit")), page("overview"),
+		chromedp.WaitVisible(chromedp.CSS(`#paused tr[data-name="orders.shipped"]`)))
+	require.Contains(t, text(`#paused tr[data-name="orders.shipped"]`), "consumer <b>migration</b>", "the reason, as text")
+	require.Eventually(t, func() bool { return slices.Contains(relay.Paused(), "orders.shipped") }, 10*time.Second, 10*time.Millisecond,
+		"the relay reads the pause within a second")
+	held := b.write(t, herald.Message{Topic: "orders.shipped", Key: "order-7", Type: "a"},
+		herald.Message{Topic: "orders.shipped", Key: "order-7", Type: "b"}, herald.Message{Topic: "orders.shipped", Key: "order-7", Type: "c"})
+	do(chromedp.Navigate(srv.URL+"/"), page("overview"))
+	require.Equal(t, "3", text(`#paused tr[data-name="orders.shipped"] td.waiting`))
+	require.Contains(t, text("#backlog"), "paused")
+	require.False(t, rec.has(held[0]), "nothing of a paused topic is published")
+	for _, id := range held {
+		require.Equal(t, heraldadmin.StateReady, b.state(t, id))
+	}
+	screenshot("admin-paused.png")
+	do(chromedp.Click(chromedp.CSS(`#paused tr[data-name="orders.shipped"] button.resume`)), page("overview"),
+		chromedp.WaitVisible(chromedp.ID("paused-empty")))
+	require.Eventually(t, func() bool { return rec.has(held...) }, 10*time.Second, 10*time.Millisecond)
+	order = rec.publishedOrder()
+	require.Equal(t, held, order[len(order)-3:], "resumed in the key's order")
+
 	lines := b.auditLines(t)
-	require.Len(t, lines, 2)
+	require.Len(t, lines, 4)
 	require.Equal(t, "login", lines[0]["action"])
 	require.Equal(t, "requeue", lines[1]["action"])
 	require.Equal(t, []any{deadOrder}, lines[1]["ids"])
 	require.InDelta(t, 1, lines[1]["changed"], 0)
+	require.Equal(t, "pause", lines[2]["action"])
+	require.Equal(t, "orders.shipped", lines[2]["name"])
+	require.Equal(t, "consumer <b>migration</b>", lines[2]["reason"])
+	require.Equal(t, "resume", lines[3]["action"])
+	require.Equal(t, "done", lines[3]["outcome"])
+
+	// The webhook fails: its events wait for a retry, its breaker opens,
+	// and the overview says so beside the backlog.
+	rec.flake("hooks.orders")
+	hooks := b.write(t, herald.Message{Topic: "hooks.orders", Key: "h-1", Type: "order.placed"},
+		herald.Message{Topic: "hooks.orders", Key: "h-2", Type: "order.placed"})
+	require.Eventually(t, func() bool {
+		rows, err := store.ListRetrying(t.Context(), heraldadmin.RetryFilter{Topic: "hooks.orders"})
+		return err == nil && len(rows) == 2
+	}, 10*time.Second, 10*time.Millisecond)
+	webhookDown.Store(true)
+	do(chromedp.Navigate(srv.URL+"/"), page("overview"), chromedp.WaitVisible(chromedp.CSS(`#outages .outage`)))
+	require.Contains(t, text(`#outages .outage`), "webhook is down (circuit open): 2 ready events wait for it")
+	require.Contains(t, text("#stuck"), "2 wait for a down destination")
+	require.Contains(t, text(`#destinations tr[data-key="webhook"]`), "503 Service Unavailable")
+	require.Contains(t, text(`#retry-groups`), "503 Service Unavailable")
+	require.Contains(t, text(`#relays`), "worker-2/311")
+	require.Equal(t, "2", text("#total-retrying"))
+
+	// Live: a figure changes without a reload.
+	eval(`window.heraldMarker = 42`)
+	ready := text("#total-ready")
+	later2 := time.Now().Add(time.Hour)
+	b.write(t, herald.Message{Topic: "payments", Key: "p-3", AvailableAt: later2})
+	require.Eventually(t, func() bool { return text("#total-ready") != ready }, 10*time.Second, 20*time.Millisecond,
+		"the ready count is refreshed in place")
+	require.EqualValues(t, 42, eval(`window.heraldMarker`), "the page was not reloaded")
+	require.Contains(t, text(`#destinations tr[data-key="webhook"]`), "503 Service Unavailable",
+		"rows refreshed in place keep their keys")
+	require.NotContains(t, text("#destinations"), "undefined", "a field the JSON leaves out is shown empty")
+	require.EqualValues(t, 3*len(rec.rate()), eval(`document.querySelectorAll("svg.chart rect").length`),
+		"the charts are redrawn from the JSON, one bar a minute each")
+	screenshot("admin-overview.png")
+
+	// While a confirmation is open the page holds still.
+	// A refresh may replace the row between finding the node and the click:
+	// click again until the confirmation is open.
+	require.Eventually(t, func() bool {
+		sctx, c := context.WithTimeout(ctx, 5*time.Second)
+		defer c()
+		return chromedp.Do(sctx, chromedp.Click(chromedp.CSS(`#retry-groups tr details.confirm summary`)),
+			chromedp.WaitVisible(chromedp.CSS(`button.retry-now`))) == nil
+	}, 30*time.Second, 100*time.Millisecond, "the retry group's confirmation opens")
+	ready = text("#total-ready")
+	b.write(t, herald.Message{Topic: "payments", Key: "p-4", AvailableAt: later2})
+	eval(`document.getElementById("live").dataset.state = ""`)
+	require.Eventually(t, func() bool { return eval(`document.getElementById("live").dataset.state`) == "paused" }, 10*time.Second,
+		20*time.Millisecond, "a refresh came and held back")
+	require.Equal(t, ready, text("#total-ready"), "nothing moved under the open confirmation")
+	screenshot("admin-retrying.png")
+
+	// Retry the group now: the webhook is back, and its events go at once,
+	// not in an hour.
+	rec.accept("hooks.orders")
+	webhookDown.Store(false)
+	do(chromedp.Click(chromedp.CSS(`button.retry-now`)), page("overview"), chromedp.WaitVisible(chromedp.ID("retried")))
+	require.Contains(t, text("#retried"), "2 events were made available now")
+	require.Eventually(t, func() bool { return rec.has(hooks...) }, 10*time.Second, 10*time.Millisecond)
+
+	// Replay from the page: a count first, then the confirmed replay.
+	before := len(rec.publishedOrder())
+	do(chromedp.Navigate(srv.URL+"/replay"), page("replay"),
+		chromedp.SendKeys(chromedp.ID("replay-topic"), "orders.shipped"),
+		chromedp.Click(chromedp.ID("replay-count-button")), page("replay"), chromedp.WaitVisible(chromedp.ID("replay-confirm")))
+	require.Contains(t, text("#replay-count"), "23 events match · kafka: 23")
+	require.Equal(t, before, len(rec.publishedOrder()), "counting published nothing")
+	screenshot("admin-replay.png")
+	do(chromedp.Click(chromedp.ID("replay-confirm-button")), page("replay"), chromedp.WaitVisible(chromedp.ID("replay-done")))
+	require.Contains(t, text("#replay-done"), "Replayed 23 events · kafka: 23")
+	require.Len(t, rec.publishedOrder(), before+23)
+
+	lines = b.auditLines(t)
+	require.Len(t, lines, 7)
+	require.Equal(t, "retry_now", lines[4]["action"])
+	require.InDelta(t, 2, lines[4]["changed"], 0)
+	require.Equal(t, "replay_count", lines[5]["action"])
+	require.Equal(t, "replay", lines[6]["action"])
+	require.InDelta(t, 23, lines[6]["events"], 0)
+}
+
+// browserReplay is the browser test's Config.Replay: the published events
+// the store lists, counted or sent again to the recorder under new ids.
+func browserReplay(ctx context.Context, store *heraldsqlite.Driver, rec *recorder, req adminui.ReplayRequest) (adminui.ReplayResult, error) {
+	f := req.Filter
+	f.Limit = heraldadmin.MaxListLimit
+	rows, err := store.ListPublished(ctx, f)
+	if err != nil {
+		return adminui.ReplayResult{}, err
+	}
+	res := adminui.ReplayResult{Events: len(rows), ByDestination: map[string]int{"kafka": len(rows)}}
+	if req.DryRun || len(rows) == 0 {
+		return res, nil
+	}
+	batch := make([]herald.Envelope, len(rows))
+	for i, r := range rows {
+		batch[i] = r.Envelope
+		batch[i].ID = herald.NewID()
+	}
+	return res, rec.Publish(ctx, batch)
 }

@@ -1,17 +1,22 @@
-// Package adminui is Herald's operator page: the backlog of each topic with
-// its oldest pending age, the publish rate of the last minutes, the keys
-// parked by a dead event, and the dead letters, which an operator can
-// inspect, requeue and discard. `herald relay --admin-addr` mounts it.
+// Package adminui is Herald's operator page: the destinations with their
+// circuit breakers and last errors, the relays running, charts of the last
+// minutes (throughput, failures, oldest pending age), the retrying events
+// grouped by last error (retry now), the backlog of each topic, the keys
+// parked by a dead event, the dead letters, which an operator can inspect,
+// requeue and discard, pauses, and replays through the running relay's
+// destinations. `herald relay --admin-addr` mounts it.
 //
-// The page is rendered on the server from embedded templates; a small
-// embedded script only ticks "select all" boxes, and every action works
-// without it.
+// The page is rendered on the server from embedded templates. A small
+// embedded script ticks "select all" boxes and refreshes the overview in
+// place from its JSON every few seconds; every action works without it.
+// Every page answers its URL in JSON when asked (Accept: application/json),
+// under the same access rules.
 //
 // # Access
 //
 // Reading is open to whoever reaches the handler, so the admin address
 // belongs on a private interface. Acting (requeue, discard) needs the
-// token of Config.Token, presented either way:
+// token of Config.Token (retry now and replay too), presented either way:
 //
 //   - in a browser, on the login page (/login): the token is checked and the
 //     browser gets a session cookie (HttpOnly, SameSite=Strict, Secure over

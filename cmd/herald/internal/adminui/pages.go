@@ -1,7 +1,6 @@
 package adminui
 
 import (
-	"cmp"
 	"errors"
 	"fmt"
 	"html/template"
@@ -17,44 +16,6 @@ import (
 	"github.com/herald-outbox/herald"
 	"github.com/herald-outbox/herald/heraldadmin"
 )
-
-type overviewView struct {
-	Backlog     []heraldadmin.TopicBacklog
-	Total       heraldadmin.TopicBacklog // sums; OldestPending is the oldest of all
-	Rate        *rateView                // nil when Config.Rate is nil
-	Blocked     []heraldadmin.BlockedKey
-	MoreBlocked bool
-}
-
-func (h *handler) overview(w http.ResponseWriter, r *http.Request) {
-	ctx, cancel := storeCtx(r)
-	defer cancel()
-	backlog, err := h.cfg.Admin.Backlog(ctx)
-	if err != nil {
-		h.storeFailed(w, r, "reading the backlog", err)
-		return
-	}
-	blocked, err := h.cfg.Admin.BlockedKeys(ctx, blockedKeysShown+1)
-	if err != nil {
-		h.storeFailed(w, r, "listing parked keys", err)
-		return
-	}
-	v := overviewView{Backlog: backlog}
-	slices.SortFunc(v.Backlog, func(a, b heraldadmin.TopicBacklog) int { return cmp.Compare(a.Topic, b.Topic) })
-	for _, b := range backlog {
-		v.Total.Ready += b.Ready
-		v.Total.Claimed += b.Claimed
-		v.Total.Dead += b.Dead
-		v.Total.ParkedKeys += b.ParkedKeys
-		v.Total.OldestPending = max(v.Total.OldestPending, b.OldestPending)
-	}
-	v.MoreBlocked = len(blocked) > blockedKeysShown
-	v.Blocked = blocked[:min(len(blocked), blockedKeysShown)]
-	if h.cfg.Rate != nil {
-		v.Rate = newRateView(h.cfg.Rate())
-	}
-	h.render(w, r, http.StatusOK, "overview", "Overview", v)
-}
 
 type deadView struct {
 	Topic, ID string // the search, as asked
@@ -135,6 +96,14 @@ func (h *handler) deadList(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	slices.Sort(v.Topics)
+	if wantsJSON(r) {
+		out := map[string]any{"events": eventsOf(v.Rows), "more": v.More, "topics": v.Topics}
+		if v.Other != nil {
+			out["other"] = eventOf(*v.Other, false)
+		}
+		h.writeJSON(w, http.StatusOK, out)
+		return
+	}
 	h.render(w, r, http.StatusOK, "dead", "Dead letters", v)
 }
 
@@ -160,6 +129,10 @@ func (h *handler) event(w http.ResponseWriter, r *http.Request) {
 	}
 	if err != nil {
 		h.storeFailed(w, r, "reading the event", err)
+		return
+	}
+	if wantsJSON(r) {
+		h.writeJSON(w, http.StatusOK, eventOf(row, true))
 		return
 	}
 	h.render(w, r, http.StatusOK, "event", "Event "+id, eventView{
@@ -301,6 +274,11 @@ func (h *handler) confirm(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}
+	if wantsJSON(r) {
+		h.writeJSON(w, http.StatusOK, map[string]any{"action": sel.Action, "count": v.Count, "events": eventsOf(v.Events),
+			"not_dead": v.NotDead, "parked_keys": v.ParkedCount})
+		return
+	}
 	title := "Confirm " + sel.Action
 	h.render(w, r, http.StatusOK, "confirm", title, v)
 }
@@ -368,6 +346,10 @@ func (h *handler) action(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case errors.As(err, &parked):
 		h.audit(r, action, append(attrs, slog.Int("changed", 0), slog.String("outcome", "refused: parks a key"))...)
+		if wantsJSON(r) {
+			h.writeJSON(w, http.StatusConflict, errorJSON{Status: http.StatusConflict, Error: herald.Scrub(parked.Error())})
+			return
+		}
 		h.render(w, r, http.StatusConflict, "parked", "Nothing was discarded", parkedView{Sel: sel, Keys: parked.Keys})
 		return
 	case err != nil:
@@ -380,6 +362,10 @@ func (h *handler) action(w http.ResponseWriter, r *http.Request) {
 	v := resultView{Sel: sel, Changed: n}
 	if len(sel.IDs) > n {
 		v.NotDead = len(sel.IDs) - n
+	}
+	if wantsJSON(r) {
+		h.writeJSON(w, http.StatusOK, map[string]any{"action": action, "changed": n, "not_dead": v.NotDead})
+		return
 	}
 	h.render(w, r, http.StatusOK, "result", actionDone(action), v)
 }

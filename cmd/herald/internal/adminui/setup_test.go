@@ -238,3 +238,8 @@ func (f *fakeAdmin) BlockedKeys(context.Context, int) ([]heraldadmin.BlockedKey,
 func (f *fakeAdmin) Backlog(ctx context.Context) ([]heraldadmin.TopicBacklog, error) {
 	return f.BacklogFunc(ctx)
 }
+func (f *fakeAdmin) Pause(context.Context, heraldadmin.PauseParams) error { return nil }
+func (f *fakeAdmin) Resume(context.Context, herald.PauseKind, string) (bool, error) {
+	return false, nil
+}
+func (f *fakeAdmin) Pauses(context.Context) ([]herald.Pause, error) { return nil, nil }

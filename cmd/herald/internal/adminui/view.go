@@ -2,6 +2,7 @@ package adminui
 
 import (
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"html/template"
 	"maps"
@@ -22,21 +23,38 @@ const (
 )
 
 var templateFuncs = template.FuncMap{
-	"clean":  clean,
-	"short":  func(s string, n int) string { return truncate(clean(s), n) },
-	"age":    age,
-	"when":   when,
-	"whenp":  whenp,
-	"plural": plural,
-	"scrub":  herald.Scrub,
+	"clean":    clean,
+	"short":    func(s string, n int) string { return truncate(clean(s), n) },
+	"age":      age,
+	"when":     when,
+	"whenp":    whenp,
+	"plural":   plural,
+	"scrub":    herald.Scrub,
+	"int":      func(n int64) int { return int(n) },
+	"truncate": func(s string, n int) string { return truncate(s, n) },
+	// dict passes several values to a nested template: key, value, ...
+	"dict": func(kv ...any) (map[string]any, error) {
+		if len(kv)%2 != 0 {
+			return nil, errors.New("dict needs pairs")
+		}
+		m := make(map[string]any, len(kv)/2)
+		for i := 0; i < len(kv); i += 2 {
+			k, ok := kv[i].(string)
+			if !ok {
+				return nil, errors.New("dict keys are strings")
+			}
+			m[k] = kv[i+1]
+		}
+		return m, nil
+	},
 }
 
 // preview is how the event page shows a payload.
 type preview struct {
-	Size    int
-	Binary  bool   // not UTF-8: Text is a hex dump
-	Text    string // control characters made visible
-	Omitted int    // bytes not shown
+	Size    int    `json:"size"`
+	Binary  bool   `json:"binary"`  // not UTF-8: Text is a hex dump
+	Text    string `json:"text"`    // control characters made visible
+	Omitted int    `json:"omitted"` // bytes not shown
 }
 
 func newPreview(p []byte) preview {
@@ -76,54 +94,6 @@ func headersOf(m map[string]string) []header {
 		out = append(out, header{Name: name, Value: herald.Scrub(m[name])})
 	}
 	return out
-}
-
-// rateView draws the publish rate as bars of an SVG of width rateWidth.
-type rateView struct {
-	Bars    []rateBar
-	Total   int64
-	Last    int64 // the last minute's count
-	Max     int64
-	Minutes int
-	Width   int
-	Height  int
-}
-
-type rateBar struct {
-	X, Y, W, H int
-	Label      string
-}
-
-const (
-	rateWidth  = 600
-	rateHeight = 120
-)
-
-func newRateView(points []RatePoint) *rateView {
-	v := &rateView{Minutes: len(points), Width: rateWidth, Height: rateHeight}
-	for _, p := range points {
-		v.Total += p.Published
-		v.Max = max(v.Max, p.Published)
-	}
-	if len(points) == 0 {
-		return v
-	}
-	v.Last = points[len(points)-1].Published
-	slot := rateWidth / len(points)
-	for i, p := range points {
-		h := 0
-		if v.Max > 0 {
-			h = int(p.Published * (rateHeight - 2) / v.Max)
-		}
-		if p.Published > 0 {
-			h = max(h, 2) // a minute with any event shows
-		}
-		v.Bars = append(v.Bars, rateBar{
-			X: i*slot + 1, Y: rateHeight - h, W: max(slot-2, 1), H: h,
-			Label: fmt.Sprintf("%s: %s", p.Minute.UTC().Format("15:04 UTC"), plural(int(p.Published), "event")),
-		})
-	}
-	return v
 }
 
 // age renders a duration the way an operator reads it: 42s, 3m05s, 2h10m,

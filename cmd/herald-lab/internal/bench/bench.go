@@ -1,0 +1,424 @@
+// Package bench is the `herald-lab bench` command: it measures what the design
+// brief promises on the machine it runs on, against a real PostgreSQL and an
+// embedded NATS JetStream server it starts itself.
+//
+//   - producers: producer transactions per second with and without an
+//     outbox row, by a hand-written INSERT and by heraldpg's WriteTx, and
+//     with pg_notify in the transaction to show the cost the design avoids;
+//   - drain: how fast a relay drains a backlog, to JetStream and to a
+//     publisher that discards;
+//   - latency: commit-to-receive latency at a fixed event rate.
+//
+// Every run works in a schema of its own, dropped at the end.
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"runtime"
+	"strings"
+	"time"
+
+	"github.com/herald-outbox/herald"
+)
+
+// defaultDSN is the database used when neither --db nor HERALD_DB is set.
+const defaultDSN = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
+
+// Targets from the design brief, printed next to each figure.
+const (
+	targetWriteTxRatio    = 0.95  // WriteTx within 5% of a hand-written INSERT
+	targetDrainJetStream  = 25000 // events/s
+	targetDrainDiscard    = 50000 // events/s
+	targetLatencyP99Milli = 25.0  // ms
+)
+
+type options struct {
+	db           string
+	keep         bool
+	json         bool
+	producers    int
+	duration     time.Duration
+	rounds       int
+	events       int
+	keys         int
+	batchSize    int
+	maxInFlight  int
+	rate         int
+	pollInterval time.Duration
+	unordered    bool
+	maxPerKey    int
+	to           string
+	payloadBytes int
+	ceiling      bool
+	maxBytes     int64 // relay MaxInFlightBytes; 0 is its default
+	deleteOnPub  bool  // relay DeleteOnPublish
+	claimConc    int   // relay ClaimConcurrency; 0 is its default
+	natsAtomic   bool  // heraldnats AtomicBatches, on streams with allow_atomic
+}
+
+const usage = `usage: herald-lab bench [producers|drain|latency|all] [flags]
+
+Benchmarks Herald against PostgreSQL and an embedded NATS JetStream server.
+Subcommands (default all):
+  producers  producer transactions/s: business insert alone, + hand-written
+             outbox INSERT, + heraldpg WriteTx, + INSERT and pg_notify
+  drain      relay drain rate of a backlog, to JetStream and to a discard publisher
+  latency    commit-to-receive latency at a fixed rate through JetStream
+
+Flags:
+  --db DSN               PostgreSQL URL (default $HERALD_DB, else
+                         postgres://postgres@127.0.0.1:5432/test?sslmode=disable)
+  --keep                 keep the benchmark's schema instead of dropping it
+  --json                 print one JSON object of all results on stdout
+                         (the human-readable lines then go to stderr)
+  --producers N          concurrent producers (producers) (default 16)
+  --duration D           measuring time per shape (producers) and of the
+                         latency run (default 10s)
+  --ceiling              also drain with the ceiling, an unsafe relay that
+                         claims and marks a batch published in one statement,
+                         interleaved with Herald's relay, and report Herald's
+                         rate as a share of it (drain) (default true)
+  --rounds N             rounds over the producer shapes, each in a rotated
+                         order, and of each drain (default 1)
+  --events N             backlog size (drain) (default 100000)
+  --keys N               distinct keys (drain) (default 1000)
+  --batch-size N         relay batch size (default 1000)
+  --max-in-flight N      relay batches in flight (default 4)
+  --ordering MODE        ordered (one claimer per key, in commit order) or
+                         unordered (claims by age) (drain) (default ordered)
+  --max-per-key N        events of one key per claim, 0 = batch size (drain)
+  --payload-bytes N      each event's payload size, 100 to 1048576 (drain)
+                         (default 200)
+  --max-in-flight-bytes N
+                         relay bound on claimed payload bytes, 0 = the relay's
+                         default (64 MiB), -1 = no bound (drain)
+  --claim-concurrency N  relay claims at once, 0 = the relay's default (drain)
+  --nats-atomic          Herald's relay sends to JetStream in atomic batches
+                         (heraldnats AtomicBatches), the streams created with
+                         allow_atomic; the ceiling is unchanged (drain)
+  --delete-on-publish    the relay deletes each row once the broker confirms it
+                         instead of keeping it as published (drain, latency)
+  --to LIST              drain destinations, comma-separated, of jetstream,
+                         discard, kafka (in-process kfake), redis (127.0.0.1:6379),
+                         rabbitmq (127.0.0.1:5672), mqtt (127.0.0.1:1883),
+                         webhook (in-process HTTP server), sqs, sns (FIFO, SNS
+                         to a queue; moto_server, an AWS emulator started on
+                         loopback), pubsub (in-process pstest) (drain)
+                         (default jetstream,discard)
+  --rate N               events/s written (latency) (default 1000)
+  --poll-interval D      relay poll interval (latency) (default 5ms)
+`
+
+var errHelp = errors.New("help requested")
+
+func parseArgs(args []string) (options, string, error) {
+	var o options
+	fs := flag.NewFlagSet("herald-lab bench", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	fs.StringVar(&o.db, "db", "", "")
+	fs.BoolVar(&o.keep, "keep", false, "")
+	fs.BoolVar(&o.json, "json", false, "")
+	fs.IntVar(&o.producers, "producers", 16, "")
+	fs.DurationVar(&o.duration, "duration", 10*time.Second, "")
+	fs.IntVar(&o.rounds, "rounds", 1, "")
+	fs.IntVar(&o.events, "events", 100000, "")
+	fs.IntVar(&o.keys, "keys", 1000, "")
+	fs.IntVar(&o.batchSize, "batch-size", 1000, "")
+	fs.IntVar(&o.maxInFlight, "max-in-flight", 4, "")
+	fs.IntVar(&o.rate, "rate", 1000, "")
+	fs.DurationVar(&o.pollInterval, "poll-interval", 5*time.Millisecond, "")
+	ordering := fs.String("ordering", "ordered", "")
+	fs.IntVar(&o.maxPerKey, "max-per-key", 0, "")
+	fs.StringVar(&o.to, "to", "jetstream,discard", "")
+	fs.IntVar(&o.payloadBytes, "payload-bytes", payloadSize, "")
+	fs.BoolVar(&o.ceiling, "ceiling", true, "")
+	fs.Int64Var(&o.maxBytes, "max-in-flight-bytes", 0, "")
+	fs.BoolVar(&o.deleteOnPub, "delete-on-publish", false, "")
+	fs.IntVar(&o.claimConc, "claim-concurrency", 0, "")
+	fs.BoolVar(&o.natsAtomic, "nats-atomic", false, "")
+
+	parse := func(a []string) error {
+		err := fs.Parse(a)
+		if errors.Is(err, flag.ErrHelp) {
+			return errHelp
+		}
+		return err
+	}
+	if err := parse(args); err != nil {
+		return o, "", err
+	}
+	sub := "all"
+	if rest := fs.Args(); len(rest) > 0 {
+		sub = rest[0]
+		if sub == "help" {
+			return o, "", errHelp
+		}
+		if err := parse(rest[1:]); err != nil {
+			return o, "", err
+		}
+		if fs.NArg() > 0 {
+			return o, "", fmt.Errorf("unexpected argument %q", fs.Arg(0))
+		}
+	}
+	switch *ordering {
+	case "ordered":
+	case "unordered":
+		o.unordered = true
+	default:
+		return o, "", fmt.Errorf("--ordering: %q is not ordered or unordered", *ordering)
+	}
+	if o.maxPerKey < 0 || o.maxPerKey > o.batchSize {
+		return o, "", fmt.Errorf("--max-per-key: %d is not between 0 and the batch size %d", o.maxPerKey, o.batchSize)
+	}
+	if o.payloadBytes < 100 || o.payloadBytes > 1<<20 {
+		return o, "", fmt.Errorf("--payload-bytes: %d is not between 100 and 1048576", o.payloadBytes)
+	}
+	if o.claimConc < 0 || o.claimConc > o.maxInFlight {
+		return o, "", fmt.Errorf("--claim-concurrency: %d is not between 0 and --max-in-flight (%d)", o.claimConc, o.maxInFlight)
+	}
+	if o.maxBytes < -1 {
+		return o, "", fmt.Errorf("--max-in-flight-bytes: %d is below -1", o.maxBytes)
+	}
+	if _, err := sinksNamed(o.to); err != nil {
+		return o, "", err
+	}
+	switch sub {
+	case "producers", "drain", "latency", "all":
+	default:
+		return o, "", fmt.Errorf("unknown subcommand %q: want producers, drain, latency or all", sub)
+	}
+	for _, c := range []struct {
+		name string
+		v    int
+		min  int
+	}{
+		{"producers", o.producers, 1}, {"rounds", o.rounds, 1}, {"events", o.events, 1},
+		{"keys", o.keys, 1}, {"batch-size", o.batchSize, 1}, {"max-in-flight", o.maxInFlight, 1},
+		{"rate", o.rate, 1},
+	} {
+		if c.v < c.min {
+			return o, "", fmt.Errorf("--%s must be at least %d, got %d", c.name, c.min, c.v)
+		}
+	}
+	if o.duration <= 0 {
+		return o, "", fmt.Errorf("--duration must be positive, got %s", o.duration)
+	}
+	if o.pollInterval <= 0 {
+		return o, "", fmt.Errorf("--poll-interval must be positive, got %s", o.pollInterval)
+	}
+	if o.db == "" {
+		o.db = os.Getenv("HERALD_DB")
+	}
+	if o.db == "" {
+		o.db = defaultDSN
+	}
+	return o, sub, nil
+}
+
+// Results is everything a run measured; --json prints it.
+type Results struct {
+	OK        bool             `json:"ok"`
+	Error     string           `json:"error,omitempty"`
+	Failures  []string         `json:"failures,omitempty"`
+	Machine   Machine          `json:"machine"`
+	Config    Config           `json:"config"`
+	Producers *ProducersResult `json:"producers,omitempty"`
+	Drain     *DrainResult     `json:"drain,omitempty"`
+	Latency   *LatencyResult   `json:"latency,omitempty"`
+	Noise     *Noise           `json:"noise,omitempty"`
+}
+
+// Machine describes where the benchmark ran.
+type Machine struct {
+	NumCPU          int    `json:"num_cpu"`
+	GOOS            string `json:"goos"`
+	GOARCH          string `json:"goarch"`
+	GoVersion       string `json:"go_version"`
+	PostgresVersion string `json:"postgres_version,omitempty"`
+	NATSVersion     string `json:"nats_server_version,omitempty"`
+}
+
+// Config echoes the options of the run, without the DSN's password.
+type Config struct {
+	Subcommand      string  `json:"subcommand"`
+	Database        string  `json:"database"`
+	Schema          string  `json:"schema,omitempty"`
+	Producers       int     `json:"producers"`
+	DurationSeconds float64 `json:"duration_seconds"`
+	Rounds          int     `json:"rounds"`
+	Events          int     `json:"events"`
+	Keys            int     `json:"keys"`
+	BatchSize       int     `json:"batch_size"`
+	MaxInFlight     int     `json:"max_in_flight"`
+	Rate            int     `json:"rate"`
+	PollIntervalMS  float64 `json:"poll_interval_ms"`
+}
+
+// Main runs `herald-lab bench` with the arguments after "bench". It returns the
+// exit code: 0 when every benchmark ran (whether or not it met its target),
+// 1 on an error or a failed verification, 2 on bad arguments.
+func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	o, sub, err := parseArgs(args)
+	if errors.Is(err, errHelp) {
+		fmt.Fprint(stdout, usage)
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "herald-lab bench: %s (see herald-lab bench -h)\n", herald.Scrub(err.Error()))
+		return 2
+	}
+	out := stdout
+	if o.json {
+		out = stderr
+	}
+	res := &Results{
+		Machine: Machine{
+			NumCPU: runtime.NumCPU(), GOOS: runtime.GOOS, GOARCH: runtime.GOARCH, GoVersion: runtime.Version(),
+		},
+		Config: Config{
+			Subcommand: sub, Database: describeDSN(o.db), Producers: o.producers,
+			DurationSeconds: o.duration.Seconds(), Rounds: o.rounds, Events: o.events, Keys: o.keys,
+			BatchSize: o.batchSize, MaxInFlight: o.maxInFlight, Rate: o.rate,
+			PollIntervalMS: ms(o.pollInterval),
+		},
+	}
+	err = run(ctx, o, sub, out, stderr, res)
+	if err != nil {
+		res.Error = herald.Scrub(err.Error())
+		fmt.Fprintf(stderr, "herald-lab bench: error: %s\n", res.Error)
+	}
+	for _, f := range res.Failures {
+		fmt.Fprintf(stderr, "herald-lab bench: verification failed: %s\n", f)
+	}
+	res.OK = err == nil && len(res.Failures) == 0
+	if o.json {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(res); err != nil {
+			fmt.Fprintf(stderr, "herald-lab bench: writing JSON: %v\n", err)
+			return 1
+		}
+	}
+	if !res.OK {
+		return 1
+	}
+	return 0
+}
+
+func run(ctx context.Context, o options, sub string, out, logOut io.Writer, res *Results) (err error) {
+	// The relay and the publisher log warnings and errors only: a clean run
+	// prints nothing from them.
+	log := slog.New(slog.NewTextHandler(logOut, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	e, err := setup(ctx, o, log)
+	if e != nil {
+		defer func() {
+			if cerr := e.close(out); cerr != nil && err == nil {
+				err = cerr
+			}
+		}()
+	}
+	if err != nil {
+		return err
+	}
+	res.Machine.PostgresVersion = e.pgVersion
+	res.Config.Schema = e.schema
+	sampler := startNoise(ctx, e)
+	defer func() {
+		n := sampler.stop()
+		res.Noise = &n
+		fmt.Fprintf(out, "\nnoise: other processes used %s of the CPU, steal %s, up to %d other active PostgreSQL sessions; load average %.2f at start",
+			pct(n.OtherCPUPct), pct(n.CPUStealPct), n.OtherPGSessionsMax, n.LoadAvg1mAtStart)
+		if n.Suspect {
+			fmt.Fprint(out, ": the machine was not quiet, figures may be low")
+		}
+		fmt.Fprintln(out)
+	}()
+	wantNATS := sub == "drain" || sub == "latency" || sub == "all"
+	if wantNATS {
+		if err := e.startNATS(ctx); err != nil {
+			return err
+		}
+		res.Machine.NATSVersion = e.nats.version
+	}
+	fmt.Fprintf(out, "herald-lab bench: %s/%s, %d CPUs, %s, PostgreSQL %s", res.Machine.GOOS, res.Machine.GOARCH,
+		res.Machine.NumCPU, res.Machine.GoVersion, res.Machine.PostgresVersion)
+	if wantNATS {
+		fmt.Fprintf(out, ", nats-server %s (embedded)", res.Machine.NATSVersion)
+	}
+	fmt.Fprintf(out, "\ndatabase %s, schema %s\n", res.Config.Database, e.schema)
+
+	if sub == "producers" || sub == "all" {
+		r, err := runProducers(ctx, e, out)
+		res.Producers = r
+		if err != nil {
+			return fmt.Errorf("producers: %w", err)
+		}
+	}
+	if sub == "drain" || sub == "all" {
+		r, failures, err := runDrain(ctx, e, out)
+		res.Drain = r
+		res.Failures = append(res.Failures, failures...)
+		if err != nil {
+			return fmt.Errorf("drain: %w", err)
+		}
+	}
+	if sub == "latency" || sub == "all" {
+		r, failures, err := runLatency(ctx, e, out)
+		res.Latency = r
+		res.Failures = append(res.Failures, failures...)
+		if err != nil {
+			return fmt.Errorf("latency: %w", err)
+		}
+	}
+	return nil
+}
+
+// verdict is what is printed next to a figure with a target.
+func verdict(met bool) string {
+	if met {
+		return "target met"
+	}
+	return "target MISSED"
+}
+
+// pct prints a percentage, or "n/a" for -1.
+func pct(v float64) string {
+	if v < 0 {
+		return "n/a"
+	}
+	return fmt.Sprintf("%.1f%%", v)
+}
+
+func ms(d time.Duration) float64 { return round(float64(d)/float64(time.Millisecond), 3) }
+
+func round(v float64, digits int) float64 {
+	p := 1.0
+	for range digits {
+		p *= 10
+	}
+	if v < 0 {
+		return -float64(int64(-v*p+0.5)) / p
+	}
+	return float64(int64(v*p+0.5)) / p
+}
+
+// fmtRate prints a rate rounded, with thousands separated: 31,250.
+func fmtRate(v float64) string {
+	s := fmt.Sprintf("%.0f", v)
+	var b strings.Builder
+	for i, c := range s {
+		if i > 0 && (len(s)-i)%3 == 0 && s[i-1] != '-' {
+			b.WriteByte(',')
+		}
+		b.WriteRune(c)
+	}
+	return b.String()
+}

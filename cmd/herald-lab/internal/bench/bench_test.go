@@ -1,0 +1,163 @@
+package bench_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/herald-outbox/herald/cmd/herald-lab/internal/bench"
+	"github.com/herald-outbox/herald/internal/heraldtest"
+)
+
+// heraldtest.Main stops the throwaway PostgreSQL and checks for leaked
+// goroutines: the embedded NATS server, the relays and the pools must all
+// be gone when Main returns.
+func TestMain(m *testing.M) { heraldtest.Main(m) }
+
+// A tiny run of every benchmark: exit code 0 and one JSON object holding
+// every figure, each positive.
+func TestTinyRunReportsEveryFigure(t *testing.T) {
+	dsn := heraldtest.PostgresDSN(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+
+	var stdout, stderr bytes.Buffer
+	code := bench.Main(ctx, []string{"all", "--db", dsn, "--json",
+		"--events", "2000", "--duration", "1s", "--producers", "2", "--rate", "200"}, &stdout, &stderr)
+	require.Equal(t, 0, code, "stderr:\n%s", stderr.String())
+
+	var res map[string]any
+	require.NoError(t, json.Unmarshal(stdout.Bytes(), &res), "stdout is not one JSON object:\n%s", stdout.String())
+	require.Equal(t, true, res["ok"])
+
+	positive := func(path string) {
+		t.Helper()
+		var v any = res
+		for _, k := range strings.Split(path, ".") {
+			switch c := v.(type) {
+			case map[string]any:
+				v = c[k]
+			case []any:
+				var i int
+				_, err := fmt.Sscan(k, &i)
+				require.NoError(t, err, path)
+				require.Less(t, i, len(c), path)
+				v = c[i]
+			default:
+				t.Fatalf("%s: no field %q", path, k)
+			}
+		}
+		n, ok := v.(float64)
+		require.True(t, ok, "%s: want a number, got %#v", path, v)
+		require.Greater(t, n, 0.0, path)
+	}
+	positive("machine.num_cpu")
+	for i := range 4 {
+		positive(fmt.Sprintf("producers.shapes.%d.tx_per_sec", i))
+	}
+	positive("producers.writetx_vs_insert_ratio")
+	positive("producers.notify_vs_insert_ratio")
+	// Two destinations, each drained by Herald's relay and by the ceiling.
+	for i := range 4 {
+		positive(fmt.Sprintf("drain.targets.%d.events_per_sec", i))
+		positive(fmt.Sprintf("drain.targets.%d.published", i))
+	}
+	for i := range 2 {
+		positive(fmt.Sprintf("drain.vs_ceiling.%d.median", i))
+	}
+	targets := res["drain"].(map[string]any)["targets"].([]any)
+	var systems []string
+	for _, tg := range targets {
+		systems = append(systems, tg.(map[string]any)["system"].(string))
+	}
+	require.Equal(t, []string{"herald", "ceiling", "herald", "ceiling"}, systems)
+	require.Equal(t, 2000.0, targets[1].(map[string]any)["stream_messages"], "the ceiling's drain is verified too")
+	positive("drain.targets.0.stream_messages")
+	if runtime.GOOS == "linux" { // read from /proc, with the test's PostgreSQL on this machine
+		positive("drain.targets.0.database_cpu_us_per_event")
+		positive("drain.targets.0.process_cpu_us_per_event")
+	}
+	positive("latency.events_per_sec")
+	for _, p := range []string{"p50_ms", "p90_ms", "p99_ms", "max_ms", "count"} {
+		positive("latency.commit_to_receive." + p)
+		positive("latency.commit_to_claim." + p)
+		positive("latency.commit_to_ack." + p)
+	}
+	require.Equal(t, 2000.0, res["drain"].(map[string]any)["targets"].([]any)[0].(map[string]any)["stream_messages"])
+	pg, _ := res["machine"].(map[string]any)["postgres_version"].(string)
+	require.NotEmpty(t, pg)
+	require.Contains(t, stderr.String(), "target", "the human-readable lines go to stderr with --json")
+}
+
+// --nats-atomic: the drain to JetStream in atomic batches delivers the
+// whole backlog, verified, and the result says the mode.
+func TestDrainWithNATSAtomicBatches(t *testing.T) {
+	dsn := heraldtest.PostgresDSN(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+
+	var stdout, stderr bytes.Buffer
+	code := bench.Main(ctx, []string{"drain", "--db", dsn, "--json", "--to", "jetstream", "--nats-atomic",
+		"--events", "2000", "--keys", "20"}, &stdout, &stderr)
+	require.Equal(t, 0, code, "stderr:\n%s", stderr.String())
+	var res struct {
+		OK    bool `json:"ok"`
+		Drain struct {
+			NATSAtomic bool                `json:"nats_atomic"`
+			Targets    []bench.DrainTarget `json:"targets"`
+		} `json:"drain"`
+	}
+	require.NoError(t, json.Unmarshal(stdout.Bytes(), &res), stdout.String())
+	require.True(t, res.OK)
+	require.True(t, res.Drain.NATSAtomic)
+	require.Len(t, res.Drain.Targets, 2, "Herald's relay and the ceiling")
+	for _, tg := range res.Drain.Targets {
+		require.True(t, tg.Verified, "%s", tg.System)
+		require.NotNil(t, tg.StreamMessages)
+		require.EqualValues(t, 2000, *tg.StreamMessages, "%s", tg.System)
+	}
+	require.Contains(t, stderr.String(), "atomic batches (--nats-atomic)")
+}
+
+func TestBadArgumentsExit2WithOneLine(t *testing.T) {
+	for _, args := range [][]string{
+		{"--producers", "0"},
+		{"--nope"},
+		{"drain", "--duration", "soon"},
+		{"fly"},
+		{"latency", "extra"},
+		{"--poll-interval", "-1ms"},
+	} {
+		var stdout, stderr bytes.Buffer
+		code := bench.Main(context.Background(), args, &stdout, &stderr)
+		require.Equal(t, 2, code, "%v", args)
+		require.Empty(t, stdout.String(), "%v", args)
+		require.Equal(t, 1, strings.Count(stderr.String(), "\n"), "%v: %q", args, stderr.String())
+	}
+}
+
+func TestHelpExits0(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	require.Equal(t, 0, bench.Main(context.Background(), []string{"-h"}, &stdout, &stderr))
+	require.Contains(t, stdout.String(), "usage: herald-lab bench")
+}
+
+// A connection failure exits 1 and never shows the DSN's password.
+func TestNeverPrintsThePassword(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	code := bench.Main(context.Background(), []string{"producers", "--json",
+		"--db", "postgres://bench:hunter2@127.0.0.1:1/nodb?sslmode=disable&connect_timeout=2"}, &stdout, &stderr)
+	require.Equal(t, 1, code)
+	require.NotContains(t, stdout.String()+stderr.String(), "hunter2")
+	var res map[string]any
+	require.NoError(t, json.Unmarshal(stdout.Bytes(), &res))
+	require.Equal(t, false, res["ok"])
+	require.NotEmpty(t, res["error"])
+}

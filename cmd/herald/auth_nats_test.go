@@ -1,0 +1,289 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"net"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/jwt/v2"
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nkeys"
+	"github.com/stretchr/testify/require"
+)
+
+// startAuthNATS embeds a JetStream server configured by opts (users,
+// nkeys, a token, an operator, TLS) on a random port of 127.0.0.1 until
+// the test ends, and returns its host:port.
+func startAuthNATS(t *testing.T, opts *server.Options) string {
+	t.Helper()
+	opts.Host, opts.Port, opts.JetStream, opts.StoreDir = "127.0.0.1", server.RANDOM_PORT, true, t.TempDir()
+	opts.NoLog, opts.NoSigs = true, true
+	s, err := server.NewServer(opts)
+	require.NoError(t, err)
+	s.Start()
+	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+	require.True(t, s.ReadyForConnections(10*time.Second), "the NATS server did not start")
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.Addr().(*net.TCPAddr).Port))
+}
+
+// writeFile writes content to a file of the test's and returns its path.
+func writeFile(t *testing.T, name string, content []byte) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), name)
+	require.NoError(t, os.WriteFile(path, content, 0o600))
+	return path
+}
+
+// userSeed makes an nkey user and returns its public key and seed.
+func userSeed(t *testing.T) (string, []byte) {
+	t.Helper()
+	kp, err := nkeys.CreateUser()
+	require.NoError(t, err)
+	pub, err := kp.PublicKey()
+	require.NoError(t, err)
+	seed, err := kp.Seed()
+	require.NoError(t, err)
+	return pub, seed
+}
+
+// natsOperator is an operator with one JetStream-enabled account, trusted
+// by the servers it configures, that issues user credentials files.
+type natsOperator struct {
+	account    nkeys.KeyPair
+	operator   *jwt.OperatorClaims
+	accountJWT string
+	accountPub string
+	systemJWT  string // the system account, which JetStream needs in operator mode
+	systemPub  string
+}
+
+func newNATSOperator(t *testing.T) *natsOperator {
+	t.Helper()
+	okp, err := nkeys.CreateOperator()
+	require.NoError(t, err)
+	opub, err := okp.PublicKey()
+	require.NoError(t, err)
+	oc := jwt.NewOperatorClaims(opub)
+	ojwt, err := oc.Encode(okp)
+	require.NoError(t, err)
+	oc, err = jwt.DecodeOperatorClaims(ojwt)
+	require.NoError(t, err)
+	akp, err := nkeys.CreateAccount()
+	require.NoError(t, err)
+	apub, err := akp.PublicKey()
+	require.NoError(t, err)
+	ac := jwt.NewAccountClaims(apub)
+	ac.Limits.JetStreamLimits = jwt.JetStreamLimits{MemoryStorage: -1, DiskStorage: -1, Streams: -1, Consumer: -1}
+	ajwt, err := ac.Encode(okp)
+	require.NoError(t, err)
+	skp, err := nkeys.CreateAccount()
+	require.NoError(t, err)
+	spub, err := skp.PublicKey()
+	require.NoError(t, err)
+	sjwt, err := jwt.NewAccountClaims(spub).Encode(okp)
+	require.NoError(t, err)
+	return &natsOperator{account: akp, operator: oc, accountJWT: ajwt, accountPub: apub, systemJWT: sjwt, systemPub: spub}
+}
+
+func (o *natsOperator) serverOptions(t *testing.T) *server.Options {
+	t.Helper()
+	resolver := &server.MemAccResolver{}
+	require.NoError(t, resolver.Store(o.accountPub, o.accountJWT))
+	require.NoError(t, resolver.Store(o.systemPub, o.systemJWT))
+	return &server.Options{TrustedOperators: []*jwt.OperatorClaims{o.operator}, AccountResolver: resolver, SystemAccount: o.systemPub}
+}
+
+// creds issues a user of the account, signed by signer (the account's key,
+// or another that the server does not trust), as a .creds file's content
+// and the user's seed.
+func (o *natsOperator) creds(t *testing.T, signer nkeys.KeyPair) ([]byte, string) {
+	t.Helper()
+	pub, seed := userSeed(t)
+	uc := jwt.NewUserClaims(pub)
+	uc.IssuerAccount = o.accountPub
+	ujwt, err := uc.Encode(signer)
+	require.NoError(t, err)
+	creds, err := jwt.FormatUserConfig(ujwt, seed)
+	require.NoError(t, err)
+	return creds, string(seed)
+}
+
+// natsCase is one way to authenticate to a NATS server: how the relay is
+// given it, right and wrong, and how the test reads the stream back.
+type natsCase struct {
+	name         string
+	server       *server.Options
+	right, wrong func(addr string) (env map[string]string, args []string)
+	client       []nats.Option // the test's own connection to the server
+	secrets      []string      // what must show nowhere
+}
+
+// NATS destinations authenticate with a user and password (in the URL or
+// the destination's PASSWORD variable), a token, an nkey seed file, a
+// credentials file (operator, account and user JWTs), and TLS with a CA
+// file and a client certificate, against embedded servers configured for
+// each: the right credentials relay events end to end; wrong ones stop the
+// relay at once in one line; the secret shows nowhere.
+func TestRelayAuthenticatesToNATS(t *testing.T) {
+	t.Parallel()
+	const password, token = "nats-Pw-4417-secret", "nats-Tok3n-9920-secret"
+	nkeyPub, nkeySeed := userSeed(t)
+	_, otherSeed := userSeed(t)
+	op := newNATSOperator(t)
+	credsRight, credsSeed := op.creds(t, op.account)
+	stranger, err := nkeys.CreateAccount()
+	require.NoError(t, err)
+	credsWrong, _ := op.creds(t, stranger)
+	credsFile := writeFile(t, "herald.creds", credsRight)
+	pki := newTestPKI(t)
+	_, clientCert, clientKey := pki.issue(t, "herald-client", true)
+	tlsQuery := "?" + url.Values{"ca_file": {pki.CAFile}, "cert_file": {clientCert}, "key_file": {clientKey}}.Encode()
+	users := []*server.User{{Username: "herald", Password: password}}
+	serverTLS := pki.serverTLS(t, true)
+
+	dest := func(raw string) []string { return []string{"--destination", "events=" + raw} }
+	cases := []natsCase{{
+		name:   "UserAndPasswordFromTheDestinationsVariable",
+		server: &server.Options{Users: users},
+		right: func(addr string) (map[string]string, []string) {
+			return map[string]string{"HERALD_DESTINATION_EVENTS_PASSWORD": password}, dest("nats://herald@" + addr)
+		},
+		wrong: func(addr string) (map[string]string, []string) {
+			return map[string]string{"HERALD_DESTINATION_EVENTS_PASSWORD": password + "x"}, dest("nats://herald@" + addr)
+		},
+		client:  []nats.Option{nats.UserInfo("herald", password)},
+		secrets: []string{password},
+	}, {
+		name:   "UserAndPasswordInThePublisherURL",
+		server: &server.Options{Users: users},
+		right: func(addr string) (map[string]string, []string) {
+			return nil, []string{"--publisher", "nats://herald:" + password + "@" + addr}
+		},
+		wrong: func(addr string) (map[string]string, []string) {
+			return nil, []string{"--publisher", "nats://herald:" + password + "x@" + addr}
+		},
+		client:  []nats.Option{nats.UserInfo("herald", password)},
+		secrets: []string{password},
+	}, {
+		name:   "TokenFromThePublishersFileVariable",
+		server: &server.Options{Authorization: token},
+		right: func(addr string) (map[string]string, []string) {
+			return map[string]string{"HERALD_NATS_TOKEN_FILE": writeFile(t, "token", []byte(token+"\n"))}, []string{"--publisher", "nats://" + addr}
+		},
+		wrong: func(addr string) (map[string]string, []string) {
+			return map[string]string{"HERALD_NATS_TOKEN": token + "x"}, []string{"--publisher", "nats://" + addr}
+		},
+		client:  []nats.Option{nats.Token(token)},
+		secrets: []string{token},
+	}, {
+		name:   "NkeySeedFile",
+		server: &server.Options{Nkeys: []*server.NkeyUser{{Nkey: nkeyPub}}},
+		right: func(addr string) (map[string]string, []string) {
+			return nil, dest("nats://" + addr + "?nkey_file=" + url.QueryEscape(writeFile(t, "user.nk", nkeySeed)))
+		},
+		wrong: func(addr string) (map[string]string, []string) {
+			return nil, dest("nats://" + addr + "?nkey_file=" + url.QueryEscape(writeFile(t, "other.nk", otherSeed)))
+		},
+		client:  []nats.Option{must(nats.NkeyOptionFromSeed(writeFile(t, "client.nk", nkeySeed)))},
+		secrets: []string{string(nkeySeed), string(otherSeed)},
+	}, {
+		name:   "CredentialsFileOfAnOperatorsAccount",
+		server: op.serverOptions(t),
+		right: func(addr string) (map[string]string, []string) {
+			return nil, dest("nats://" + addr + "?creds_file=" + url.QueryEscape(credsFile))
+		},
+		wrong: func(addr string) (map[string]string, []string) {
+			return nil, dest("nats://" + addr + "?creds_file=" + url.QueryEscape(writeFile(t, "stranger.creds", credsWrong)))
+		},
+		client:  []nats.Option{nats.UserCredentials(credsFile)},
+		secrets: []string{credsSeed},
+	}, {
+		name:   "MutualTLSWithAUserAndPassword",
+		server: &server.Options{Users: users, TLS: true, TLSVerify: true, TLSConfig: serverTLS, TLSTimeout: 5},
+		right: func(addr string) (map[string]string, []string) {
+			return map[string]string{"HERALD_DESTINATION_EVENTS_PASSWORD": password}, dest("tls://herald@" + addr + tlsQuery)
+		},
+		wrong: func(addr string) (map[string]string, []string) {
+			// The CA alone: the server asks for the client certificate.
+			return map[string]string{"HERALD_DESTINATION_EVENTS_PASSWORD": password},
+				dest("tls://herald@" + addr + "?ca_file=" + url.QueryEscape(pki.CAFile))
+		},
+		client:  []nats.Option{nats.UserInfo("herald", password), nats.RootCAs(pki.CAFile), nats.ClientCert(clientCert, clientKey)},
+		secrets: []string{password},
+	}}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			addr := startAuthNATS(t, tc.server)
+			t.Run("TheRightCredentialsRelayEvents", func(t *testing.T) {
+				d := setup(t)
+				d.exec(t, `INSERT INTO %s.herald_outbox (topic, key, payload) VALUES ('orders.placed', 'o1', 'a')`)
+				env, args := tc.right(addr)
+				res := relayWithSecrets(t, d, 1, env, tc.secrets,
+					append(args, "--nats-create-stream", "EVENTS", "--nats-stream-subjects", "orders.>")...)
+				require.Contains(t, res.stdout, "relay stopped: 1 published")
+				nc, err := nats.Connect("nats://"+addr, tc.client...)
+				require.NoError(t, err)
+				defer nc.Close()
+				js, err := jetstream.New(nc)
+				require.NoError(t, err)
+				st, err := js.Stream(context.Background(), "EVENTS")
+				require.NoError(t, err)
+				info, err := st.Info(context.Background())
+				require.NoError(t, err)
+				require.EqualValues(t, 1, info.State.Msgs)
+			})
+			t.Run("WrongCredentialsStopTheStart", func(t *testing.T) {
+				d := setup(t)
+				env, args := tc.wrong(addr)
+				refusedAtStart(t, d, env, "refused the credentials", tc.secrets, args...)
+			})
+		})
+	}
+}
+
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
+}
+
+// The NATS client gets the server URLs without user information or
+// Herald's options (it would ignore the options, and take a user name
+// without a password for a token): those go in as the client's options.
+func TestNATSServerURLsCarryNoCredentialsNorHeraldsOptions(t *testing.T) {
+	t.Parallel()
+	_, seed := userSeed(t)
+	nk := writeFile(t, "user.nk", seed)
+	var out bytes.Buffer
+	inv := fuzzInvocation(&out)
+	inv.getenv = func(name string) (string, bool) {
+		if name == "HERALD_DESTINATION_EVENTS_PASSWORD" {
+			return "pw-from-env", true
+		}
+		return "", false
+	}
+	for raw, want := range map[string]string{
+		"nats://herald@127.0.0.1:4222,nats://herald@127.0.0.1:4223": "nats://127.0.0.1:4222,nats://127.0.0.1:4223",
+		"tls://127.0.0.1:4222?nkey_file=" + url.QueryEscape(nk):     "tls://127.0.0.1:4222",
+	} {
+		ep := endpoint{name: "events", kind: "nats", raw: raw}
+		if strings.Contains(raw, "nkey_file") {
+			ep.name = "other" // no password variable
+		}
+		a, err := natsDestination(inv, "--destination "+ep.name, ep)
+		require.NoError(t, err)
+		require.Equal(t, want, a.urls)
+		require.Len(t, a.opts, 1, "the password or the nkey, as an option")
+	}
+}

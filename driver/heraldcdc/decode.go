@@ -1,0 +1,107 @@
+package heraldcdc
+
+import (
+	"encoding/hex"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+
+	"github.com/herald-outbox/herald"
+	"github.com/herald-outbox/herald/internal/sqlstore"
+)
+
+// decoder turns pgoutput messages into transactions of events.
+type decoder struct {
+	relations     map[uint32]*pglogrepl.RelationMessage
+	schema, table string
+	cur           *Transaction // between Begin and Commit
+}
+
+// decode reads one message; done is true with a whole transaction at its
+// commit.
+func (d *decoder) decode(wal []byte) (tx Transaction, done bool, err error) {
+	msg, err := pglogrepl.Parse(wal)
+	if err != nil {
+		return tx, false, fmt.Errorf("heraldcdc: decoding pgoutput: %w", err)
+	}
+	switch m := msg.(type) {
+	case *pglogrepl.RelationMessage:
+		d.relations[m.RelationID] = m
+	case *pglogrepl.BeginMessage:
+		d.cur = &Transaction{CommitTime: m.CommitTime}
+	case *pglogrepl.InsertMessage:
+		rel, ok := d.relations[m.RelationID]
+		switch {
+		case !ok:
+			return tx, false, fmt.Errorf("heraldcdc: insert into relation %d, which was never described", m.RelationID)
+		case d.cur == nil:
+			return tx, false, fmt.Errorf("heraldcdc: insert outside a transaction")
+		case rel.Namespace != d.schema || rel.RelationName != d.table:
+			return tx, false, nil // another table of the publication
+		}
+		// A row that cannot be read is not the stream's failure: it goes
+		// to the dead letters, saying why, and the stream goes on.
+		if env, bad := envelope(rel, m.Tuple); bad != nil {
+			d.cur.Unreadable = append(d.cur.Unreadable, herald.Failure{ID: env.ID, Outcome: herald.OutcomeDead, Error: bad.Error()})
+		} else {
+			d.cur.Events = append(d.cur.Events, env)
+		}
+	case *pglogrepl.CommitMessage:
+		if d.cur == nil {
+			return tx, false, fmt.Errorf("heraldcdc: commit outside a transaction")
+		}
+		tx, d.cur = *d.cur, nil
+		tx.Commit, tx.End = m.CommitLSN, m.TransactionEndLSN
+		return tx, true, nil
+	}
+	return tx, false, nil
+}
+
+// envelope reads an inserted outbox row. Values are in text format: the
+// replication connection fixes DateStyle ISO, TimeZone UTC and hex bytea.
+func envelope(rel *pglogrepl.RelationMessage, tuple *pglogrepl.TupleData) (herald.Envelope, error) {
+	var env herald.Envelope
+	if tuple == nil || len(tuple.Columns) != len(rel.Columns) {
+		return env, fmt.Errorf("the row's columns do not match the table's")
+	}
+	var problem error
+	for i, col := range tuple.Columns {
+		if col.DataType != pglogrepl.TupleDataTypeText {
+			continue // NULL, or an unchanged TOAST value (never in an insert)
+		}
+		v := string(col.Data)
+		var err error
+		switch rel.Columns[i].Name {
+		case "id":
+			env.ID = v
+		case "seq":
+			env.Seq, err = strconv.ParseInt(v, 10, 64)
+		case "topic":
+			env.Topic = v
+		case "key":
+			env.Key = v
+		case "type":
+			env.Type = v
+		case "aggregate_type":
+			env.AggregateType = v
+		case "aggregate_id":
+			env.AggregateID = v
+		case "payload":
+			env.Payload, err = hex.DecodeString(strings.TrimPrefix(v, `\x`))
+		case "headers":
+			env.Headers, err = sqlstore.DecodeHeaders(col.Data)
+		case "created_at":
+			env.CreatedAt, err = time.Parse("2006-01-02 15:04:05.999999Z07", v)
+		case "attempts":
+			env.Attempt, err = strconv.Atoi(v)
+		}
+		if err != nil && problem == nil {
+			problem = fmt.Errorf("column %s: %w", rel.Columns[i].Name, err)
+		}
+	}
+	env.Attempt++ // the attempt this delivery is
+	return env, problem
+}

@@ -1,0 +1,344 @@
+package heraldcdc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
+
+	"github.com/herald-outbox/herald"
+	"github.com/herald-outbox/herald/internal/sqlstore"
+)
+
+// Config configures a Stream.
+type Config struct {
+	// ConnString is a PostgreSQL DSN of the outbox's database, for a role
+	// with the REPLICATION attribute. Required.
+	ConnString string
+	// Schema and Table name the outbox table. Default to public and
+	// herald_outbox.
+	Schema, Table string
+	// Publication and Slot name the publication on the outbox table and the
+	// logical replication slot. Default to herald_outbox (the table's
+	// name). They must match ^[a-z_][a-z0-9_]{0,39}$.
+	Publication, Slot string
+	// CreateSlot lets Open create the publication and the slot when they
+	// are missing: for the first start only. Without it a missing slot is
+	// refused, since a slot made anew would begin at the current WAL
+	// position and skip whatever was committed in between. Defaults to
+	// false.
+	CreateSlot bool
+	// StatusInterval is how often the confirmed position is sent to
+	// PostgreSQL when it has not changed. Defaults to 10s.
+	StatusInterval time.Duration
+	// Buffer is how many committed transactions may wait to be read by
+	// Next. Defaults to 64.
+	Buffer int
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+}
+
+// Transaction is one committed transaction's outbox rows, in their order.
+type Transaction struct {
+	// End is the end of the transaction's commit record: the position to
+	// confirm once every event is acknowledged (Tracker.Add).
+	End pglogrepl.LSN
+	// Commit is the commit record's position.
+	Commit pglogrepl.LSN
+	// CommitTime is when it committed.
+	CommitTime time.Time
+	// Events are the inserted rows, as the relay claims them.
+	Events []herald.Envelope
+	// Unreadable are the ids of inserted rows that could not be read as
+	// events (headers that are not an object of strings, ...), with why.
+	Unreadable []herald.Failure
+}
+
+// Stream reads the outbox table's committed inserts from a logical
+// replication slot, and confirms positions to PostgreSQL.
+type Stream struct {
+	cfg   Config
+	conn  *pgconn.PgConn
+	start pglogrepl.LSN
+	out   chan Transaction
+	done  chan struct{}
+	stop  context.CancelFunc
+
+	mu        sync.Mutex
+	confirmed pglogrepl.LSN
+	err       error // why the reading loop ended
+}
+
+// Open checks the slot, connects for replication and starts streaming
+// from the slot's confirmed position.
+func Open(ctx context.Context, cfg Config) (*Stream, error) {
+	c, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	start, err := prepare(ctx, c)
+	if err != nil {
+		return nil, err
+	}
+	pc, err := pgconn.ParseConfig(c.ConnString)
+	if err != nil {
+		return nil, fmt.Errorf("heraldcdc: Config.ConnString: %w", err)
+	}
+	// Values come as the output functions print them: fix their style.
+	pc.RuntimeParams["replication"] = "database"
+	pc.RuntimeParams["DateStyle"] = "ISO"
+	pc.RuntimeParams["TimeZone"] = "UTC"
+	pc.RuntimeParams["bytea_output"] = "hex"
+	conn, err := pgconn.ConnectConfig(ctx, pc)
+	if err != nil {
+		return nil, fmt.Errorf("heraldcdc: connecting for replication: %w", err)
+	}
+	err = pglogrepl.StartReplication(ctx, conn, c.Slot, start, pglogrepl.StartReplicationOptions{
+		PluginArgs: []string{"proto_version '1'", "publication_names '" + c.Publication + "'"},
+	})
+	if err != nil {
+		_ = conn.Close(context.Background())
+		return nil, fmt.Errorf("heraldcdc: starting replication from slot %s: %w", c.Slot, err)
+	}
+	loopCtx, stop := context.WithCancel(context.Background())
+	s := &Stream{cfg: c, conn: conn, start: start, confirmed: start, out: make(chan Transaction, c.Buffer),
+		done: make(chan struct{}), stop: stop}
+	go s.loop(loopCtx)
+	return s, nil
+}
+
+func (c Config) withDefaults() (Config, error) {
+	if c.ConnString == "" {
+		return c, errors.New("heraldcdc: Config.ConnString is required")
+	}
+	if c.Schema == "" {
+		c.Schema = "public"
+	}
+	if c.Table == "" {
+		c.Table = "herald_outbox"
+	}
+	if c.Publication == "" {
+		c.Publication = c.Table
+	}
+	if c.Slot == "" {
+		c.Slot = c.Table
+	}
+	for _, f := range []struct{ name, v string }{{"Schema", c.Schema}, {"Table", c.Table}, {"Publication", c.Publication}, {"Slot", c.Slot}} {
+		if !sqlstore.Identifier.MatchString(f.v) {
+			return c, fmt.Errorf("heraldcdc: Config.%s %q must match %s", f.name, f.v, sqlstore.Identifier)
+		}
+	}
+	if c.StatusInterval <= 0 {
+		c.StatusInterval = 10 * time.Second
+	}
+	if c.Buffer <= 0 {
+		c.Buffer = 64
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c, nil
+}
+
+// prepare makes sure the publication and the slot exist (creating them
+// only with CreateSlot) and that the slot can still stream, and returns
+// the slot's confirmed position.
+func prepare(ctx context.Context, c Config) (pglogrepl.LSN, error) {
+	conn, err := pgx.Connect(ctx, c.ConnString)
+	if err != nil {
+		return 0, fmt.Errorf("heraldcdc: connecting: %w", err)
+	}
+	defer conn.Close(context.Background())
+	table := pgx.Identifier{c.Schema, c.Table}.Sanitize()
+	var pubExists bool
+	if err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = $1)`, c.Publication).Scan(&pubExists); err != nil {
+		return 0, fmt.Errorf("heraldcdc: reading publications: %w", err)
+	}
+	if !pubExists {
+		if !c.CreateSlot {
+			return 0, fmt.Errorf("heraldcdc: publication %s does not exist: create it with CREATE PUBLICATION %s FOR TABLE %s WITH (publish = 'insert'), or start once with Config.CreateSlot",
+				c.Publication, c.Publication, table)
+		}
+		if _, err := conn.Exec(ctx, `CREATE PUBLICATION `+pgx.Identifier{c.Publication}.Sanitize()+` FOR TABLE `+table+` WITH (publish = 'insert')`); err != nil {
+			return 0, fmt.Errorf("heraldcdc: creating publication %s: %w", c.Publication, err)
+		}
+	}
+	var (
+		plugin, walStatus string
+		confirmed         *string
+	)
+	err = conn.QueryRow(ctx, `SELECT plugin, coalesce(wal_status, ''), confirmed_flush_lsn::text FROM pg_replication_slots
+		WHERE slot_name = $1 AND database = current_database()`, c.Slot).Scan(&plugin, &walStatus, &confirmed)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows) && c.CreateSlot:
+		var lsn string
+		err := conn.QueryRow(ctx, `SELECT lsn::text FROM pg_create_logical_replication_slot($1, 'pgoutput')`, c.Slot).Scan(&lsn)
+		if err != nil {
+			return 0, fmt.Errorf("heraldcdc: creating slot %s: %w", c.Slot, err)
+		}
+		c.Logger.Info("created the replication slot", "slot", c.Slot, "lsn", lsn)
+		return pglogrepl.ParseLSN(lsn)
+	case errors.Is(err, pgx.ErrNoRows):
+		return 0, fmt.Errorf("heraldcdc: replication slot %s does not exist. A slot made now would start at the current WAL position "+
+			"and skip what was committed since the last one: relay that gap by polling first (herald relay without --source cdc) "+
+			"until the outbox is drained, then start once with the slot created", c.Slot)
+	case err != nil:
+		return 0, fmt.Errorf("heraldcdc: reading slot %s: %w", c.Slot, err)
+	case plugin != "pgoutput":
+		return 0, fmt.Errorf("heraldcdc: replication slot %s uses plugin %s, not pgoutput", c.Slot, plugin)
+	case walStatus == "lost":
+		return 0, fmt.Errorf("heraldcdc: replication slot %s lost WAL it needed (wal_status = lost, max_slot_wal_keep_size): "+
+			"events committed while it fell behind cannot be read from it. Drop it, relay the outbox by polling until drained, then create it again", c.Slot)
+	case confirmed == nil:
+		return 0, fmt.Errorf("heraldcdc: replication slot %s has no confirmed position", c.Slot)
+	}
+	return pglogrepl.ParseLSN(*confirmed)
+}
+
+// Start is the position the stream started from.
+func (s *Stream) Start() pglogrepl.LSN { return s.start }
+
+// Next returns the next committed transaction, in commit order. Its error
+// is the stream's once it ended.
+func (s *Stream) Next(ctx context.Context) (Transaction, error) {
+	select {
+	case <-ctx.Done():
+		return Transaction{}, context.Cause(ctx)
+	case tx, ok := <-s.out:
+		if ok {
+			return tx, nil
+		}
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return Transaction{}, s.err
+	}
+}
+
+// Confirm lets PostgreSQL release the WAL up to lsn: the slot's
+// confirmed_flush_lsn moves there with the next status update (at once).
+// A position before the last one confirmed is ignored.
+func (s *Stream) Confirm(lsn pglogrepl.LSN) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.confirmed = max(s.confirmed, lsn)
+}
+
+// Close stops streaming and closes the connection.
+func (s *Stream) Close() error {
+	s.stop()
+	<-s.done
+	return s.conn.Close(context.Background())
+}
+
+// loop owns the replication connection: it reads, decodes and hands out
+// transactions, and sends status updates.
+func (s *Stream) loop(ctx context.Context) {
+	defer close(s.done)
+	err := s.read(ctx)
+	s.mu.Lock()
+	if ctx.Err() != nil {
+		err = errors.New("heraldcdc: stream closed")
+	}
+	s.err = err
+	s.mu.Unlock()
+	close(s.out)
+}
+
+func (s *Stream) read(ctx context.Context) error {
+	dec := &decoder{relations: map[uint32]*pglogrepl.RelationMessage{}, schema: s.cfg.Schema, table: s.cfg.Table}
+	sent := pglogrepl.LSN(0)
+	nextStatus := time.Now()
+	for {
+		s.mu.Lock()
+		confirmed := s.confirmed
+		s.mu.Unlock()
+		if confirmed != sent || !time.Now().Before(nextStatus) {
+			err := pglogrepl.SendStandbyStatusUpdate(ctx, s.conn, pglogrepl.StandbyStatusUpdate{WALWritePosition: confirmed})
+			if err != nil {
+				return fmt.Errorf("heraldcdc: sending the confirmed position: %w", err)
+			}
+			sent, nextStatus = confirmed, time.Now().Add(s.cfg.StatusInterval)
+		}
+		// Wake up at least every 100ms to send what Confirm recorded.
+		rctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+		raw, err := s.conn.ReceiveMessage(rctx)
+		cancel()
+		switch {
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case err != nil && pgconn.Timeout(err):
+			continue
+		case err != nil:
+			return fmt.Errorf("heraldcdc: receiving: %w", err)
+		}
+		switch m := raw.(type) {
+		case *pgproto3.ErrorResponse:
+			return fmt.Errorf("heraldcdc: replication failed: %s (SQLSTATE %s)", m.Message, m.Code)
+		case *pgproto3.CopyData:
+			if err := s.handle(ctx, dec, m.Data, &nextStatus); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// handle processes one CopyData message of the replication protocol.
+func (s *Stream) handle(ctx context.Context, dec *decoder, data []byte, nextStatus *time.Time) error {
+	if len(data) == 0 {
+		return nil
+	}
+	switch data[0] {
+	case pglogrepl.PrimaryKeepaliveMessageByteID:
+		ka, err := pglogrepl.ParsePrimaryKeepaliveMessage(data[1:])
+		if err != nil {
+			return fmt.Errorf("heraldcdc: %w", err)
+		}
+		if ka.ReplyRequested {
+			*nextStatus = time.Time{}
+		}
+	case pglogrepl.XLogDataByteID:
+		x, err := pglogrepl.ParseXLogData(data[1:])
+		if err != nil {
+			return fmt.Errorf("heraldcdc: %w", err)
+		}
+		tx, done, err := dec.decode(x.WALData)
+		if err != nil || !done {
+			return err
+		}
+		// While the reader is busy, keep telling PostgreSQL where it stands,
+		// or wal_sender_timeout ends the connection.
+		tick := time.NewTicker(time.Second)
+		defer tick.Stop()
+		for {
+			select {
+			case s.out <- tx:
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-tick.C:
+				if err := s.sendStatus(ctx); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// sendStatus sends the confirmed position now.
+func (s *Stream) sendStatus(ctx context.Context) error {
+	s.mu.Lock()
+	confirmed := s.confirmed
+	s.mu.Unlock()
+	if err := pglogrepl.SendStandbyStatusUpdate(ctx, s.conn, pglogrepl.StandbyStatusUpdate{WALWritePosition: confirmed}); err != nil {
+		return fmt.Errorf("heraldcdc: sending the confirmed position: %w", err)
+	}
+	return nil
+}

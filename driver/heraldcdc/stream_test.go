@@ -1,0 +1,179 @@
+package heraldcdc_test
+
+import (
+	"context"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/herald-outbox/herald/driver/heraldcdc"
+	"github.com/herald-outbox/herald/driver/heraldpg"
+	"github.com/herald-outbox/herald/internal/heraldtest"
+)
+
+func TestMain(m *testing.M) { heraldtest.Main(m) }
+
+type fixture struct {
+	dsn  string
+	pool *pgxpool.Pool
+}
+
+// setup starts a private cluster (wal_level=logical) with a migrated
+// outbox.
+func setup(t *testing.T) fixture {
+	t.Helper()
+	pc := heraldtest.PrivateCluster(t)
+	pool, err := pgxpool.New(context.Background(), pc.DSN)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	store, err := heraldpg.New(pool, &heraldpg.Config{})
+	require.NoError(t, err)
+	require.NoError(t, store.Migrate(context.Background()))
+	return fixture{dsn: pc.DSN, pool: pool}
+}
+
+// insert commits one transaction of rows (topic, key, payload) and
+// returns their ids.
+func (f fixture) insert(t *testing.T, rows ...[3]string) []string {
+	t.Helper()
+	tx, err := f.pool.Begin(context.Background())
+	require.NoError(t, err)
+	ids := insertIn(t, tx, rows...)
+	require.NoError(t, tx.Commit(context.Background()))
+	return ids
+}
+
+func insertIn(t *testing.T, tx pgx.Tx, rows ...[3]string) []string {
+	t.Helper()
+	var ids []string
+	for _, r := range rows {
+		var id string
+		require.NoError(t, tx.QueryRow(context.Background(),
+			`INSERT INTO herald_outbox (topic, key, payload, headers) VALUES ($1, $2, $3, '{"X-Tenant":"acme"}') RETURNING id::text`,
+			r[0], r[1], []byte(r[2])).Scan(&id))
+		ids = append(ids, id)
+	}
+	return ids
+}
+
+func (f fixture) open(t *testing.T, create bool) *heraldcdc.Stream {
+	t.Helper()
+	s, err := heraldcdc.Open(context.Background(), heraldcdc.Config{ConnString: f.dsn, CreateSlot: create, StatusInterval: time.Second,
+		Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	return s
+}
+
+func next(t *testing.T, s *heraldcdc.Stream) heraldcdc.Transaction {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	tx, err := s.Next(ctx)
+	require.NoError(t, err)
+	return tx
+}
+
+func ids(tx heraldcdc.Transaction) []string {
+	var out []string
+	for _, e := range tx.Events {
+		out = append(out, e.ID)
+	}
+	return out
+}
+
+// slotConfirmed reads the slot's confirmed_flush_lsn.
+func (f fixture) slotConfirmed(t *testing.T) pglogrepl.LSN {
+	t.Helper()
+	var s string
+	require.NoError(t, f.pool.QueryRow(context.Background(),
+		`SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = 'herald_outbox'`).Scan(&s))
+	lsn, err := pglogrepl.ParseLSN(s)
+	require.NoError(t, err)
+	return lsn
+}
+
+// Transactions come in commit order, whatever order they began and wrote
+// in; a rolled-back one never comes; the slot's confirmed position only
+// moves where Confirm says, and a new stream starts there.
+func TestStreamDeliversCommitOrderAndResumesFromTheConfirmedPosition(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	s := f.open(t, true)
+	start := f.slotConfirmed(t)
+
+	first := f.insert(t, [3]string{"orders", "a", "1"}, [3]string{"orders", "a", "2"})
+	// Two transactions interleaved: the one that began first commits last.
+	early, err := f.pool.Begin(context.Background())
+	require.NoError(t, err)
+	lateIDs := insertIn(t, early, [3]string{"orders", "b", "late"})
+	rolled, err := f.pool.Begin(context.Background())
+	require.NoError(t, err)
+	insertIn(t, rolled, [3]string{"orders", "c", "never"})
+	second := f.insert(t, [3]string{"orders", "b", "early"})
+	require.NoError(t, rolled.Rollback(context.Background()))
+	require.NoError(t, early.Commit(context.Background()))
+
+	tx1 := next(t, s)
+	require.Equal(t, first, ids(tx1))
+	require.Equal(t, []byte("1"), tx1.Events[0].Payload)
+	require.Equal(t, "a", tx1.Events[0].Key)
+	require.Equal(t, map[string]string{"X-Tenant": "acme"}, tx1.Events[0].Headers)
+	require.WithinDuration(t, time.Now(), tx1.Events[0].CreatedAt, time.Minute)
+	require.Equal(t, 1, tx1.Events[0].Attempt)
+	tx2 := next(t, s)
+	require.Equal(t, second, ids(tx2), "commit order, not begin order")
+	tx3 := next(t, s)
+	require.Equal(t, lateIDs, ids(tx3))
+	require.Less(t, tx1.End, tx2.End)
+	require.Less(t, tx2.End, tx3.End)
+
+	// Nothing confirmed yet: the slot stays where it was.
+	require.Equal(t, start, f.slotConfirmed(t))
+	s.Confirm(tx1.End)
+	require.Eventually(t, func() bool { return f.slotConfirmed(t) == tx1.End }, 20*time.Second, 20*time.Millisecond)
+	require.NoError(t, s.Close())
+	require.Equal(t, tx1.End, f.slotConfirmed(t), "closing confirms nothing more")
+
+	// A new stream redelivers what was not confirmed, and only that.
+	s = f.open(t, false)
+	defer s.Close()
+	require.Equal(t, tx1.End, s.Start())
+	require.Equal(t, second, ids(next(t, s)))
+	require.Equal(t, lateIDs, ids(next(t, s)))
+
+	// A row other programs wrote that is no event does not stop the stream.
+	var bad string
+	require.NoError(t, f.pool.QueryRow(context.Background(),
+		`INSERT INTO herald_outbox (topic, payload, headers) VALUES ('orders', 'x', '{"n": 1}') RETURNING id::text`).Scan(&bad))
+	good := f.insert(t, [3]string{"orders", "d", "after"})
+	tx := next(t, s)
+	require.Empty(t, tx.Events)
+	require.Len(t, tx.Unreadable, 1)
+	require.Equal(t, bad, tx.Unreadable[0].ID)
+	require.Contains(t, tx.Unreadable[0].Error, "headers")
+	require.Equal(t, good, ids(next(t, s)))
+}
+
+func TestStreamRefusesAMissingSlot(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	_, err := heraldcdc.Open(context.Background(), heraldcdc.Config{ConnString: f.dsn})
+	require.ErrorContains(t, err, "publication herald_outbox does not exist")
+	s := f.open(t, true)
+	require.NoError(t, s.Close())
+	// The server ends the closed stream's walsender a moment later.
+	require.Eventually(t, func() bool {
+		_, err := f.pool.Exec(context.Background(), `SELECT pg_drop_replication_slot('herald_outbox')`)
+		return err == nil
+	}, 20*time.Second, 20*time.Millisecond)
+	_, err = heraldcdc.Open(context.Background(), heraldcdc.Config{ConnString: f.dsn})
+	require.ErrorContains(t, err, "replication slot herald_outbox does not exist")
+	require.ErrorContains(t, err, "skip what was committed", "the error says why it does not simply make one")
+	_, err = heraldcdc.Open(context.Background(), heraldcdc.Config{ConnString: f.dsn, Slot: "Bad-Name"})
+	require.ErrorContains(t, err, "Config.Slot")
+}

@@ -1,0 +1,575 @@
+package heraldmysql
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/herald-outbox/herald"
+	"github.com/herald-outbox/herald/heraldadmin"
+	"github.com/herald-outbox/herald/internal/sqlstore"
+)
+
+var (
+	_ herald.Store      = (*Driver)(nil)
+	_ heraldadmin.Admin = (*Driver)(nil)
+)
+
+// readCommitted is the isolation of the driver's own transactions. Under
+// REPEATABLE READ, InnoDB's locking reads and range UPDATEs and DELETEs
+// lock the gaps between the index records they scan (next-key locks):
+// producers' INSERTs into those gaps would wait for the claim, and a
+// locking read would wait on another's gap lock even with SKIP LOCKED,
+// which skips locked rows, not gaps. READ COMMITTED locks rows only.
+var readCommitted = &sql.TxOptions{Isolation: sql.LevelReadCommitted}
+
+// inTx runs fn in a READ COMMITTED transaction, committed when fn returns
+// nil.
+func (d *Driver) inTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
+	tx, err := d.db.BeginTx(ctx, readCommitted)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = tx.Rollback() }() // a no-op after Commit
+	if err := fn(tx); err != nil {
+		return err
+	}
+	return tx.Commit()
+}
+
+// execTx runs one statement in a READ COMMITTED transaction and returns how
+// many rows it changed.
+func (d *Driver) execTx(ctx context.Context, query string, args ...any) (n int, err error) {
+	err = d.inTx(ctx, func(tx *sql.Tx) error {
+		n, err = execN(ctx, tx, query, args...)
+		return err
+	})
+	return n, err
+}
+
+// execer is what a *sql.DB and a *sql.Tx have in common for writes.
+type execer interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+}
+
+func execN(ctx context.Context, e execer, query string, args ...any) (int, error) {
+	r, err := e.ExecContext(ctx, query, args...)
+	if err != nil {
+		return 0, err
+	}
+	n, err := r.RowsAffected()
+	return int(n), err
+}
+
+// queryer is what a *sql.DB and a *sql.Tx have in common for reads.
+type queryer interface {
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+}
+
+// collect runs a query and calls scan for each row.
+func collect(ctx context.Context, q queryer, query string, args []any, scan func(*sql.Rows) error) error {
+	rows, err := q.QueryContext(ctx, query, args...)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		if err := scan(rows); err != nil {
+			return err
+		}
+	}
+	return rows.Err()
+}
+
+// jsonArray encodes a parameter unpacked in SQL by JSON_TABLE.
+func jsonArray(v any) string {
+	b, err := json.Marshal(v)
+	if err != nil {
+		// Only strings, numbers and booleans are ever encoded.
+		panic(fmt.Sprintf("heraldmysql: encoding parameter: %v", err))
+	}
+	return string(b)
+}
+
+// checkLimit refuses a negative limit, which would otherwise reach the
+// server as an error of its own, or be taken for no limit.
+func checkLimit(limit int) error {
+	if limit < 0 {
+		return fmt.Errorf("heraldmysql: negative limit %d", limit)
+	}
+	return nil
+}
+
+// clipText makes s fit a text column of max bytes: valid UTF-8 (the
+// column's character set refuses anything else, failing the whole
+// statement), cut at a character boundary.
+func clipText(s string, max int) string {
+	s = strings.ToValidUTF8(s, "\uFFFD")
+	if len(s) <= max {
+		return s
+	}
+	cut := max
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut]
+}
+
+// Column sizes the driver's writes are clipped to.
+const (
+	maxClaimedBy = 255     // characters, VARCHAR(255); bytes are a safe bound
+	maxLastError = 1 << 16 // MEDIUMTEXT holds 16 MiB; an error needs far less
+)
+
+// Claim implements herald.Store.
+func (d *Driver) Claim(ctx context.Context, p herald.ClaimParams) ([]herald.Envelope, error) {
+	return sqlstore.Claim(ctx, "heraldmysql", p, sqlstore.Claimers{
+		Unordered: d.claimUnordered,
+		Ordered:   d.claimOrdered,
+		Bury: func(ctx context.Context, p herald.CompleteParams) error {
+			_, err := d.Complete(ctx, p)
+			return err
+		},
+	})
+}
+
+// picked is a row a claim holds locked and may take: its seq and its
+// bytes.
+type picked struct {
+	seq   int64
+	bytes int64
+}
+
+// claimUnordered takes the oldest available rows by the ready index.
+func (d *Driver) claimUnordered(ctx context.Context, p herald.ClaimParams) ([]sqlstore.ClaimedRow, error) {
+	var seqs []int64
+	err := d.inTx(ctx, func(tx *sql.Tx) error {
+		var rows []picked
+		err := collect(ctx, tx, d.q.claimReady, []any{p.Limit}, func(r *sql.Rows) error {
+			var pk picked
+			err := r.Scan(&pk.seq, &pk.bytes)
+			rows = append(rows, pk)
+			return err
+		})
+		if err != nil {
+			return err
+		}
+		seqs = underBytes(rows, p.MaxBytes)
+		return d.mark(ctx, tx, seqs, p)
+	})
+	if err != nil || len(seqs) == 0 {
+		return nil, err
+	}
+	return d.claimedRows(ctx, seqs, p.Token)
+}
+
+// underBytes returns the seqs of rows, in order, while the bytes of those
+// before each are under maxBytes: the first is always taken.
+func underBytes(rows []picked, maxBytes int64) []int64 {
+	var (
+		seqs  []int64
+		bytes int64
+	)
+	for _, r := range rows {
+		if bytes >= maxBytes {
+			break
+		}
+		seqs, bytes = append(seqs, r.seq), bytes+r.bytes
+	}
+	return seqs
+}
+
+// mark marks the rows of seqs, which tx holds locked, as claimed by p.
+func (d *Driver) mark(ctx context.Context, tx *sql.Tx, seqs []int64, p herald.ClaimParams) error {
+	if len(seqs) == 0 {
+		return nil
+	}
+	_, err := tx.ExecContext(ctx, d.q.markClaimed, jsonArray(seqs), p.Token, clipText(p.Owner, maxClaimedBy),
+		p.Lease.Microseconds())
+	return err
+}
+
+// claimedRows reads the rows a claim committed. It runs after the commit,
+// so that the claim's locks are not held while payloads travel; the token
+// fences it like any other write: a row rescued and claimed again in the
+// meantime (a lease shorter than this read) is not returned.
+func (d *Driver) claimedRows(ctx context.Context, seqs []int64, token string) ([]sqlstore.ClaimedRow, error) {
+	out := make([]sqlstore.ClaimedRow, 0, len(seqs))
+	err := collect(ctx, d.db, d.q.claimedRows, []any{jsonArray(seqs), token}, func(rows *sql.Rows) error {
+		var (
+			r       sqlstore.ClaimedRow
+			headers []byte
+			created datetime
+		)
+		if err := rows.Scan(&r.ID, &r.Seq, &r.Topic, &r.Key, &r.Type, &r.AggregateType, &r.AggregateID,
+			&r.Payload, &headers, &r.Attempt, &created); err != nil {
+			return err
+		}
+		var err error
+		if r.Headers, err = sqlstore.DecodeHeaders(headers); err != nil {
+			r.Unreadable = err.Error()
+		}
+		if !created.valid {
+			r.Unreadable = "created_at is not a date"
+		}
+		r.CreatedAt = created.time()
+		out = append(out, r)
+		return nil
+	})
+	return out, err
+}
+
+// candidate is a key an ordered claim took, with the rows it locked.
+type candidate struct {
+	topic, key string
+	free       bool // unordered: any available events, no key rule
+	rows       []picked
+}
+
+// claimOrdered walks the keys with ready events from where the last claim
+// stopped and takes each free key's lowest available events, in one READ
+// COMMITTED transaction. A key of a paused topic is never taken, and the
+// next probe passes the rest of its topic. An unordered claim with paused
+// topics walks the keys too (sqlstore.Claim), taking every key as free.
+//
+// For each key the walk nominates (none of its events claimed or parked,
+// its lowest ready one available, as committed when probed), the claim
+// locks the key's lowest ready rows with SKIP LOCKED. Locking alone cannot
+// keep two claimers off one key: a second claimer skips the first's
+// locked rows and would lock the rows after them, and a claim that
+// committed between the probe and the lock has changed the key. So once
+// its rows are locked, the claim reads the key again (keyCheckSQL, not
+// locking, so it sees every commit up to now): a key with an event claimed
+// or parked is dropped, and of the rows it locked it keeps those that are
+// the key's lowest ready rows, in order, up to the first that is not.
+//
+// Why that suffices, for claimers A and B of one key. If B's claim
+// committed before A's check read, A's check sees B's claimed rows and
+// drops the key. Otherwise B had not committed when A checked. If B
+// locked the key's lowest ready row before A locked its rows, A skipped
+// it, so A's first locked row is not the key's lowest ready one (B's,
+// still ready as committed) and A keeps nothing. If A locked it first, B
+// skipped it and keeps nothing by the same rule, and B cannot commit a
+// claim of the key. A row locked by anything else (a producer's insert not
+// yet committed, which no check sees either; an acknowledgement making a
+// claimed row ready, which leaves the key claimed as committed) is skipped
+// the same way and never claimed past.
+func (d *Driver) claimOrdered(ctx context.Context, p herald.ClaimParams, perKey int) ([]sqlstore.ClaimedRow, error) {
+	maxKeys := max(sqlstore.WalkKeysFactor*p.Limit, 64)
+	var seqs []int64
+	err := d.inTx(ctx, func(tx *sql.Tx) error {
+		var (
+			cands []candidate
+			seen  = map[[2]string]bool{}
+		)
+		err := d.cursor.Walk(maxKeys, p.Limit, func(from [2]string) (visited, rows int, last [2]string, err error) {
+			k, done, skip := from, false, false
+			for !done && visited < maxKeys && rows < p.Limit {
+				// Nominate and lock until the rows are enough or the keys
+				// run out, then check what this round locked: what the
+				// check drops leaves room for more keys.
+				round := len(cands)
+				for visited < maxKeys && rows < p.Limit {
+					var (
+						blocked, due bool
+						row          *sql.Row
+					)
+					if skip { // the rest of a paused topic
+						row = tx.QueryRowContext(ctx, d.q.nextTopicKey, k[0])
+					} else {
+						row = tx.QueryRowContext(ctx, d.q.nextKey, k[0], k[0], k[1])
+					}
+					err := row.Scan(&k[0], &k[1], &blocked, &due)
+					if errors.Is(err, sql.ErrNoRows) {
+						done = true
+						break
+					}
+					if err != nil {
+						return 0, 0, last, err
+					}
+					visited, last = visited+1, k
+					if skip = slices.Contains(p.PausedTopics, k[0]); skip || seen[k] {
+						continue
+					}
+					seen[k] = true
+					free := p.Unordered || k[1] == "" || slices.Contains(p.UnorderedTopics, k[0])
+					if !free && (blocked || !due) {
+						continue
+					}
+					run, err := d.lockRun(ctx, tx, k, min(perKey, p.Limit-rows), free)
+					if err != nil {
+						return 0, 0, last, err
+					}
+					if len(run) > 0 {
+						cands = append(cands, candidate{topic: k[0], key: k[1], free: free, rows: run})
+						rows += len(run)
+					}
+				}
+				if err := d.checkKeys(ctx, tx, cands[round:]); err != nil {
+					return 0, 0, last, err
+				}
+				rows = 0
+				for _, c := range cands {
+					rows += len(c.rows)
+				}
+			}
+			return visited, rows, last, nil
+		})
+		if err != nil || len(cands) == 0 {
+			return err
+		}
+		seqs = take(cands, p.Limit, p.MaxBytes)
+		return d.mark(ctx, tx, seqs, p)
+	})
+	if err != nil || len(seqs) == 0 {
+		return nil, err
+	}
+	return d.claimedRows(ctx, seqs, p.Token)
+}
+
+// lockRun locks key's lowest ready rows, at most n: for an ordered key up
+// to the first not yet available, for a free key its available ones.
+func (d *Driver) lockRun(ctx context.Context, tx *sql.Tx, k [2]string, n int, free bool) ([]picked, error) {
+	query := d.q.keyRun
+	if free {
+		query = d.q.keyAvailable
+	}
+	var (
+		run     []picked
+		stopped bool
+	)
+	err := collect(ctx, tx, query, []any{k[0], k[1], n}, func(rows *sql.Rows) error {
+		var (
+			pk  picked
+			due bool
+		)
+		if err := rows.Scan(&pk.seq, &due, &pk.bytes); err != nil {
+			return err
+		}
+		if !due {
+			stopped = true
+		}
+		if !stopped {
+			run = append(run, pk)
+		}
+		return nil
+	})
+	return run, err
+}
+
+// keysPerCheck bounds the keys one keyCheckSQL statement reads: each is
+// two parts of a UNION and nine parameters.
+const keysPerCheck = 100
+
+// checkKeys reads the ordered candidates again after their rows were
+// locked (see claimOrdered) and cuts each one's rows to those still its
+// lowest ready rows; a key found claimed or parked keeps none.
+func (d *Driver) checkKeys(ctx context.Context, tx *sql.Tx, cands []candidate) error {
+	var ordered []int // indexes into cands
+	for i, c := range cands {
+		if !c.free {
+			ordered = append(ordered, i)
+		}
+	}
+	for len(ordered) > 0 {
+		chunk := ordered[:min(len(ordered), keysPerCheck)]
+		ordered = ordered[len(chunk):]
+		parts := make([]string, len(chunk))
+		args := make([]any, 0, 9*len(chunk))
+		for j, i := range chunk {
+			c := cands[i]
+			parts[j] = d.q.keyCheck
+			args = append(args, i, c.topic, c.key, len(c.rows), i, c.topic, c.key, c.topic, c.key)
+		}
+		lowest := map[int][]int64{}
+		blocked := map[int]bool{}
+		err := collect(ctx, tx, strings.Join(parts, "\n\tUNION ALL\n\t"), args, func(rows *sql.Rows) error {
+			var (
+				i   int
+				seq int64
+			)
+			if err := rows.Scan(&i, &seq); err != nil {
+				return err
+			}
+			if seq < 0 {
+				blocked[i] = true
+			} else {
+				lowest[i] = append(lowest[i], seq)
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		for _, i := range chunk {
+			if blocked[i] {
+				cands[i].rows = nil
+				continue
+			}
+			// Both lists are in seq order: keep the common prefix.
+			n := 0
+			for n < len(cands[i].rows) && n < len(lowest[i]) && cands[i].rows[n].seq == lowest[i][n] {
+				n++
+			}
+			cands[i].rows = cands[i].rows[:n]
+		}
+	}
+	return nil
+}
+
+// take returns the seqs to claim of the checked candidates: in candidate
+// order, at most limit in all, while the bytes of those before each are
+// under maxBytes.
+func take(cands []candidate, limit int, maxBytes int64) []int64 {
+	var rows []picked
+	for _, c := range cands {
+		rows = append(rows, c.rows...)
+	}
+	return underBytes(rows[:min(len(rows), limit)], maxBytes)
+}
+
+// Complete implements herald.Store: one statement when every event was
+// published, else one transaction that locks the rows the token holds and
+// writes each one's outcome.
+func (d *Driver) Complete(ctx context.Context, p herald.CompleteParams) (herald.CompleteResult, error) {
+	var res herald.CompleteResult
+	if len(p.Published)+len(p.Failed) == 0 {
+		return res, nil
+	}
+	if len(p.Failed) == 0 {
+		query := d.q.publish
+		if p.Delete {
+			query = d.q.publishDelete
+		}
+		n, err := execN(ctx, d.db, query, jsonArray(p.Published), p.Token)
+		if err != nil {
+			return res, fmt.Errorf("heraldmysql: acknowledging batch: %w", err)
+		}
+		res.Published = n
+		return res, nil
+	}
+	err := d.inTx(ctx, func(tx *sql.Tx) error {
+		res = herald.CompleteResult{}
+		ids := make([]string, 0, len(p.Published)+len(p.Failed))
+		ids = append(ids, p.Published...)
+		for _, f := range p.Failed {
+			ids = append(ids, f.ID)
+		}
+		held := map[string]bool{}
+		err := collect(ctx, tx, d.q.held, []any{jsonArray(ids), p.Token}, func(rows *sql.Rows) error {
+			var id string
+			err := rows.Scan(&id)
+			held[id] = true
+			return err
+		})
+		if err != nil || len(held) == 0 {
+			return err
+		}
+		for _, id := range p.Published {
+			if held[id] {
+				res.Published++
+			}
+		}
+		for _, f := range p.Failed {
+			if held[f.ID] {
+				res.Failed = append(res.Failed, f.ID)
+			}
+		}
+		rest := p
+		if p.Delete && len(p.Published) > 0 {
+			if _, err := tx.ExecContext(ctx, d.q.publishDelete, jsonArray(p.Published), p.Token); err != nil {
+				return err
+			}
+			rest.Published = nil
+		}
+		_, err = tx.ExecContext(ctx, d.q.complete, outcomes(rest), p.Token)
+		return err
+	})
+	if err != nil {
+		return herald.CompleteResult{}, fmt.Errorf("heraldmysql: acknowledging batch: %w", err)
+	}
+	return res, nil
+}
+
+// outcomes encodes p's writes for outcomeSQL: [id, published, dead, park,
+// refund, delay_us, has_error, error], the booleans as numbers.
+func outcomes(p herald.CompleteParams) string {
+	w := sqlstore.NewWrites(p)
+	rows := make([][8]any, len(w.IDs))
+	b := func(v bool) int {
+		if v {
+			return 1
+		}
+		return 0
+	}
+	for i := range w.IDs {
+		msg, has := "", 0
+		if w.Error[i] != nil {
+			msg, has = clipText(*w.Error[i], maxLastError), 1
+		}
+		rows[i] = [8]any{w.IDs[i], b(w.Published[i]), b(w.Dead[i]), b(w.Park[i]), b(w.Refund[i]), w.DelayUS[i], has, msg}
+	}
+	return jsonArray(rows)
+}
+
+// ReleaseClaim implements herald.Store.
+func (d *Driver) ReleaseClaim(ctx context.Context, token string) (int, error) {
+	n, err := d.bySeq(ctx, d.q.claimedBy, []any{token}, d.q.releaseClaim, token)
+	if err != nil {
+		return 0, fmt.Errorf("heraldmysql: releasing a claim: %w", err)
+	}
+	return n, nil
+}
+
+// RescueExpired implements herald.Store. It finds expired leases with a
+// read that locks nothing, which is all it does while every lease runs,
+// then rescues them by seq in one statement that checks again, on each
+// row it locks, that the lease is still over.
+func (d *Driver) RescueExpired(ctx context.Context, limit int) (int, error) {
+	if err := checkLimit(limit); err != nil {
+		return 0, err
+	}
+	n, err := d.bySeq(ctx, d.q.expired, []any{limit}, d.q.rescue)
+	if err != nil {
+		return 0, fmt.Errorf("heraldmysql: rescuing expired leases: %w", err)
+	}
+	return n, nil
+}
+
+// bySeq runs pick, a read that locks nothing, then change on the rows of
+// the seqs it found, locked one primary key lookup at a time; change
+// re-checks what pick selected by. A scan that locked as it went would
+// lock, and wait for, rows it does not change, such as the claimed rows of
+// an acknowledgement under way: two such waits in opposite orders are a
+// deadlock.
+func (d *Driver) bySeq(ctx context.Context, pick string, args []any, change string, more ...any) (int, error) {
+	var seqs []int64
+	err := collect(ctx, d.db, pick, args, func(rows *sql.Rows) error {
+		var s int64
+		err := rows.Scan(&s)
+		seqs = append(seqs, s)
+		return err
+	})
+	if err != nil || len(seqs) == 0 {
+		return 0, err
+	}
+	return execN(ctx, d.db, change, append([]any{jsonArray(seqs)}, more...)...)
+}
+
+// DeletePublished implements herald.Store.
+func (d *Driver) DeletePublished(ctx context.Context, olderThan time.Duration, limit int) (int, error) {
+	if err := checkLimit(limit); err != nil {
+		return 0, err
+	}
+	n, err := d.execTx(ctx, d.q.deletePublished, olderThan.Microseconds(), limit)
+	if err != nil {
+		return 0, fmt.Errorf("heraldmysql: deleting published rows: %w", err)
+	}
+	return n, nil
+}

@@ -1,0 +1,41 @@
+package heraldrabbit_test
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/stretchr/testify/require"
+
+	"github.com/herald-outbox/herald/publish/heraldrabbit"
+)
+
+// The errors of a failed dial read without the password, yet are still
+// the client's underneath, so that a program can tell credentials the
+// broker refused (ACCESS_REFUSED) from a broker that is down.
+func TestDialErrorsKeepTheClientsErrorBehindTheirScrubbedText(t *testing.T) {
+	t.Parallel()
+	adminConn(t) // skips without RabbitMQ
+	const password = "n0t-The-Passw0rd"
+	dial, err := heraldrabbit.Dialer("amqp://guest:"+password+"@127.0.0.1:5672/", amqp.Config{})
+	require.NoError(t, err)
+	_, err = dial(t.Context())
+	require.Error(t, err)
+	var refused *amqp.Error
+	require.ErrorAs(t, err, &refused)
+	require.Equal(t, amqp.AccessRefused, refused.Code)
+
+	p, err := heraldrabbit.New(dial, &heraldrabbit.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), ReconnectMinDelay: time.Millisecond})
+	require.NoError(t, err)
+	defer p.Close()
+	err = p.Connect(t.Context())
+	require.ErrorAs(t, err, &refused, "Connect's error wraps the dial's")
+	require.Equal(t, amqp.AccessRefused, refused.Code)
+	for _, text := range []string{err.Error(), fmt.Sprintf("%+v", err), fmt.Sprintf("%#v", errors.Unwrap(err))} {
+		require.NotContains(t, text, password)
+	}
+}
