@@ -6,10 +6,12 @@
 //     outbox row, by a hand-written INSERT and by heraldpg's WriteTx, and
 //     with pg_notify in the transaction to show the cost the design avoids;
 //   - drain: how fast a relay drains a backlog, to JetStream and to a
-//     publisher that discards;
+//     publisher that discards; on PostgreSQL, or with --db mysql:// on
+//     MySQL or MariaDB (heraldmysql);
 //   - latency: commit-to-receive latency at a fixed event rate.
 //
-// Every run works in a schema of its own, dropped at the end.
+// Every run works in a schema of its own (on MySQL, a database of its own),
+// dropped at the end.
 package bench
 
 import (
@@ -74,7 +76,10 @@ Subcommands (default all):
 
 Flags:
   --db DSN               PostgreSQL URL (default $HERALD_DB, else
-                         postgres://postgres@127.0.0.1:5432/test?sslmode=disable)
+                         postgres://postgres@127.0.0.1:5432/test?sslmode=disable),
+                         or MySQL 8 / MariaDB 10.6+ as
+                         mysql://user:password@host:3306/dbname (drain only;
+                         the run creates and drops a database of its own)
   --keep                 keep the benchmark's schema instead of dropping it
   --json                 print one JSON object of all results on stdout
                          (the human-readable lines then go to stderr)
@@ -82,8 +87,9 @@ Flags:
   --duration D           measuring time per shape (producers) and of the
                          latency run (default 10s)
   --ceiling              also drain with the ceiling, an unsafe relay that
-                         claims and marks a batch published in one statement,
-                         interleaved with Herald's relay, and report Herald's
+                         claims and marks a batch published in one statement
+                         (on MySQL, one transaction of a locking read and an
+                         UPDATE), interleaved with Herald's relay, and report Herald's
                          rate as a share of it (drain) (default true)
   --rounds N             rounds over the producer shapes, each in a rotated
                          order, and of each drain (default 1)
@@ -220,6 +226,14 @@ func parseArgs(args []string) (options, string, error) {
 	if o.db == "" {
 		o.db = defaultDSN
 	}
+	if isMySQL(o.db) {
+		if sub != "drain" {
+			return o, "", fmt.Errorf("--db mysql://: only the drain benchmark runs on MySQL: run herald-lab bench drain")
+		}
+		if _, err := parseMySQLURL(o.db); err != nil {
+			return o, "", err
+		}
+	}
 	return o, sub, nil
 }
 
@@ -243,6 +257,7 @@ type Machine struct {
 	GOARCH          string `json:"goarch"`
 	GoVersion       string `json:"go_version"`
 	PostgresVersion string `json:"postgres_version,omitempty"`
+	MySQLVersion    string `json:"mysql_version,omitempty"` // MySQL or MariaDB (--db mysql://)
 	NATSVersion     string `json:"nats_server_version,omitempty"`
 }
 
@@ -329,13 +344,18 @@ func run(ctx context.Context, o options, sub string, out, logOut io.Writer, res 
 		return err
 	}
 	res.Machine.PostgresVersion = e.pgVersion
+	server := "PostgreSQL " + e.pgVersion
+	if e.my != nil {
+		res.Machine.MySQLVersion = e.my.version
+		server = "MySQL " + e.my.version
+	}
 	res.Config.Schema = e.schema
 	sampler := startNoise(ctx, e)
 	defer func() {
 		n := sampler.stop()
 		res.Noise = &n
-		fmt.Fprintf(out, "\nnoise: other processes used %s of the CPU, steal %s, up to %d other active PostgreSQL sessions; load average %.2f at start",
-			pct(n.OtherCPUPct), pct(n.CPUStealPct), n.OtherPGSessionsMax, n.LoadAvg1mAtStart)
+		fmt.Fprintf(out, "\nnoise: other processes used %s of the CPU, steal %s, up to %d other active %s sessions; load average %.2f at start",
+			pct(n.OtherCPUPct), pct(n.CPUStealPct), n.OtherPGSessionsMax, e.databaseName(), n.LoadAvg1mAtStart)
 		if n.Suspect {
 			fmt.Fprint(out, ": the machine was not quiet, figures may be low")
 		}
@@ -348,12 +368,16 @@ func run(ctx context.Context, o options, sub string, out, logOut io.Writer, res 
 		}
 		res.Machine.NATSVersion = e.nats.version
 	}
-	fmt.Fprintf(out, "herald-lab bench: %s/%s, %d CPUs, %s, PostgreSQL %s", res.Machine.GOOS, res.Machine.GOARCH,
-		res.Machine.NumCPU, res.Machine.GoVersion, res.Machine.PostgresVersion)
+	fmt.Fprintf(out, "herald-lab bench: %s/%s, %d CPUs, %s, %s", res.Machine.GOOS, res.Machine.GOARCH,
+		res.Machine.NumCPU, res.Machine.GoVersion, server)
 	if wantNATS {
 		fmt.Fprintf(out, ", nats-server %s (embedded)", res.Machine.NATSVersion)
 	}
-	fmt.Fprintf(out, "\ndatabase %s, schema %s\n", res.Config.Database, e.schema)
+	if e.my != nil {
+		fmt.Fprintf(out, "\ndatabase %s, the run's database %s\n", res.Config.Database, e.schema)
+	} else {
+		fmt.Fprintf(out, "\ndatabase %s, schema %s\n", res.Config.Database, e.schema)
+	}
 
 	if sub == "producers" || sub == "all" {
 		r, err := runProducers(ctx, e, out)

@@ -152,7 +152,7 @@ func runDrain(ctx context.Context, e *env, out io.Writer) (*DrainResult, []strin
 				if r.DatabaseCPUPerEventUS != nil {
 					dbCPU[system] = append(dbCPU[system], *r.DatabaseCPUPerEventUS)
 				}
-				printDrain(out, t, r, problems)
+				printDrain(out, e.databaseName(), t, r, problems)
 			}
 		}
 		if o.ceiling {
@@ -233,7 +233,7 @@ func drainTo(ctx context.Context, e *env, t drainSink, system string) (*DrainTar
 }
 
 // printDrain prints one drain's line.
-func printDrain(out io.Writer, t drainSink, r *DrainTarget, problems []string) {
+func printDrain(out io.Writer, database string, t drainSink, r *DrainTarget, problems []string) {
 	name := t.name + " " + r.System
 	if r.System == systemHerald && t.target > 0 {
 		fmt.Fprintf(out, "  to %-18s %7.2fs %9s events/s   (target >= %s/s): %s\n",
@@ -245,7 +245,7 @@ func printDrain(out io.Writer, t drainSink, r *DrainTarget, problems []string) {
 	fmt.Fprintf(out, "     claim %d x %.1fms (%.0f%% of wall time), publish %d x %.1fms, acknowledge %d x %.1fms\n",
 		b.Claims, b.ClaimMeanMS, b.ClaimBusyPct, b.Publishes, b.PublishMeanMS, b.Completes, b.CompleteMeanMS)
 	if r.DatabaseCPUPerEventUS != nil && r.ProcessCPUPerEventUS != nil {
-		fmt.Fprintf(out, "     CPU per event: PostgreSQL %.1fus, this process %.1fus\n", *r.DatabaseCPUPerEventUS, *r.ProcessCPUPerEventUS)
+		fmt.Fprintf(out, "     CPU per event: %s %.1fus, this process %.1fus\n", database, *r.DatabaseCPUPerEventUS, *r.ProcessCPUPerEventUS)
 	}
 	if r.PeakRSSBytes != nil {
 		fmt.Fprintf(out, "     peak resident memory while draining: %.0f MiB\n", float64(*r.PeakRSSBytes)/(1<<20))
@@ -286,11 +286,17 @@ func loadFresh(ctx context.Context, e *env) (float64, error) {
 		return 0, err
 	}
 	loadStart := time.Now()
-	if err := loadBacklog(ctx, e, e.o.events, e.o.keys); err != nil {
-		return 0, err
-	}
-	if _, err := e.admin.Exec(ctx, `ANALYZE `+e.outbox); err != nil {
-		return 0, fmt.Errorf("analyzing: %w", err)
+	if e.my != nil {
+		if err := e.my.loadBacklog(ctx, e, e.o.events, e.o.keys); err != nil {
+			return 0, err
+		}
+	} else {
+		if err := loadBacklog(ctx, e, e.o.events, e.o.keys); err != nil {
+			return 0, err
+		}
+		if _, err := e.admin.Exec(ctx, `ANALYZE `+e.outbox); err != nil {
+			return 0, fmt.Errorf("analyzing: %w", err)
+		}
 	}
 	secs := time.Since(loadStart).Seconds()
 	e.checkpoint(ctx)
@@ -302,15 +308,11 @@ func drainOnce(ctx context.Context, e *env, name string, pub herald.Publisher) (
 	o := e.o
 	// The relay's own pool: a claim, MaxInFlight acknowledgements, the
 	// rescuer and the cleaner.
-	pool, err := e.newPool(ctx, o.maxInFlight+4)
+	d, closeStore, err := e.openStore(ctx, o.maxInFlight+4)
 	if err != nil {
 		return nil, err
 	}
-	defer e.closePool(pool)
-	d, err := e.newDriver(pool)
-	if err != nil {
-		return nil, err
-	}
+	defer closeStore()
 	store := &timedStore{Store: d}
 	tpub := &timedPublisher{Publisher: pub}
 	relay, err := herald.NewRelay(&herald.RelayConfig{
@@ -323,7 +325,7 @@ func drainOnce(ctx context.Context, e *env, name string, pub herald.Publisher) (
 	}
 
 	measured := resetPeakRSS()
-	cpu := startCPU()
+	cpu := startCPU(e)
 	start := time.Now()
 	if err := relay.Start(ctx); err != nil {
 		return nil, fmt.Errorf("starting relay: %w", err)

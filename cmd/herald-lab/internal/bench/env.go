@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"crypto/rand"
+	"database/sql"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -16,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/herald-outbox/herald"
 	"github.com/herald-outbox/herald/driver/heraldpg"
 )
 
@@ -32,6 +34,9 @@ type env struct {
 	orders    string // quoted, schema-qualified business table
 	pgVersion string
 	nats      *natsEnv
+	// my is the database when --db is a mysql:// URL (drain only); nil on
+	// PostgreSQL, whose pools are the fields above.
+	my *mysqlDB
 	// beforePoolClose runs before a pool closes, while its server
 	// processes still exist: the noise sampler reads their CPU time.
 	beforePoolClose func()
@@ -39,6 +44,9 @@ type env struct {
 
 // describeDSN names the database without its password.
 func describeDSN(dsn string) string {
+	if isMySQL(dsn) {
+		return describeMySQL(dsn)
+	}
 	cfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
 		return "(unparsable DSN)"
@@ -48,6 +56,16 @@ func describeDSN(dsn string) string {
 }
 
 func setup(ctx context.Context, o options, log *slog.Logger) (*env, error) {
+	if isMySQL(o.db) {
+		e := &env{o: o, log: log}
+		if err := setupMySQL(ctx, o, e); err != nil {
+			if e.my == nil {
+				return nil, err
+			}
+			return e, err
+		}
+		return e, nil
+	}
 	poolCfg, err := pgxpool.ParseConfig(o.db)
 	if err != nil {
 		return nil, fmt.Errorf("parsing --db: %w", err)
@@ -114,6 +132,32 @@ func (e *env) closePool(pool *pgxpool.Pool) {
 	pool.Close()
 }
 
+// closeDB closes a MySQL pool as closePool closes a PostgreSQL one.
+func (e *env) closeDB(db *sql.DB) {
+	if e.beforePoolClose != nil {
+		e.beforePoolClose()
+	}
+	_ = db.Close()
+}
+
+// openStore returns the run's outbox store on a pool of its own of
+// maxConns connections, and what closes the pool.
+func (e *env) openStore(ctx context.Context, maxConns int) (herald.Store, func(), error) {
+	if e.my != nil {
+		return e.my.openStore(ctx, e, maxConns)
+	}
+	pool, err := e.newPool(ctx, maxConns)
+	if err != nil {
+		return nil, nil, err
+	}
+	d, err := e.newDriver(pool)
+	if err != nil {
+		e.closePool(pool)
+		return nil, nil, err
+	}
+	return d, func() { e.closePool(pool) }, nil
+}
+
 // newDriver returns an outbox store on pool, in the run's schema.
 func (e *env) newDriver(pool *pgxpool.Pool) (*heraldpg.Driver, error) {
 	return heraldpg.New(pool, e.pgCfg)
@@ -121,6 +165,9 @@ func (e *env) newDriver(pool *pgxpool.Pool) (*heraldpg.Driver, error) {
 
 // truncate empties the business and outbox tables.
 func (e *env) truncate(ctx context.Context) error {
+	if e.my != nil {
+		return e.my.truncate(ctx, e)
+	}
 	if _, err := e.admin.Exec(ctx, `TRUNCATE `+e.orders+`, `+e.outbox); err != nil {
 		return fmt.Errorf("truncating: %w", err)
 	}
@@ -131,11 +178,17 @@ func (e *env) truncate(ctx context.Context) error {
 // same state. It needs superuser (or pg_checkpoint); without it, it does
 // nothing.
 func (e *env) checkpoint(ctx context.Context) {
+	if e.my != nil {
+		return // InnoDB has no statement for it
+	}
 	_, _ = e.admin.Exec(ctx, `CHECKPOINT`)
 }
 
 // countState counts the outbox rows in state, or every row for "".
 func (e *env) countState(ctx context.Context, state string) (int, error) {
+	if e.my != nil {
+		return e.my.countState(ctx, e, state)
+	}
 	var n int
 	err := e.admin.QueryRow(ctx, `SELECT count(*) FROM `+e.outbox+` WHERE state = $1 OR $1 = ''`, state).Scan(&n)
 	if err != nil {
@@ -153,6 +206,13 @@ func (e *env) close(out io.Writer) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	if e.my != nil {
+		if e.o.keep && e.schema != "" {
+			fmt.Fprintf(out, "kept database %s (--keep)\n", e.schema)
+		}
+		errs = append(errs, e.my.close(ctx, e))
+		return errors.Join(errs...)
+	}
 	if e.o.keep {
 		fmt.Fprintf(out, "kept schema %s (--keep)\n", e.schema)
 	} else if e.schema != "" {

@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -24,7 +25,8 @@ type Noise struct {
 	// run (Linux; -1 when unknown).
 	CPUStealPct float64 `json:"cpu_steal_pct"`
 	// OtherPGSessionsMax is the most active sessions of other clients seen
-	// on the PostgreSQL server, sampled every second.
+	// on the database server (PostgreSQL, or MySQL with --db mysql://),
+	// sampled every second.
 	OtherPGSessionsMax int `json:"other_active_pg_sessions_max"`
 	// Suspect is true when any of the above suggests the figures are low.
 	Suspect bool `json:"suspect"`
@@ -46,7 +48,7 @@ func startNoise(ctx context.Context, e *env) *noiseSampler {
 	s.noise.LoadAvg1mAtStart = loadAvg()
 	s.startStat = cpuStat()
 	s.startSelf, _ = selfTicks()
-	s.pg = newProcTicks("postgres")
+	s.pg = newProcTicks(e.serverCommands()...)
 	e.beforePoolClose = func() {
 		s.mu.Lock()
 		s.pg.sample()
@@ -58,10 +60,7 @@ func startNoise(ctx context.Context, e *env) *noiseSampler {
 		t := time.NewTicker(time.Second)
 		defer t.Stop()
 		for {
-			var n int
-			err := e.admin.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
-				WHERE state = 'active' AND backend_type = 'client backend'
-				  AND pid <> pg_backend_pid() AND application_name <> 'herald-bench'`).Scan(&n)
+			n, err := e.otherActiveSessions(ctx)
 			s.mu.Lock()
 			if err == nil {
 				s.noise.OtherPGSessionsMax = max(s.noise.OtherPGSessionsMax, n)
@@ -119,8 +118,8 @@ type cpuMeter struct {
 	selfOK bool
 }
 
-func startCPU() *cpuMeter {
-	m := &cpuMeter{pg: newProcTicks("postgres")}
+func startCPU(e *env) *cpuMeter {
+	m := &cpuMeter{pg: newProcTicks(e.serverCommands()...)}
 	m.self, m.selfOK = selfTicks()
 	return m
 }
@@ -145,11 +144,40 @@ func (m *cpuMeter) stop(events int64) (db, self *float64) {
 	return db, self
 }
 
-// procTicks sums the CPU time of the processes of one name (comm) from
+// otherActiveSessions counts the database server's sessions running a
+// statement for clients other than this run.
+func (e *env) otherActiveSessions(ctx context.Context) (int, error) {
+	if e.my != nil {
+		return e.my.otherActiveSessions(ctx, e)
+	}
+	var n int
+	err := e.admin.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+		WHERE state = 'active' AND backend_type = 'client backend'
+		  AND pid <> pg_backend_pid() AND application_name <> 'herald-bench'`).Scan(&n)
+	return n, err
+}
+
+// serverCommands are the names (comm) of the database server's processes.
+func (e *env) serverCommands() []string {
+	if e.my != nil {
+		return []string{"mariadbd", "mysqld"}
+	}
+	return []string{"postgres"}
+}
+
+// databaseName names the database server in what the bench prints.
+func (e *env) databaseName() string {
+	if e.my != nil {
+		return "MySQL"
+	}
+	return "PostgreSQL"
+}
+
+// procTicks sums the CPU time of the processes of some names (comm) from
 // when it was created: each process's ticks since it was first seen, or
 // since it started when it started later.
 type procTicks struct {
-	comm  string
+	comms []string
 	start float64 // seconds since boot when sampling began
 	last  map[int]uint64
 	total uint64
@@ -159,8 +187,8 @@ type procTicks struct {
 // clockTicks is USER_HZ, the unit of /proc's CPU times: 100 on Linux.
 const clockTicks = 100
 
-func newProcTicks(comm string) *procTicks {
-	p := &procTicks{comm: comm, start: uptime(), last: map[int]uint64{}}
+func newProcTicks(comms ...string) *procTicks {
+	p := &procTicks{comms: comms, start: uptime(), last: map[int]uint64{}}
 	p.ok = p.start > 0
 	p.scan(true)
 	return p
@@ -184,7 +212,7 @@ func (p *procTicks) scan(first bool) {
 			continue
 		}
 		comm, ticks, started, ok := procStat("/proc/" + d.Name() + "/stat")
-		if !ok || comm != p.comm {
+		if !ok || !slices.Contains(p.comms, comm) {
 			continue
 		}
 		prev, seen := p.last[pid]

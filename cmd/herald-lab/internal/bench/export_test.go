@@ -1,0 +1,56 @@
+package bench
+
+import (
+	"context"
+	"sync"
+
+	"github.com/herald-outbox/herald"
+)
+
+// Recording is a drain destination for tests, "record": it counts how
+// many times each event id arrived, one map per drain.
+type Recording struct {
+	mu     sync.Mutex
+	drains []map[string]int
+}
+
+// Drains returns a copy of each drain's counts, in the order they ran.
+func (r *Recording) Drains() []map[string]int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]map[string]int, len(r.drains))
+	for i, d := range r.drains {
+		out[i] = make(map[string]int, len(d))
+		for id, n := range d {
+			out[i][id] = n
+		}
+	}
+	return out
+}
+
+// AddRecordingSink makes "record" a destination of --to until remove is
+// called. Tests that use it do not run in parallel with others of this
+// package.
+func AddRecordingSink() (rec *Recording, remove func()) {
+	rec = &Recording{}
+	saved := drainSinks
+	drainSinks = append(drainSinks[:len(drainSinks):len(drainSinks)], drainSink{
+		name: "record", note: "a publisher that counts each event id",
+		open: func(context.Context, *env) (herald.Publisher, func(context.Context) (int64, error), func(), error) {
+			counts := map[string]int{}
+			rec.mu.Lock()
+			rec.drains = append(rec.drains, counts)
+			rec.mu.Unlock()
+			pub := herald.PublisherFunc(func(_ context.Context, batch []herald.Envelope) error {
+				rec.mu.Lock()
+				defer rec.mu.Unlock()
+				for _, env := range batch {
+					counts[env.ID]++
+				}
+				return nil
+			})
+			return pub, nil, func() {}, nil
+		},
+	})
+	return rec, func() { drainSinks = saved }
+}
