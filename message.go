@@ -25,6 +25,15 @@ type Message struct {
 	// describes, such as "order" and "42".
 	AggregateType string
 	AggregateID   string
+	// EventVersion is the version of the payload's schema, so that
+	// consumers can read the old and the new shape of an event side by
+	// side. Zero means 1; negative is refused.
+	EventVersion int
+	// AggregateVersion is, optionally, the aggregate's version after this
+	// event, for consumers that reject a stale transition (an event whose
+	// version is not above the last one they applied). Versions start at
+	// 1; zero means none; negative is refused.
+	AggregateVersion int64
 	// Payload is the event body, carried to the broker byte for byte.
 	Payload []byte
 	// Headers are carried to the broker. Names are HTTP token characters;
@@ -58,6 +67,9 @@ const (
 	MaxHeaderNameLen  = 256
 	MaxHeaderValueLen = 8192
 	MaxHeaders        = 64
+	// MaxEventVersion is the highest EventVersion: the column is a 32-bit
+	// integer in every database.
+	MaxEventVersion = 1<<31 - 1
 )
 
 // DefaultMaxPayloadBytes is the default payload cap of a Writer: 1 MiB.
@@ -95,6 +107,9 @@ func Prepare(msgs []Message, maxPayload int) ([]Message, error) {
 		if m.Key == "" {
 			m.Key = m.AggregateID
 		}
+		if m.EventVersion == 0 {
+			m.EventVersion = 1
+		}
 		if err := validate(i, &m, maxPayload); err != nil {
 			return nil, err
 		}
@@ -122,6 +137,12 @@ func validate(i int, m *Message, maxPayload int) error {
 		if err := checkText(f.v, MaxTextFieldLen); err != "" {
 			return &ValidationError{i, f.name, err}
 		}
+	}
+	if m.EventVersion < 0 || m.EventVersion > MaxEventVersion {
+		return &ValidationError{i, "event_version", fmt.Sprintf("%d is not between 1 and %d", m.EventVersion, MaxEventVersion)}
+	}
+	if m.AggregateVersion < 0 {
+		return &ValidationError{i, "aggregate_version", fmt.Sprintf("%d is negative", m.AggregateVersion)}
 	}
 	if len(m.Payload) > maxPayload {
 		return &ValidationError{i, "payload", fmt.Sprintf("%d bytes is over the cap of %d", len(m.Payload), maxPayload)}

@@ -23,6 +23,16 @@ func TestPrepare(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, uuid.Version(7), id.Version())
 		require.Equal(t, "42", out[0].Key)
+		require.Equal(t, 1, out[0].EventVersion, "an event without a version is version 1")
+		require.Zero(t, out[0].AggregateVersion, "no aggregate version unless given")
+	})
+
+	t.Run("KeepsVersions", func(t *testing.T) {
+		t.Parallel()
+		out, err := herald.Prepare([]herald.Message{{Topic: "t", EventVersion: herald.MaxEventVersion, AggregateVersion: 1 << 62}}, 0)
+		require.NoError(t, err)
+		require.Equal(t, herald.MaxEventVersion, out[0].EventVersion)
+		require.Equal(t, int64(1<<62), out[0].AggregateVersion)
 	})
 
 	t.Run("KeepsAnExplicitKeyAndNormalisesTheID", func(t *testing.T) {
@@ -45,6 +55,9 @@ func TestPrepare(t *testing.T) {
 		{"KeyBadUTF8", herald.Message{Topic: "t", Key: "\xff"}, "key"},
 		{"TypeWithNUL", herald.Message{Topic: "t", Type: "a\x00b"}, "type"},
 		{"AggregateIDBadUTF8", herald.Message{Topic: "t", Key: "k", AggregateID: "\xc3\x28"}, "aggregate_id"},
+		{"NegativeEventVersion", herald.Message{Topic: "t", EventVersion: -1}, "event_version"},
+		{"EventVersionOverInt32", herald.Message{Topic: "t", EventVersion: herald.MaxEventVersion + 1}, "event_version"},
+		{"NegativeAggregateVersion", herald.Message{Topic: "t", AggregateVersion: -3}, "aggregate_version"},
 		{"PayloadOverCap", herald.Message{Topic: "t", Payload: make([]byte, 11)}, "payload"},
 		{"HeaderNameWithSpace", herald.Message{Topic: "t", Headers: map[string]string{"a b": "v"}}, "headers"},
 		{"HeaderNameWithCRLF", herald.Message{Topic: "t", Headers: map[string]string{"a\r\nb": "v"}}, "headers"},

@@ -44,4 +44,8 @@ const (
 	HeaderAggregateType = "Herald-Aggregate-Type"
 	HeaderAggregateID   = "Herald-Aggregate-Id"
 	HeaderTopic         = "Herald-Topic"
+	// HeaderEventVersion is always set (1 unless the producer said
+	// otherwise); HeaderAggregateVersion only when the event has one.
+	HeaderEventVersion     = "Herald-Event-Version"
+	HeaderAggregateVersion = "Herald-Aggregate-Version"
 )

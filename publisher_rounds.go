@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 )
 
 // RoundFunc sends one round of a batch: round holds indexes into the batch,
@@ -111,10 +112,11 @@ func BatchResult(errs []error) error {
 // first the producer's headers whose names a producer may use (a row
 // written with plain SQL may hold a reserved one, such as Nats-Msg-Id or
 // CC: it is dropped), then Herald's own headers (HeaderID, HeaderTopic,
-// HeaderType, HeaderKey, HeaderAggregateType, HeaderAggregateID) from the
-// event's fields, leaving out empty ones. Herald's come last, so they win
-// over any header of the same name. Every publisher maps headers through
-// it; their Parse functions read the same names back.
+// HeaderType, HeaderKey, HeaderAggregateType, HeaderAggregateID,
+// HeaderEventVersion, HeaderAggregateVersion) from the event's fields,
+// leaving out empty ones. Herald's come last, so they win over any header
+// of the same name. Every publisher maps headers through it; their Parse
+// functions read the same names back, the versions with ParseVersions.
 func EventHeaders(env *Envelope, set func(name, value string)) {
 	for name, v := range env.Headers {
 		if ValidateHeaderName(name) == nil {
@@ -128,9 +130,53 @@ func EventHeaders(env *Envelope, set func(name, value string)) {
 		{HeaderKey, env.Key},
 		{HeaderAggregateType, env.AggregateType},
 		{HeaderAggregateID, env.AggregateID},
+		{HeaderEventVersion, formatEventVersion(env.EventVersion)},
+		{HeaderAggregateVersion, formatAggregateVersion(env.AggregateVersion)},
 	} {
 		if h.v != "" {
 			set(h.name, h.v)
 		}
 	}
+}
+
+// formatEventVersion spells an event version for a header: an envelope
+// built by hand without one is version 1, as Prepare would have made it.
+func formatEventVersion(v int) string {
+	if v <= 0 {
+		v = 1
+	}
+	return strconv.Itoa(v)
+}
+
+// formatAggregateVersion spells an aggregate version for a header: "" when
+// there is none.
+func formatAggregateVersion(v int64) string {
+	if v <= 0 {
+		return ""
+	}
+	return strconv.FormatInt(v, 10)
+}
+
+// ParseVersions reads back the values of HeaderEventVersion and
+// HeaderAggregateVersion of a received message, for a publisher's Parse.
+// An absent event version is 1 (a message published before versions were
+// carried); an absent aggregate version is 0, none. Anything but a decimal
+// number in range is an error naming the header.
+func ParseVersions(eventVersion, aggregateVersion string) (event int, aggregate int64, err error) {
+	event = 1
+	if eventVersion != "" {
+		n, err := strconv.ParseInt(eventVersion, 10, 32)
+		if err != nil || n < 1 || eventVersion[0] == '+' {
+			return 0, 0, fmt.Errorf("header %s is %.32q, not a version from 1 to %d", HeaderEventVersion, eventVersion, MaxEventVersion)
+		}
+		event = int(n)
+	}
+	if aggregateVersion != "" {
+		n, err := strconv.ParseInt(aggregateVersion, 10, 64)
+		if err != nil || n < 1 || aggregateVersion[0] == '+' {
+			return 0, 0, fmt.Errorf("header %s is %.32q, not a positive version", HeaderAggregateVersion, aggregateVersion)
+		}
+		aggregate = n
+	}
+	return event, aggregate, nil
 }

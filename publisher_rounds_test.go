@@ -130,10 +130,10 @@ func TestEventHeaders(t *testing.T) {
 	t.Parallel()
 	env := herald.Envelope{Message: herald.Message{
 		ID: "0192c0de-0000-7000-8000-000000000001", Topic: "orders", Key: "42", Type: "order.placed",
-		AggregateType: "order", AggregateID: "42",
+		AggregateType: "order", AggregateID: "42", EventVersion: 3, AggregateVersion: 17,
 		Headers: map[string]string{
 			"traceparent": "00-abc-def-01", "Herald-Id": "forged", "Nats-Msg-Id": "forged", "CC": "other.queue",
-			"Connection": "close",
+			"Connection": "close", "Herald-Event-Version": "9",
 		},
 	}}
 	got := map[string]string{}
@@ -142,17 +142,57 @@ func TestEventHeaders(t *testing.T) {
 		got[name] = value
 	})
 	require.Equal(t, map[string]string{
-		"traceparent":              "00-abc-def-01",
-		herald.HeaderID:            env.ID,
-		herald.HeaderTopic:         "orders",
-		herald.HeaderType:          "order.placed",
-		herald.HeaderKey:           "42",
-		herald.HeaderAggregateType: "order",
-		herald.HeaderAggregateID:   "42",
+		"traceparent":                 "00-abc-def-01",
+		herald.HeaderID:               env.ID,
+		herald.HeaderTopic:            "orders",
+		herald.HeaderType:             "order.placed",
+		herald.HeaderKey:              "42",
+		herald.HeaderAggregateType:    "order",
+		herald.HeaderAggregateID:      "42",
+		herald.HeaderEventVersion:     "3",
+		herald.HeaderAggregateVersion: "17",
 	}, got, "reserved producer headers are dropped; Herald's come from the event")
 
 	empty := herald.Envelope{Message: herald.Message{ID: "x", Topic: "t"}}
+	got = map[string]string{}
 	var names []string
-	herald.EventHeaders(&empty, func(name, _ string) { names = append(names, name) })
-	require.Equal(t, []string{herald.HeaderID, herald.HeaderTopic}, names, "empty fields are left out: "+strings.Join(names, ","))
+	herald.EventHeaders(&empty, func(name, v string) { names = append(names, name); got[name] = v })
+	require.Equal(t, []string{herald.HeaderID, herald.HeaderTopic, herald.HeaderEventVersion}, names,
+		"empty fields are left out, the event version never: "+strings.Join(names, ","))
+	require.Equal(t, "1", got[herald.HeaderEventVersion], "an envelope without a version is version 1")
+}
+
+func TestParseVersions(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		event, aggregate string
+		wantEvent        int
+		wantAggregate    int64
+		wantErr          string
+	}{
+		{"", "", 1, 0, ""},
+		{"1", "", 1, 0, ""},
+		{"7", "12", 7, 12, ""},
+		{"2147483647", "9223372036854775807", 2147483647, 9223372036854775807, ""},
+		{"0", "", 0, 0, "Herald-Event-Version"},
+		{"-1", "", 0, 0, "Herald-Event-Version"},
+		{"+2", "", 0, 0, "Herald-Event-Version"},
+		{"2147483648", "", 0, 0, "Herald-Event-Version"},
+		{"v2", "", 0, 0, "Herald-Event-Version"},
+		{"1", "0", 0, 0, "Herald-Aggregate-Version"},
+		{"1", "-5", 0, 0, "Herald-Aggregate-Version"},
+		{"1", "9223372036854775808", 0, 0, "Herald-Aggregate-Version"},
+		{"1", " 3", 0, 0, "Herald-Aggregate-Version"},
+		{"1", strings.Repeat("9", 500), 0, 0, "Herald-Aggregate-Version"},
+	} {
+		ev, av, err := herald.ParseVersions(c.event, c.aggregate)
+		if c.wantErr != "" {
+			require.ErrorContains(t, err, c.wantErr, "%q %q", c.event, c.aggregate)
+			require.Less(t, len(err.Error()), 200, "a long value is cut short in the error")
+			continue
+		}
+		require.NoError(t, err, "%q %q", c.event, c.aggregate)
+		require.Equal(t, c.wantEvent, ev)
+		require.Equal(t, c.wantAggregate, av)
+	}
 }

@@ -266,7 +266,7 @@ func ParseStructured(headers []Header, body []byte) (herald.Message, error) {
 	attr := func(name string) string {
 		var s string
 		if json.Unmarshal(raw[name], &s) != nil {
-			return ""
+			return versionNumber(name, raw[name])
 		}
 		return s
 	}
@@ -287,6 +287,22 @@ func ParseStructured(headers []Header, body []byte) (herald.Message, error) {
 		}
 	}
 	return message(attr, data, own)
+}
+
+// versionNumber returns the text of a version extension written as a JSON
+// number, as the JSON format allows an integer extension to be (Herald
+// writes strings, but an event re-encoded by a CloudEvents SDK may hold
+// a number), and "" for any other attribute or value. A number that is not
+// a plain decimal integer comes back as it is, for ParseVersions to refuse.
+func versionNumber(name string, v json.RawMessage) string {
+	if name != ExtEventVersion && name != ExtAggregateVersion || len(v) == 0 || v[0] == '"' {
+		return ""
+	}
+	var n json.Number
+	if json.Unmarshal(v, &n) != nil {
+		return string(v)
+	}
+	return n.String()
 }
 
 // structuredData returns the data of a JSON-format event: data_base64

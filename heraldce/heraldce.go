@@ -18,7 +18,11 @@
 //   - traceparent and tracestate: the producer's headers of those names
 //     (the distributed tracing extension);
 //   - heraldtopic, heraldkey, heraldaggregatetype: the event's topic, key
-//     and aggregate type, when set.
+//     and aggregate type, when set;
+//   - heraldeventversion: the event's EventVersion, always (1 when the
+//     event has none), and heraldaggversion: its AggregateVersion, when
+//     set; both as decimal strings, read back as the Herald-Event-Version
+//     and Herald-Aggregate-Version headers are (herald.ParseVersions).
 //
 // The producer's other headers stay protocol headers beside the event; in
 // binary mode the names of the binding's prefix (ce-, ce_) are dropped, as
@@ -30,6 +34,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -59,6 +64,11 @@ const (
 	ExtTopic         = "heraldtopic"
 	ExtKey           = "heraldkey"
 	ExtAggregateType = "heraldaggregatetype"
+	// ExtEventVersion carries Message.EventVersion, ExtAggregateVersion
+	// Message.AggregateVersion (extension names are at most 20 lower-case
+	// letters and digits).
+	ExtEventVersion     = "heraldeventversion"
+	ExtAggregateVersion = "heraldaggversion"
 )
 
 // Config turns CloudEvents on for a publisher.
@@ -149,6 +159,12 @@ func (c *Config) Attributes(env *herald.Envelope) []Attribute {
 	add(ExtTopic, env.Topic)
 	add(ExtKey, env.Key)
 	add(ExtAggregateType, env.AggregateType)
+	// As herald.EventHeaders spells them: an envelope built without a
+	// version is version 1, as a Writer would have stored it.
+	add(ExtEventVersion, strconv.Itoa(max(env.EventVersion, 1)))
+	if env.AggregateVersion > 0 {
+		add(ExtAggregateVersion, strconv.FormatInt(env.AggregateVersion, 10))
+	}
 	return attrs
 }
 
@@ -208,14 +224,35 @@ func message(attr func(name string) string, data []byte, own map[string]string) 
 			}
 		}
 	}
+	ev, av, err := versions(attr)
+	if err != nil {
+		return herald.Message{}, err
+	}
 	return herald.Message{
-		ID:            id,
-		Topic:         attr(ExtTopic),
-		Key:           attr(ExtKey),
-		Type:          attr("type"),
-		AggregateType: attr(ExtAggregateType),
-		AggregateID:   attr("subject"),
-		Payload:       data,
-		Headers:       own,
+		ID:               id,
+		Topic:            attr(ExtTopic),
+		Key:              attr(ExtKey),
+		Type:             attr("type"),
+		AggregateType:    attr(ExtAggregateType),
+		AggregateID:      attr("subject"),
+		EventVersion:     ev,
+		AggregateVersion: av,
+		Payload:          data,
+		Headers:          own,
 	}, nil
+}
+
+// versions reads the ExtEventVersion and ExtAggregateVersion extensions by
+// the rules of herald.ParseVersions (an absent event version is 1), each
+// error naming the extension.
+func versions(attr func(name string) string) (int, int64, error) {
+	ev, _, err := herald.ParseVersions(attr(ExtEventVersion), "")
+	if err != nil {
+		return 0, 0, fmt.Errorf("heraldce: extension %s: %w", ExtEventVersion, err)
+	}
+	_, av, err := herald.ParseVersions("", attr(ExtAggregateVersion))
+	if err != nil {
+		return 0, 0, fmt.Errorf("heraldce: extension %s: %w", ExtAggregateVersion, err)
+	}
+	return ev, av, nil
 }

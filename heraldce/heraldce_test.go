@@ -26,6 +26,7 @@ func envelope(payload string, headers map[string]string) *herald.Envelope {
 		Message: herald.Message{
 			ID: "0195b3a0-7c1e-7000-8000-000000000001", Topic: "orders", Key: "k-42",
 			Type: "order.placed", AggregateType: "order", AggregateID: "42",
+			EventVersion: 3, AggregateVersion: 42,
 			Payload: []byte(payload), Headers: headers,
 		},
 		CreatedAt: created,
@@ -48,6 +49,8 @@ func checkSDKEvent(t *testing.T, e *event.Event, env *herald.Envelope, source st
 	require.Equal(t, env.Topic, ext[heraldce.ExtTopic])
 	require.Equal(t, env.Key, ext[heraldce.ExtKey])
 	require.Equal(t, env.AggregateType, ext[heraldce.ExtAggregateType])
+	require.Equal(t, "3", ext[heraldce.ExtEventVersion])
+	require.Equal(t, "42", ext[heraldce.ExtAggregateVersion])
 }
 
 func TestHTTPBinaryIsReadByTheSDK(t *testing.T) {
@@ -127,6 +130,100 @@ func TestEmptyTypeBecomesTheTopic(t *testing.T) {
 	require.NotContains(t, e.Extensions(), heraldce.ExtKey)
 	require.NotContains(t, e.Extensions(), heraldce.ExtAggregateType)
 	require.True(t, e.Time().IsZero())
+}
+
+// The event version is an extension of every event, the aggregate version
+// only of an event that has one; both read back in every mode, and an
+// event with none reads back as version 1 without an aggregate version.
+func TestVersionsTravelAsExtensions(t *testing.T) {
+	cfg := &heraldce.Config{Source: "/s"}
+	for _, tc := range []struct {
+		name         string
+		event        int
+		aggregate    int64
+		wantEvent    int
+		wantExts     map[string]string
+		wantAbsentAV bool
+	}{
+		{"Set", 3, 42, 3, map[string]string{heraldce.ExtEventVersion: "3", heraldce.ExtAggregateVersion: "42"}, false},
+		{"Largest", herald.MaxEventVersion, 1<<63 - 1, herald.MaxEventVersion,
+			map[string]string{heraldce.ExtEventVersion: "2147483647", heraldce.ExtAggregateVersion: "9223372036854775807"}, false},
+		{"None", 0, 0, 1, map[string]string{heraldce.ExtEventVersion: "1"}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			env := envelope(`{}`, nil)
+			env.EventVersion, env.AggregateVersion = tc.event, tc.aggregate
+
+			var e event.Event
+			require.NoError(t, format.JSON.Unmarshal(cfg.Structured(env), &e))
+			require.NoError(t, e.Validate())
+			for name, v := range tc.wantExts {
+				require.Equal(t, v, e.Extensions()[name], name)
+			}
+			if tc.wantAbsentAV {
+				require.NotContains(t, e.Extensions(), heraldce.ExtAggregateVersion)
+			}
+
+			check := func(mode string, m herald.Message, err error) {
+				t.Helper()
+				require.NoError(t, err, mode)
+				require.Equal(t, tc.wantEvent, m.EventVersion, mode)
+				require.Equal(t, tc.aggregate, m.AggregateVersion, mode)
+			}
+			m, err := heraldce.ParseStructured(nil, cfg.Structured(env))
+			check("structured", m, err)
+			h := http.Header{}
+			cfg.HTTPBinary(env, func(name, v string) { h.Set(name, v) })
+			m, err = heraldce.ParseHTTP(h, env.Payload)
+			check("http binary", m, err)
+			var hs []heraldce.Header
+			cfg.KafkaBinary(env, func(name, v string) { hs = append(hs, heraldce.Header{Name: name, Value: v}) })
+			m, err = heraldce.ParseKafka(hs, env.Payload)
+			check("kafka binary", m, err)
+			hs = nil
+			ct := cfg.Binary(env, heraldce.PrefixAMQP, func(name, v string) { hs = append(hs, heraldce.Header{Name: name, Value: v}) })
+			m, err = heraldce.ParseBinary(heraldce.PrefixAMQP, hs, ct, env.Payload)
+			check("amqp binary", m, err)
+		})
+	}
+}
+
+// A version written as a JSON number, as an SDK may re-encode an integer
+// extension, reads as its string would.
+func TestStructuredVersionsMayBeJSONNumbers(t *testing.T) {
+	body := []byte(`{"specversion":"1.0","id":"0195b3a0-7c1e-7000-8000-000000000001","source":"/s","type":"t",` +
+		`"heraldeventversion":4,"heraldaggversion":9}`)
+	m, err := heraldce.ParseStructured(nil, body)
+	require.NoError(t, err)
+	require.Equal(t, 4, m.EventVersion)
+	require.Equal(t, int64(9), m.AggregateVersion)
+}
+
+func TestMalformedVersionIsAnErrorNamingTheExtension(t *testing.T) {
+	const id = "0195b3a0-7c1e-7000-8000-000000000001"
+	for _, tc := range []struct{ name, ext, value, want string }{
+		{"EventVersionNotANumber", "heraldeventversion", `"v2"`, heraldce.ExtEventVersion},
+		{"EventVersionZero", "heraldeventversion", `"0"`, heraldce.ExtEventVersion},
+		{"EventVersionOverInt32", "heraldeventversion", `2147483648`, heraldce.ExtEventVersion},
+		{"EventVersionFraction", "heraldeventversion", `1.5`, heraldce.ExtEventVersion},
+		{"EventVersionBool", "heraldeventversion", `true`, heraldce.ExtEventVersion},
+		{"AggregateVersionNegative", "heraldaggversion", `"-1"`, heraldce.ExtAggregateVersion},
+		{"AggregateVersionOverInt64", "heraldaggversion", `"9223372036854775808"`, heraldce.ExtAggregateVersion},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			body := `{"specversion":"1.0","id":"` + id + `","source":"/s","type":"t","` + tc.ext + `":` + tc.value + `}`
+			_, err := heraldce.ParseStructured(nil, []byte(body))
+			require.ErrorContains(t, err, "heraldce: extension "+tc.want)
+
+			if tc.value[0] != '"' {
+				return
+			}
+			raw := tc.value[1 : len(tc.value)-1]
+			h := http.Header{"Ce-Id": {id}, "Ce-Specversion": {"1.0"}, "Ce-" + tc.ext: {raw}}
+			_, err = heraldce.ParseHTTP(h, nil)
+			require.ErrorContains(t, err, "heraldce: extension "+tc.want)
+		})
+	}
 }
 
 func TestHTTPValuesArePercentEncoded(t *testing.T) {

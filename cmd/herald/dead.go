@@ -293,24 +293,27 @@ type deadListJSON struct {
 
 // eventJSON is the documented shape of an event in `herald dead ... --json`.
 type eventJSON struct {
-	ID            string            `json:"id"`
-	Seq           int64             `json:"seq"`
-	Topic         string            `json:"topic"`
-	Key           string            `json:"key"`
-	Type          string            `json:"type"`
-	AggregateType string            `json:"aggregate_type"`
-	AggregateID   string            `json:"aggregate_id"`
-	State         heraldadmin.State `json:"state"`
-	Attempts      int               `json:"attempts"`
-	LastError     string            `json:"last_error"`
-	CreatedAt     time.Time         `json:"created_at"`
-	AvailableAt   time.Time         `json:"available_at"`
-	DeadAt        *time.Time        `json:"dead_at"`
-	PublishedAt   *time.Time        `json:"published_at"`
-	LeaseUntil    *time.Time        `json:"lease_until"`
-	ClaimedBy     string            `json:"claimed_by"`
-	Headers       map[string]string `json:"headers"` // never null
-	PayloadSize   int               `json:"payload_size"`
+	ID            string `json:"id"`
+	Seq           int64  `json:"seq"`
+	Topic         string `json:"topic"`
+	Key           string `json:"key"`
+	Type          string `json:"type"`
+	AggregateType string `json:"aggregate_type"`
+	AggregateID   string `json:"aggregate_id"`
+	EventVersion  int    `json:"event_version"`
+	// AggregateVersion is null when the event has none.
+	AggregateVersion *int64            `json:"aggregate_version"`
+	State            heraldadmin.State `json:"state"`
+	Attempts         int               `json:"attempts"`
+	LastError        string            `json:"last_error"`
+	CreatedAt        time.Time         `json:"created_at"`
+	AvailableAt      time.Time         `json:"available_at"`
+	DeadAt           *time.Time        `json:"dead_at"`
+	PublishedAt      *time.Time        `json:"published_at"`
+	LeaseUntil       *time.Time        `json:"lease_until"`
+	ClaimedBy        string            `json:"claimed_by"`
+	Headers          map[string]string `json:"headers"` // never null
+	PayloadSize      int               `json:"payload_size"`
 }
 
 // eventDetailJSON is `herald dead show --json`: an event with its payload.
@@ -325,9 +328,14 @@ func toEventJSON(r heraldadmin.EventRow) eventJSON {
 	if h == nil {
 		h = map[string]string{}
 	}
+	var aggregateVersion *int64
+	if r.AggregateVersion > 0 {
+		aggregateVersion = &r.AggregateVersion
+	}
 	return eventJSON{
 		ID: r.ID, Seq: r.Seq, Topic: r.Topic, Key: r.Key, Type: r.Type,
 		AggregateType: r.AggregateType, AggregateID: r.AggregateID,
+		EventVersion: r.EventVersion, AggregateVersion: aggregateVersion,
 		State: r.State, Attempts: r.Attempt, LastError: r.LastError,
 		CreatedAt: r.CreatedAt, AvailableAt: r.AvailableAt, DeadAt: r.DeadAt, PublishedAt: r.PublishedAt,
 		LeaseUntil: r.LeaseUntil, ClaimedBy: r.ClaimedBy, Headers: h, PayloadSize: len(r.Payload),

@@ -188,8 +188,8 @@ func TestDeadShow(t *testing.T) {
 	ids := d.deadRows(t, "orders")
 	var binID string
 	require.NoError(t, heraldtest.PostgresPool(t).QueryRow(context.Background(), fmt.Sprintf(
-		`INSERT INTO %s.herald_outbox (topic, payload, state, dead_at, last_error)
-		 VALUES ('bin', '\x00ff1b5b316d'::bytea, 'dead', now(), E'line one\nline two\x1b[31m') RETURNING id`, d.schema)).Scan(&binID))
+		`INSERT INTO %s.herald_outbox (topic, payload, state, dead_at, last_error, event_version, aggregate_version)
+		 VALUES ('bin', '\x00ff1b5b316d'::bytea, 'dead', now(), E'line one\nline two\x1b[31m', 2, 9) RETURNING id`, d.schema)).Scan(&binID))
 
 	r := d.cli(t, "dead", "show", ids[0])
 	require.Equal(t, 0, r.code, r)
@@ -217,6 +217,8 @@ func TestDeadShow(t *testing.T) {
 	require.Equal(t, "payload of orders", *ev.PayloadText)
 	require.NotNil(t, ev.DeadAt)
 	require.WithinDuration(t, time.Now(), *ev.DeadAt, time.Minute)
+	require.Equal(t, 1, ev.EventVersion)
+	require.Contains(t, r.stdout, `"aggregate_version": null`, "no aggregate version is null")
 
 	r = d.cli(t, "dead", "show", "--json", binID)
 	require.Equal(t, 0, r.code, r)
@@ -224,6 +226,8 @@ func TestDeadShow(t *testing.T) {
 	require.NoError(t, json.Unmarshal([]byte(r.stdout), &ev))
 	require.Nil(t, ev.PayloadText)
 	require.Equal(t, []byte{0, 0xff, 0x1b, '[', '1', 'm'}, ev.PayloadBase64)
+	require.Equal(t, 2, ev.EventVersion)
+	require.Equal(t, int64(9), *ev.AggregateVersion)
 
 	r = d.cli(t, "dead", "show", "0190f0a8-0000-7000-8000-000000000001")
 	require.Equal(t, 1, r.code, r)

@@ -89,6 +89,10 @@ func envelope(rel *pglogrepl.RelationMessage, tuple *pglogrepl.TupleData) (heral
 			env.AggregateType = v
 		case "aggregate_id":
 			env.AggregateID = v
+		case "event_version":
+			env.EventVersion, err = strconv.Atoi(v)
+		case "aggregate_version": // NULL, none, is skipped above
+			env.AggregateVersion, err = strconv.ParseInt(v, 10, 64)
 		case "payload":
 			env.Payload, err = hex.DecodeString(strings.TrimPrefix(v, `\x`))
 		case "headers":
@@ -103,5 +107,8 @@ func envelope(rel *pglogrepl.RelationMessage, tuple *pglogrepl.TupleData) (heral
 		}
 	}
 	env.Attempt++ // the attempt this delivery is
+	if env.EventVersion == 0 {
+		env.EventVersion = 1 // a table from before the versions' migration
+	}
 	return env, problem
 }

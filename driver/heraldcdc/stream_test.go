@@ -125,6 +125,8 @@ func TestStreamDeliversCommitOrderAndResumesFromTheConfirmedPosition(t *testing.
 	require.Equal(t, map[string]string{"X-Tenant": "acme"}, tx1.Events[0].Headers)
 	require.WithinDuration(t, time.Now(), tx1.Events[0].CreatedAt, time.Minute)
 	require.Equal(t, 1, tx1.Events[0].Attempt)
+	require.Equal(t, 1, tx1.Events[0].EventVersion, "a row without versions is event version 1")
+	require.Zero(t, tx1.Events[0].AggregateVersion)
 	tx2 := next(t, s)
 	require.Equal(t, second, ids(tx2), "commit order, not begin order")
 	tx3 := next(t, s)
@@ -157,6 +159,15 @@ func TestStreamDeliversCommitOrderAndResumesFromTheConfirmedPosition(t *testing.
 	require.Equal(t, bad, tx.Unreadable[0].ID)
 	require.Contains(t, tx.Unreadable[0].Error, "headers")
 	require.Equal(t, good, ids(next(t, s)))
+
+	// The versions' columns come through the WAL as they were written.
+	var versioned string
+	require.NoError(t, f.pool.QueryRow(context.Background(),
+		`INSERT INTO herald_outbox (topic, payload, event_version, aggregate_version) VALUES ('orders', 'v', 4, 8) RETURNING id::text`).Scan(&versioned))
+	tx = next(t, s)
+	require.Equal(t, []string{versioned}, ids(tx))
+	require.Equal(t, 4, tx.Events[0].EventVersion)
+	require.Equal(t, int64(8), tx.Events[0].AggregateVersion)
 }
 
 func TestStreamRefusesAMissingSlot(t *testing.T) {

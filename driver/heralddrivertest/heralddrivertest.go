@@ -59,6 +59,11 @@ type Driver struct {
 	// text unless headers is empty; every other column keeps its default.
 	// No validation runs on the way in. It returns the new row's id.
 	InsertPlain func(ctx context.Context, topic, key string, payload []byte, headers string) (string, error)
+	// InsertVersioned is InsertPlain giving topic, payload and the two
+	// version columns: event_version, and aggregate_version (NULL when
+	// nil). It returns the database's error as it is, so that a test can
+	// see a value the table refuses.
+	InsertVersioned func(ctx context.Context, topic string, payload []byte, eventVersion int64, aggregateVersion *int64) (string, error)
 	// Open returns another store on the same outbox table over
 	// connections of its own, as a second process would hold it; they are
 	// closed when t ends.

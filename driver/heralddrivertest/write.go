@@ -3,6 +3,7 @@ package heralddrivertest
 import (
 	"bytes"
 	"context"
+	"math"
 	"slices"
 	"strings"
 	"testing"
@@ -243,8 +244,71 @@ var writeCases = []testCase{
 			require.Equal(t, []byte(`{"total":4200}`), e.Payload)
 			require.Empty(t, e.Headers)
 			require.Equal(t, 1, e.Attempt)
+			require.Equal(t, 1, e.EventVersion, "a plain insert is event version 1")
+			require.Zero(t, e.AggregateVersion, "and has no aggregate version")
 			require.WithinDuration(t, time.Now(), e.CreatedAt, clockSkew)
 		}
+	}},
+
+	{"VersionsGoFromWriterToEveryClaim", func(t *testing.T, o *Kit) {
+		// Both claim forms (per-key and unordered) and the operators'
+		// listing read the two version columns; a message without them
+		// is event version 1 with no aggregate version.
+		versioned := func(m herald.Message, ev int, av int64) herald.Message {
+			m.EventVersion, m.AggregateVersion = ev, av
+			return m
+		}
+		want := map[string][2]int64{}
+		var msgs []herald.Message
+		for _, m := range []herald.Message{
+			versioned(keyed("orders", "order-1"), 3, 42),
+			versioned(keyed("orders", "order-2"), 0, 0),
+			versioned(msg("audit"), herald.MaxEventVersion, math.MaxInt64),
+			versioned(msg("audit"), 2, 1),
+		} {
+			ev := max(m.EventVersion, 1)
+			want[m.ID] = [2]int64{int64(ev), m.AggregateVersion}
+			msgs = append(msgs, m)
+		}
+		o.Write(msgs...)
+		for _, r := range o.list(heraldadmin.EventFilter{All: true, State: heraldadmin.StateReady}) {
+			require.Equal(t, want[r.ID], [2]int64{int64(r.EventVersion), r.AggregateVersion}, "listed %s", r.ID)
+		}
+		got := map[string][2]int64{}
+		for _, unordered := range []bool{false, true} {
+			_, envs := o.claimP(herald.ClaimParams{Limit: 10, Unordered: unordered})
+			for _, e := range envs {
+				got[e.ID] = [2]int64{int64(e.EventVersion), e.AggregateVersion}
+			}
+		}
+		require.Equal(t, want, got, "every event claimed once, with its versions")
+	}},
+
+	{"PlainSQLVersionsAreCheckedByTheTable", func(t *testing.T, o *Kit) {
+		if o.d.InsertVersioned == nil {
+			t.Skip("the harness has no InsertVersioned")
+		}
+		aggregate := func(v int64) *int64 { return &v }
+		good, err := o.d.InsertVersioned(o.ctx(), "orders", []byte("x"), 5, aggregate(9))
+		require.NoError(t, err)
+		plain, err := o.d.InsertVersioned(o.ctx(), "orders", []byte("x"), 1, nil)
+		require.NoError(t, err)
+		for _, bad := range []struct {
+			event     int64
+			aggregate *int64
+		}{
+			{0, nil}, {-1, nil}, {math.MaxInt32 + 1, nil}, {1, aggregate(0)}, {1, aggregate(-7)},
+		} {
+			_, err := o.d.InsertVersioned(o.ctx(), "orders", []byte("x"), bad.event, bad.aggregate)
+			require.Error(t, err, "the table refuses event_version %d, aggregate_version %v", bad.event, bad.aggregate)
+		}
+		require.Equal(t, map[string]int64{"orders/ready": 2}, o.Counts(), "a refused insert leaves nothing")
+		_, envs := o.claimP(herald.ClaimParams{Limit: 10, Unordered: true})
+		require.Equal(t, []string{good, plain}, envIDs(envs))
+		require.Equal(t, 5, envs[0].EventVersion)
+		require.Equal(t, int64(9), envs[0].AggregateVersion)
+		require.Equal(t, 1, envs[1].EventVersion)
+		require.Zero(t, envs[1].AggregateVersion)
 	}},
 }
 

@@ -130,7 +130,7 @@ func scanEvent(rows *sql.Rows) (heraldadmin.EventRow, error) {
 		lease, published, dead datetime
 	)
 	err := rows.Scan(&e.ID, &e.Seq, &e.Topic, &e.Key, &e.Type, &e.AggregateType, &e.AggregateID,
-		&e.Payload, &headers, &e.Attempt, &created, &state, &available, &lease,
+		&e.EventVersion, &e.AggregateVersion, &e.Payload, &headers, &e.Attempt, &created, &state, &available, &lease,
 		&e.ClaimedBy, &published, &dead, &e.LastError, &e.Parked)
 	e.State = heraldadmin.State(state)
 	e.Headers = sqlstore.DisplayHeaders(headers)

@@ -49,8 +49,9 @@ const (
 
 const (
 	// One tuple per message; insertPrefix + n tuples is one statement.
-	insertPrefixSQL = "INSERT INTO {{.Table}}\n\t(id, topic, `key`, type, aggregate_type, aggregate_id, payload, headers, available_at) VALUES "
-	insertTupleSQL  = `(?, ?, ?, ?, ?, ?, ?, ?, COALESCE(?, UTC_TIMESTAMP(6)))`
+	insertPrefixSQL = "INSERT INTO {{.Table}}\n\t(id, topic, `key`, type, aggregate_type, aggregate_id, payload, headers, available_at,\n" +
+		"\t event_version, aggregate_version) VALUES "
+	insertTupleSQL = `(?, ?, ?, ?, ?, ?, ?, ?, COALESCE(?, UTC_TIMESTAMP(6)), ?, ?)`
 
 	// The unordered claim, in a READ COMMITTED transaction: the oldest
 	// available rows by the ready index, locked, skipping rows another
@@ -76,7 +77,7 @@ const (
 	// Reads what a claim committed, after the commit: the rows it marked
 	// and still holds by its token.
 	claimedRowsSQL = "SELECT o.id, o.seq, o.topic, o.`key`, o.type, o.aggregate_type, o.aggregate_id,\n" +
-		"\to.payload, o.headers, o.attempts, o.created_at\n" +
+		"\to.event_version, COALESCE(o.aggregate_version, 0), o.payload, o.headers, o.attempts, o.created_at\n" +
 		"\tFROM " + seqJoinSQL + "\n" +
 		"\tWHERE o.claim_token = ? AND o.state = 'claimed'"
 
@@ -250,7 +251,8 @@ const (
 	relaysSQL = `SELECT owner, version, started_at, heartbeat_at, last_claim_at, leased, published
 	FROM {{.Relays}} WHERE expires_at >= UTC_TIMESTAMP(6) ORDER BY started_at, owner`
 
-	eventColumns = "id, seq, topic, `key`, type, aggregate_type, aggregate_id, payload, headers,\n" +
+	eventColumns = "id, seq, topic, `key`, type, aggregate_type, aggregate_id,\n" +
+		"\tevent_version, COALESCE(aggregate_version, 0), payload, headers,\n" +
 		"\tattempts, created_at, state, available_at, lease_until, COALESCE(claimed_by, ''),\n" +
 		"\tpublished_at, dead_at, COALESCE(last_error, ''), parked"
 

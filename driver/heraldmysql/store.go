@@ -208,7 +208,7 @@ func (d *Driver) claimedRows(ctx context.Context, seqs []int64, token string) ([
 			created datetime
 		)
 		if err := rows.Scan(&r.ID, &r.Seq, &r.Topic, &r.Key, &r.Type, &r.AggregateType, &r.AggregateID,
-			&r.Payload, &headers, &r.Attempt, &created); err != nil {
+			&r.EventVersion, &r.AggregateVersion, &r.Payload, &headers, &r.Attempt, &created); err != nil {
 			return err
 		}
 		var err error

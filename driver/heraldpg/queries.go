@@ -6,18 +6,21 @@ package heraldpg
 
 const (
 	insertOneSQL = `INSERT INTO {{.Table}}
-	(id, topic, key, type, aggregate_type, aggregate_id, payload, headers, available_at)
-	VALUES ($1, $2, $3, $4, $5, $6, $7, $8::jsonb, coalesce($9::timestamptz, now()))`
+	(id, topic, key, type, aggregate_type, aggregate_id, payload, headers, available_at,
+	 event_version, aggregate_version)
+	VALUES ($1, $2, $3, $4, $5, $6, $7, $8::jsonb, coalesce($9::timestamptz, now()), $10, $11)`
 
 	// One statement for any number of messages: arrays travel as
 	// parameters, so N messages cost one round trip and one plan.
 	insertManySQL = `INSERT INTO {{.Table}}
-	(id, topic, key, type, aggregate_type, aggregate_id, payload, headers, available_at)
+	(id, topic, key, type, aggregate_type, aggregate_id, payload, headers, available_at,
+	 event_version, aggregate_version)
 	SELECT u.id, u.topic, u.key, u.type, u.aggregate_type, u.aggregate_id, u.payload,
-	       u.headers::jsonb, coalesce(u.available_at, now())
+	       u.headers::jsonb, coalesce(u.available_at, now()), u.event_version, u.aggregate_version
 	FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[],
-	            $7::bytea[], $8::text[], $9::timestamptz[])
-	     WITH ORDINALITY AS u(id, topic, key, type, aggregate_type, aggregate_id, payload, headers, available_at, n)
+	            $7::bytea[], $8::text[], $9::timestamptz[], $10::int4[], $11::int8[])
+	     WITH ORDINALITY AS u(id, topic, key, type, aggregate_type, aggregate_id, payload, headers, available_at,
+	                          event_version, aggregate_version, n)
 	ORDER BY u.n`
 
 	// The claim: one index probe for the oldest ready rows, locked with
@@ -49,7 +52,7 @@ const (
 	    lease_until = now() + $4 * interval '1 microsecond', attempts = least(greatest(o.attempts, 0), 999999) + 1
 	WHERE o.id = ANY(ARRAY(SELECT id FROM next))
 	RETURNING o.id, o.seq, o.topic, o.key, o.type, o.aggregate_type, o.aggregate_id,
-	          o.payload, o.headers, o.attempts, o.created_at`
+	          o.event_version, coalesce(o.aggregate_version, 0), o.payload, o.headers, o.attempts, o.created_at`
 
 	// An ordered claim is two statements in one transaction. The first
 	// walks the keys that have ready events, one index probe each, from a
@@ -160,7 +163,7 @@ const (
 	    lease_until = now() + $8 * interval '1 microsecond', attempts = least(greatest(o.attempts, 0), 999999) + 1
 	WHERE o.id = ANY(ARRAY(SELECT id FROM pick)) AND o.state = 'ready'
 	RETURNING o.id, o.seq, o.topic, o.key, o.type, o.aggregate_type, o.aggregate_id,
-	          o.payload, o.headers, o.attempts, o.created_at`
+	          o.event_version, coalesce(o.aggregate_version, 0), o.payload, o.headers, o.attempts, o.created_at`
 
 	// Acknowledgement when every event of a batch was confirmed: the
 	// common case, kept to one array parameter.
@@ -331,7 +334,8 @@ const (
 	GROUP BY topic, state
 	ORDER BY topic, state`
 
-	eventColumns = `id, seq, topic, key, type, aggregate_type, aggregate_id, payload, headers,
+	eventColumns = `id, seq, topic, key, type, aggregate_type, aggregate_id,
+	event_version, coalesce(aggregate_version, 0), payload, headers,
 	attempts, created_at, state, available_at, lease_until, coalesce(claimed_by, ''),
 	published_at, dead_at, coalesce(last_error, ''), parked`
 )

@@ -99,7 +99,7 @@ func (d *Driver) claimRows(ctx context.Context, c conn, sql string, limit int, a
 			created pgtype.Timestamptz
 		)
 		if err := scan(&r.ID, &r.Seq, &r.Topic, &r.Key, &r.Type, &r.AggregateType, &r.AggregateID,
-			&r.Payload, &headers, &r.Attempt, &created); err != nil {
+			&r.EventVersion, &r.AggregateVersion, &r.Payload, &headers, &r.Attempt, &created); err != nil {
 			return err
 		}
 		var err error
@@ -292,7 +292,7 @@ func scanEvent(scan func(...any) error) (heraldadmin.EventRow, error) {
 		lease, published, dead pgtype.Timestamptz
 	)
 	err := scan(&e.ID, &e.Seq, &e.Topic, &e.Key, &e.Type, &e.AggregateType, &e.AggregateID,
-		&e.Payload, &headers, &e.Attempt, &created, &state, &available, &lease,
+		&e.EventVersion, &e.AggregateVersion, &e.Payload, &headers, &e.Attempt, &created, &state, &available, &lease,
 		&e.ClaimedBy, &published, &dead, &e.LastError, &e.Parked)
 	e.State = heraldadmin.State(state)
 	e.Headers = sqlstore.DisplayHeaders(headers)

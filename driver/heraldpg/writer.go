@@ -64,7 +64,7 @@ func (in inserter) statement(msgs []herald.Message) (string, []any, error) {
 			return "", nil, err
 		}
 		return in.one, []any{m.ID, m.Topic, m.Key, m.Type, m.AggregateType, m.AggregateID,
-			payload(m.Payload), h, availableAt(m.AvailableAt)}, nil
+			payload(m.Payload), h, availableAt(m.AvailableAt), eventVersion(m.EventVersion), aggregateVersion(m.AggregateVersion)}, nil
 	}
 	var (
 		ids, topics, keys, types, aggTypes, aggIDs, headers = make([]string, len(msgs)), make([]string, len(msgs)),
@@ -72,6 +72,8 @@ func (in inserter) statement(msgs []herald.Message) (string, []any, error) {
 			make([]string, len(msgs))
 		payloads = make([][]byte, len(msgs))
 		avail    = make([]*time.Time, len(msgs))
+		versions = make([]int32, len(msgs))
+		aggVers  = make([]*int64, len(msgs))
 	)
 	for i, m := range msgs {
 		h, err := encodeHeaders(m.Headers)
@@ -81,8 +83,27 @@ func (in inserter) statement(msgs []herald.Message) (string, []any, error) {
 		ids[i], topics[i], keys[i], types[i], aggTypes[i], aggIDs[i], headers[i] =
 			m.ID, m.Topic, m.Key, m.Type, m.AggregateType, m.AggregateID, h
 		payloads[i], avail[i] = payload(m.Payload), availableAt(m.AvailableAt)
+		versions[i], aggVers[i] = eventVersion(m.EventVersion), aggregateVersion(m.AggregateVersion)
 	}
-	return in.many, []any{ids, topics, keys, types, aggTypes, aggIDs, payloads, headers, avail}, nil
+	return in.many, []any{ids, topics, keys, types, aggTypes, aggIDs, payloads, headers, avail, versions, aggVers}, nil
+}
+
+// eventVersion is the event_version column's value: 1 for a message that
+// did not go through herald.Prepare without one (Prepare refuses what the
+// column cannot hold).
+func eventVersion(v int) int32 {
+	if v <= 0 || v > herald.MaxEventVersion {
+		return 1
+	}
+	return int32(v)
+}
+
+// aggregateVersion is the aggregate_version column's value: NULL for none.
+func aggregateVersion(v int64) *int64 {
+	if v <= 0 {
+		return nil
+	}
+	return &v
 }
 
 // payload keeps an empty payload from becoming NULL.

@@ -31,8 +31,9 @@ const nowMicros = `(CAST(round(unixepoch('subsec') * 1000) AS INTEGER) * 1000)`
 const (
 	// One tuple per message; insertPrefix + n tuples is one statement.
 	insertPrefixSQL = `INSERT INTO {{.Table}}
-	(id, topic, key, type, aggregate_type, aggregate_id, payload, headers, available_at) VALUES `
-	insertTupleSQL = `(?, ?, ?, ?, ?, ?, ?, ?, coalesce(?, {{.Now}}))`
+	(id, topic, key, type, aggregate_type, aggregate_id, payload, headers, available_at,
+	 event_version, aggregate_version) VALUES `
+	insertTupleSQL = `(?, ?, ?, ?, ?, ?, ?, ?, coalesce(?, {{.Now}}), ?, ?)`
 
 	// The claim: the oldest ready rows by the ready index, marked in the
 	// same statement, while the bytes of those before them are under ?5
@@ -54,7 +55,7 @@ const (
 		WHERE before < ?5
 	)
 	RETURNING id, seq, topic, key, type, aggregate_type, aggregate_id,
-	          payload, headers, attempts, created_at`
+	          event_version, coalesce(aggregate_version, 0), payload, headers, attempts, created_at`
 
 	// An ordered claim runs these in one transaction, which SQLite runs
 	// alone: no other writer can claim between them. nextKeySQL walks the
@@ -101,7 +102,7 @@ const (
 	    lease_until = {{.Now}} + ?4, attempts = min(max(attempts, 0), 999999) + 1
 	WHERE seq IN (SELECT value FROM json_each(?1)) AND state = 'ready'
 	RETURNING id, seq, topic, key, type, aggregate_type, aggregate_id,
-	          payload, headers, attempts, created_at`
+	          event_version, coalesce(aggregate_version, 0), payload, headers, attempts, created_at`
 
 	// Parked keys: one row per dead event that parks its key, with the
 	// number of ready events waiting behind it.
@@ -233,7 +234,8 @@ const (
 	GROUP BY topic, state
 	ORDER BY topic, state`
 
-	eventColumns = `id, seq, topic, key, type, aggregate_type, aggregate_id, payload, headers,
+	eventColumns = `id, seq, topic, key, type, aggregate_type, aggregate_id,
+	event_version, coalesce(aggregate_version, 0), payload, headers,
 	attempts, created_at, state, available_at, lease_until, coalesce(claimed_by, ''),
 	published_at, dead_at, coalesce(last_error, ''), parked`
 

@@ -242,7 +242,7 @@ func claimRows(ctx context.Context, q queryer, query string, args ...any) ([]sql
 			created int64
 		)
 		if err := rows.Scan(&r.ID, &r.Seq, &r.Topic, &r.Key, &r.Type, &r.AggregateType, &r.AggregateID,
-			&r.Payload, &headers, &r.Attempt, &created); err != nil {
+			&r.EventVersion, &r.AggregateVersion, &r.Payload, &headers, &r.Attempt, &created); err != nil {
 			return nil, err
 		}
 		if r.Headers, err = sqlstore.DecodeHeaders(headers); err != nil {
@@ -502,7 +502,7 @@ func scanEvent(rows *sql.Rows) (heraldadmin.EventRow, error) {
 		lease, published, dead micros
 	)
 	err := rows.Scan(&e.ID, &e.Seq, &e.Topic, &e.Key, &e.Type, &e.AggregateType, &e.AggregateID,
-		&e.Payload, &headers, &e.Attempt, &created, &state, &available, &lease,
+		&e.EventVersion, &e.AggregateVersion, &e.Payload, &headers, &e.Attempt, &created, &state, &available, &lease,
 		&e.ClaimedBy, &published, &dead, &e.LastError, &e.Parked)
 	e.State = heraldadmin.State(state)
 	e.Headers = sqlstore.DisplayHeaders(headers)

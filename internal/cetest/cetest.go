@@ -11,6 +11,7 @@ package cetest
 import (
 	"bytes"
 	"context"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -122,13 +123,15 @@ func (r reader) Finish(error) error { return nil }
 const Traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 
 // Envelope returns an ordered event on topic with a new id and every field
-// a CloudEvent carries: key, type, aggregate, time, a JSON payload, its
-// Content-Type, a trace context and one other producer header, X-Tenant.
+// a CloudEvent carries: key, type, aggregate, versions (event 2, aggregate
+// 7), time, a JSON payload, its Content-Type, a trace context and one other
+// producer header, X-Tenant.
 func Envelope(topic string) herald.Envelope {
 	return herald.Envelope{
 		Message: herald.Message{
 			ID: herald.NewID(), Topic: topic, Key: "order-7", Type: "order.placed",
-			AggregateType: "order", AggregateID: "7", Payload: []byte(`{"order":7}`),
+			AggregateType: "order", AggregateID: "7", EventVersion: 2, AggregateVersion: 7,
+			Payload: []byte(`{"order":7}`),
 			Headers: map[string]string{"Content-Type": "application/json", "traceparent": Traceparent, "X-Tenant": "acme"},
 		},
 		CreatedAt: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC),
@@ -151,5 +154,7 @@ func Check(t testing.TB, e *event.Event, env *herald.Envelope, source string) {
 	require.Equal(t, map[string]any{
 		"traceparent": env.Headers["traceparent"], "heraldtopic": env.Topic,
 		"heraldkey": env.Key, "heraldaggregatetype": env.AggregateType,
+		"heraldeventversion": strconv.Itoa(env.EventVersion),
+		"heraldaggversion":   strconv.FormatInt(env.AggregateVersion, 10),
 	}, e.Extensions())
 }

@@ -23,7 +23,7 @@ type TupleInserter struct {
 }
 
 // insertColumns is the number of parameters of one message's tuple.
-const insertColumns = 9
+const insertColumns = 11
 
 // NewTupleInserter returns an inserter of at most rows messages per
 // statement and, when bytes > 0, about at most bytes of payload (a larger
@@ -85,7 +85,12 @@ func (in *TupleInserter) Insert(ctx context.Context, exec interface {
 			if payload == nil {
 				payload = []byte{} // never NULL
 			}
-			args = append(args, m.ID, m.Topic, m.Key, m.Type, m.AggregateType, m.AggregateID, payload, h, available)
+			var aggregateVersion any // nil: NULL, none
+			if m.AggregateVersion > 0 {
+				aggregateVersion = m.AggregateVersion
+			}
+			args = append(args, m.ID, m.Topic, m.Key, m.Type, m.AggregateType, m.AggregateID, payload, h, available,
+				max(m.EventVersion, 1), aggregateVersion)
 		}
 		if _, err := exec.ExecContext(ctx, in.statement(len(chunk)), args...); err != nil {
 			return fmt.Errorf("%s: writing %d events: %w", in.driver, len(chunk), err)

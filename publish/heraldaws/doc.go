@@ -15,9 +15,11 @@
 // names, and a producer may set 64 headers. So the event's fields travel
 // as attributes of their own, named as herald.EventHeaders names them
 // (Herald-Id, Herald-Topic, Herald-Type, Herald-Key, Herald-Aggregate-Type,
-// Herald-Aggregate-Id, each only when not empty), and all the producer's
-// headers travel together as one JSON object of strings in the attribute
-// Herald-Headers: at most 8 attributes. Herald-Id is always there. An
+// Herald-Aggregate-Id, Herald-Event-Version, Herald-Aggregate-Version,
+// each only when not empty), and all the producer's headers travel
+// together as one JSON object of strings in the attribute Herald-Headers:
+// with Herald-Encoding, at most 10 attributes. Herald-Id and
+// Herald-Event-Version are always there. An
 // attribute value SQS would not take as text is sent as a Binary attribute
 // holding the same bytes. SNS subscription filter policies can match
 // Herald-Type and Herald-Topic; they cannot see into Herald-Headers.

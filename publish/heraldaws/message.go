@@ -16,8 +16,10 @@ import (
 
 // Message attributes Publish sets besides Herald's own (herald.HeaderID,
 // herald.HeaderTopic, herald.HeaderType, herald.HeaderKey,
-// herald.HeaderAggregateType, herald.HeaderAggregateID, each present when
-// the event's field is not empty).
+// herald.HeaderAggregateType, herald.HeaderAggregateID and
+// herald.HeaderAggregateVersion, each present when the event's field is
+// not empty, and herald.HeaderEventVersion, always). With AttrHeaders and
+// AttrEncoding that is at most 10 attributes, the most SQS and SNS take.
 const (
 	// AttrHeaders holds the producer's headers as one JSON object of
 	// strings. SQS and SNS allow 10 attributes per message and restrict
@@ -149,7 +151,8 @@ func eventAttributes(env *herald.Envelope, ce bool) ([]attribute, error) {
 	each(env, func(name, v string) {
 		switch name {
 		case herald.HeaderID, herald.HeaderTopic, herald.HeaderType, herald.HeaderKey,
-			herald.HeaderAggregateType, herald.HeaderAggregateID:
+			herald.HeaderAggregateType, herald.HeaderAggregateID,
+			herald.HeaderEventVersion, herald.HeaderAggregateVersion:
 			attrs = append(attrs, textAttribute(name, v))
 		default:
 			if producer == nil {

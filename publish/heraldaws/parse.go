@@ -20,8 +20,9 @@ import (
 var ErrNotHerald = errors.New("heraldaws: not a Herald event (no valid Herald-Id attribute)")
 
 // Parse turns an SQS message back into the event a producer wrote: ID,
-// Topic, Key, Type, AggregateType, AggregateID (from the Herald-*
-// attributes), Payload (the body, decoded as AttrEncoding says) and the
+// Topic, Key, Type, AggregateType, AggregateID, EventVersion and
+// AggregateVersion (from the Herald-* attributes; a malformed version is an
+// error, see herald.ParseVersions), Payload (the body, decoded as AttrEncoding says) and the
 // producer's Headers (from AttrHeaders). Consumers key their inbox on the
 // returned ID; msg.MessageId is SQS's, not the event's.
 //
@@ -115,13 +116,19 @@ func event(attrs map[string]string, body string) (herald.Message, error) {
 	if _, err := uuid.Parse(id); err != nil {
 		return herald.Message{}, ErrNotHerald
 	}
+	ev, av, err := herald.ParseVersions(attrs[herald.HeaderEventVersion], attrs[herald.HeaderAggregateVersion])
+	if err != nil {
+		return herald.Message{}, fmt.Errorf("heraldaws: event %s: %w", id, err)
+	}
 	m := herald.Message{
-		ID:            id,
-		Topic:         attrs[herald.HeaderTopic],
-		Key:           attrs[herald.HeaderKey],
-		Type:          attrs[herald.HeaderType],
-		AggregateType: attrs[herald.HeaderAggregateType],
-		AggregateID:   attrs[herald.HeaderAggregateID],
+		ID:               id,
+		Topic:            attrs[herald.HeaderTopic],
+		Key:              attrs[herald.HeaderKey],
+		Type:             attrs[herald.HeaderType],
+		AggregateType:    attrs[herald.HeaderAggregateType],
+		AggregateID:      attrs[herald.HeaderAggregateID],
+		EventVersion:     ev,
+		AggregateVersion: av,
 	}
 	switch enc := attrs[AttrEncoding]; enc {
 	case "":

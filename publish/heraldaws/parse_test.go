@@ -143,6 +143,56 @@ func TestParseRefusesWhatHeraldDidNotSend(t *testing.T) {
 	require.ErrorIs(t, err, heraldaws.ErrNotHerald)
 }
 
+// An event that uses every attribute (every field, both versions, a
+// producer header, a payload that needs base64) keeps within SQS's and
+// SNS's 10 attributes and reads back field for field.
+func TestEveryFieldAndBothVersionsKeepWithinTenAttributes(t *testing.T) {
+	t.Parallel()
+	env := herald.Envelope{Message: herald.Message{
+		ID: herald.NewID(), Topic: "orders", Key: "order-42", Type: "order.placed",
+		AggregateType: "order", AggregateID: "42", EventVersion: herald.MaxEventVersion, AggregateVersion: 1<<63 - 1,
+		Payload: []byte{0, 0xff}, Headers: map[string]string{"X-Tenant": "acme"},
+	}, Attempt: 1}
+	msg, notification, attrs, err := heraldaws.Delivered(&env, "https://sqs.eu-west-1.amazonaws.com/123456789012/q")
+	require.NoError(t, err)
+	require.Equal(t, 10, attrs)
+	require.Equal(t, "2147483647", aws.ToString(msg.MessageAttributes[herald.HeaderEventVersion].StringValue))
+	require.Equal(t, "9223372036854775807", aws.ToString(msg.MessageAttributes[herald.HeaderAggregateVersion].StringValue))
+	got, err := heraldaws.Parse(msg)
+	require.NoError(t, err)
+	require.Equal(t, env.Message, got)
+	got, err = heraldaws.ParseNotification(notification)
+	require.NoError(t, err)
+	require.Equal(t, env.Message, got)
+}
+
+// A version attribute that is not a version in range is an error naming
+// it, not version 1 or none, in an SQS message as in an SNS notification.
+func TestParseRefusesMalformedVersions(t *testing.T) {
+	t.Parallel()
+	for _, a := range []struct{ name, value string }{
+		{herald.HeaderEventVersion, "v2"},
+		{herald.HeaderEventVersion, "0"},
+		{herald.HeaderEventVersion, "2147483648"},
+		{herald.HeaderAggregateVersion, "-1"},
+		{herald.HeaderAggregateVersion, "42.0"},
+	} {
+		id := herald.NewID()
+		msg := types.Message{Body: aws.String("x"), MessageAttributes: map[string]types.MessageAttributeValue{
+			herald.HeaderID: {DataType: aws.String("String"), StringValue: aws.String(id)},
+			a.name:          {DataType: aws.String("String"), StringValue: aws.String(a.value)},
+		}}
+		_, err := heraldaws.Parse(msg)
+		require.ErrorContains(t, err, "heraldaws: event "+id, "%s: %q", a.name, a.value)
+		require.ErrorContains(t, err, a.name)
+
+		notification := `{"Type":"Notification","Message":"x","MessageAttributes":{` +
+			`"Herald-Id":{"Type":"String","Value":"` + id + `"},"` + a.name + `":{"Type":"String","Value":"` + a.value + `"}}}`
+		_, err = heraldaws.ParseNotification([]byte(notification))
+		require.ErrorContains(t, err, a.name, "in a notification")
+	}
+}
+
 // The payload travels as is when it is text, in base64 when it is not, and
 // as a placeholder when empty; the key becomes the FIFO message group, or
 // a hash of it when AWS would refuse it.

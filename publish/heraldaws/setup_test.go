@@ -152,20 +152,22 @@ func (b *bundle) readTopic(t *testing.T, topic string, n int) []publishertest.Re
 	for _, msg := range b.receive(t, q, n) {
 		m, err := heraldaws.Parse(msg)
 		require.NoError(t, err)
-		got = append(got, publishertest.Received{
-			ID: m.ID, Topic: m.Topic, Key: m.Key, Type: m.Type, Payload: m.Payload, Headers: m.Headers,
-		})
+		got = append(got, publishertest.ReceivedOf(m))
 	}
 	return got
 }
 
 // receive reads and deletes messages of the queue until n arrived, then
 // takes what else is there at once; it fails the test if fewer than n
-// arrive within 10s. Messages come in the order SQS hands them out.
+// arrive within 30s. Messages come in the order SQS hands them out. A
+// FIFO queue hands one group's messages out 10 at a time, each batch
+// deleted before the next, so 200 messages of one key are 40 calls to
+// moto: on a loaded machine under -race that took more than 10s.
 func (b *bundle) receive(t *testing.T, queueURL string, n int) []types.Message {
 	t.Helper()
 	var got []types.Message
-	deadline := time.Now().Add(10 * time.Second)
+	const bound = 30 * time.Second
+	deadline := time.Now().Add(bound)
 	for {
 		wait := int32(1)
 		if len(got) >= n {
@@ -183,7 +185,7 @@ func (b *bundle) receive(t *testing.T, queueURL string, n int) []types.Message {
 		case len(got) >= n && len(out.Messages) == 0:
 			return got
 		case len(got) < n && time.Now().After(deadline):
-			require.Failf(t, "messages missing", "%d of %d messages arrived in %s within 10s", len(got), n, queueURL)
+			require.Failf(t, "messages missing", "%d of %d messages arrived in %s within %s", len(got), n, queueURL, bound)
 		}
 	}
 }

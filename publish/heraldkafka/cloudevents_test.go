@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -108,6 +109,7 @@ func TestCloudEvents(t *testing.T) {
 			})
 			env := envelope("orders")
 			env.Key, env.Type, env.AggregateType, env.AggregateID = "order-7", "order.placed", "order", "7"
+			env.EventVersion, env.AggregateVersion = 2, 7
 			env.Payload = []byte(`{"order":7}`)
 			env.CreatedAt = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 			env.Headers = map[string]string{"Content-Type": "application/json", "traceparent": traceparent, "X-Tenant": "acme"}
@@ -167,6 +169,8 @@ func checkEvent(t *testing.T, e *event.Event, env *herald.Envelope) {
 	require.Equal(t, map[string]any{
 		"traceparent": env.Headers["traceparent"], "heraldtopic": env.Topic,
 		"heraldkey": env.Key, "heraldaggregatetype": env.AggregateType,
+		"heraldeventversion": strconv.Itoa(env.EventVersion),
+		"heraldaggversion":   strconv.FormatInt(env.AggregateVersion, 10),
 	}, e.Extensions())
 }
 

@@ -75,9 +75,7 @@ func readStored(t *testing.T, addrs []string, topic string, n int) []publisherte
 		for _, r := range fs.Records() {
 			m, err := heraldkafka.Parse(r)
 			require.NoError(t, err)
-			got = append(got, publishertest.Received{
-				ID: m.ID, Topic: m.Topic, Key: m.Key, Type: m.Type, Payload: m.Payload, Headers: m.Headers,
-			})
+			got = append(got, publishertest.ReceivedOf(m))
 			next = r.Offset + 1
 		}
 		if len(got) >= n && end < 0 {

@@ -160,6 +160,7 @@ func TestPublish(t *testing.T) {
 		env.Type = "order.placed"
 		env.AggregateType = "order"
 		env.AggregateID = "42"
+		env.EventVersion, env.AggregateVersion = 3, 42
 		env.Payload = []byte{0x00, 0xff, 'h', 'i', '\n', 0x80}
 		env.Headers = map[string]string{
 			"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
@@ -182,6 +183,8 @@ func TestPublish(t *testing.T) {
 			{Key: "Herald-Key", Value: []byte("k-42")},
 			{Key: "Herald-Aggregate-Type", Value: []byte("order")},
 			{Key: "Herald-Aggregate-Id", Value: []byte("42")},
+			{Key: "Herald-Event-Version", Value: []byte("3")},
+			{Key: "Herald-Aggregate-Version", Value: []byte("42")},
 		}, r.Headers)
 	})
 
@@ -201,6 +204,7 @@ func TestPublish(t *testing.T) {
 		require.Equal(t, []kgo.RecordHeader{
 			{Key: "Herald-Id", Value: []byte(env.ID)},
 			{Key: "Herald-Topic", Value: []byte("orders")},
+			{Key: "Herald-Event-Version", Value: []byte("1")}, // always: no version is version 1
 		}, r.Headers)
 	})
 
@@ -228,6 +232,7 @@ func TestPublish(t *testing.T) {
 			{Key: "Herald-Topic", Value: []byte("orders")},
 			{Key: "Herald-Type", Value: []byte("real.type")},
 			{Key: "Herald-Key", Value: []byte("real-key")},
+			{Key: "Herald-Event-Version", Value: []byte("1")},
 		}, r.Headers)
 	})
 
@@ -383,6 +388,7 @@ func TestPublish(t *testing.T) {
 				{Key: herald.HeaderID, Value: []byte(env.ID)},
 				{Key: herald.HeaderTopic, Value: []byte("orders")},
 				{Key: herald.HeaderKey, Value: []byte("k")},
+				{Key: herald.HeaderEventVersion, Value: []byte("1")},
 			}}
 			if err := b.cl.ProduceSync(t.Context(), raw).FirstErr(); err == nil {
 				clientTakes++

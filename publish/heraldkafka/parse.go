@@ -19,7 +19,9 @@ var ErrNotHerald = errors.New("heraldkafka: not a Herald event (no valid Herald-
 // Parse turns a consumed record back into the event a producer wrote: ID,
 // Topic (the record's topic, less any TopicPrefix the publisher used: pass
 // the prefix to ParseWithPrefix), Key, Type, AggregateType, AggregateID,
-// Payload and the producer's own Headers (without Herald-*). Consumers key
+// EventVersion and AggregateVersion (see herald.ParseVersions; a malformed
+// one is an error), Payload and the producer's own Headers (without
+// Herald-*). Consumers key
 // their inbox on the returned ID. Where a header repeats, the first one
 // counts. A record Herald sent as a CloudEvent (Config.CloudEvents) is read
 // back with heraldce.ParseKafka, its topic from the heraldtopic extension.
@@ -72,15 +74,21 @@ func parse(r *kgo.Record, prefix string) (herald.Message, error) {
 	if _, err := uuid.Parse(id); err != nil {
 		return herald.Message{}, ErrNotHerald
 	}
+	ev, av, err := herald.ParseVersions(fields[herald.HeaderEventVersion], fields[herald.HeaderAggregateVersion])
+	if err != nil {
+		return herald.Message{}, fmt.Errorf("heraldkafka: event %s: %w", id, err)
+	}
 	return herald.Message{
-		ID:            id,
-		Topic:         topic,
-		Key:           fields[herald.HeaderKey],
-		Type:          fields[herald.HeaderType],
-		AggregateType: fields[herald.HeaderAggregateType],
-		AggregateID:   fields[herald.HeaderAggregateID],
-		Payload:       r.Value,
-		Headers:       own,
+		ID:               id,
+		Topic:            topic,
+		Key:              fields[herald.HeaderKey],
+		Type:             fields[herald.HeaderType],
+		AggregateType:    fields[herald.HeaderAggregateType],
+		AggregateID:      fields[herald.HeaderAggregateID],
+		EventVersion:     ev,
+		AggregateVersion: av,
+		Payload:          r.Value,
+		Headers:          own,
 	}, nil
 }
 

@@ -18,7 +18,8 @@ func TestParseRoundTripsWhatPublishSent(t *testing.T) {
 		p := b.publisher(t, &heraldkafka.Config{TopicPrefix: prefix})
 		sent := herald.Message{
 			ID: herald.NewID(), Topic: "orders", Key: "order-42", Type: "order.placed",
-			AggregateType: "order", AggregateID: "42", Payload: []byte{0, 1, 2, 'x'},
+			AggregateType: "order", AggregateID: "42", EventVersion: 3, AggregateVersion: 42,
+			Payload: []byte{0, 1, 2, 'x'},
 			Headers: map[string]string{"X-Tenant": "acme", "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"},
 		}
 		require.NoError(t, p.Publish(t.Context(), []herald.Envelope{{Message: sent, Attempt: 1}}))
@@ -55,6 +56,30 @@ func TestParseKeepsTheFirstOfRepeatedHeaders(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, id, got.ID)
 	require.Equal(t, map[string]string{"X-A": "1"}, got.Headers)
+}
+
+// A version header that is not a version in range is an error naming it,
+// not version 1 or none; an absent one is version 1 and no aggregate
+// version.
+func TestParseRefusesMalformedVersions(t *testing.T) {
+	t.Parallel()
+	for _, h := range []kgo.RecordHeader{
+		{Key: herald.HeaderEventVersion, Value: []byte("v2")},
+		{Key: herald.HeaderEventVersion, Value: []byte("0")},
+		{Key: herald.HeaderEventVersion, Value: []byte("2147483648")},
+		{Key: herald.HeaderAggregateVersion, Value: []byte("-1")},
+		{Key: herald.HeaderAggregateVersion, Value: []byte("1.5")},
+	} {
+		_, err := heraldkafka.Parse(&kgo.Record{Topic: "orders", Headers: []kgo.RecordHeader{
+			{Key: herald.HeaderID, Value: []byte(herald.NewID())}, h,
+		}})
+		require.ErrorContains(t, err, "heraldkafka: event ", "%s: %q", h.Key, h.Value)
+		require.ErrorContains(t, err, h.Key)
+	}
+	got, err := heraldkafka.Parse(&kgo.Record{Topic: "orders", Headers: []kgo.RecordHeader{{Key: herald.HeaderID, Value: []byte(herald.NewID())}}})
+	require.NoError(t, err)
+	require.Equal(t, 1, got.EventVersion, "a record sent before versions were carried is version 1")
+	require.Zero(t, got.AggregateVersion)
 }
 
 func TestParseWithPrefixRemovesIt(t *testing.T) {

@@ -119,7 +119,7 @@ func (b *refusingBroker) read(t *testing.T, topic string, n int) []publishertest
 			for _, pub := range msgs {
 				m, err := heraldmqtt.Parse(pub)
 				require.NoError(t, err)
-				got = append(got, publishertest.Received{ID: m.ID, Topic: m.Topic, Key: m.Key, Type: m.Type, Payload: m.Payload, Headers: m.Headers})
+				got = append(got, publishertest.ReceivedOf(m))
 			}
 			return got
 		}

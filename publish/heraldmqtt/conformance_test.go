@@ -59,9 +59,7 @@ func conformance(t *testing.T, ce *heraldce.Config) {
 				require.EqualValues(t, 1, pub.QoS, "published at QoS 1")
 				m, err := heraldmqtt.Parse(pub)
 				require.NoError(t, err)
-				got = append(got, publishertest.Received{
-					ID: m.ID, Topic: m.Topic, Key: m.Key, Type: m.Type, Payload: m.Payload, Headers: m.Headers,
-				})
+				got = append(got, publishertest.ReceivedOf(m))
 			}
 			return got
 		},

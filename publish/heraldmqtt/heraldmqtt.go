@@ -6,8 +6,9 @@
 // Config.TopicMapping). The payload is carried byte for byte; the event's
 // fields and the producer's headers travel as MQTT 5 user properties, as
 // herald.EventHeaders maps them: Herald-Id, Herald-Topic, Herald-Key,
-// Herald-Type, Herald-Aggregate-Type, Herald-Aggregate-Id, then one
-// property per producer header. A consumer turns a received PUBLISH back
+// Herald-Type, Herald-Aggregate-Type, Herald-Aggregate-Id,
+// Herald-Event-Version, Herald-Aggregate-Version, then one property per
+// producer header. A consumer turns a received PUBLISH back
 // into the event with Parse.
 //
 // With Config.CloudEvents set, every event is a CloudEvent instead, as the

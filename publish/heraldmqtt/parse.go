@@ -17,9 +17,10 @@ var ErrNotHerald = errors.New("heraldmqtt: not a Herald event (no valid Herald-I
 
 // Parse turns a received PUBLISH (paho.PublishReceived.Packet) back into
 // the event a producer wrote: ID, Topic (the event topic, not the MQTT
-// topic name), Key, Type, AggregateType, AggregateID (from the Herald-*
-// user properties), Payload (byte for byte) and the producer's own
-// Headers. Consumers key their inbox on the returned ID.
+// topic name), Key, Type, AggregateType, AggregateID, EventVersion and
+// AggregateVersion (from the Herald-* user properties; a malformed version
+// is an error, see herald.ParseVersions), Payload (byte for byte) and the
+// producer's own Headers. Consumers key their inbox on the returned ID.
 //
 // Headers holds the user properties whose names a producer may use (see
 // herald.ValidateHeaderName: no Herald-*); where a name comes more than
@@ -37,9 +38,17 @@ func Parse(pub *paho.Publish) (herald.Message, error) {
 	if pub.Properties.User.Get(herald.HeaderID) == "" && isCloudEvent(pub.Properties) {
 		return parseCloudEvent(pub)
 	}
-	var m herald.Message
+	var (
+		m        herald.Message
+		ev, av   string
+		versions = map[string]*string{herald.HeaderEventVersion: &ev, herald.HeaderAggregateVersion: &av}
+	)
 	for _, up := range pub.Properties.User {
-		if dst := heraldField(&m, up.Key); dst != nil {
+		dst := heraldField(&m, up.Key)
+		if dst == nil {
+			dst = versions[up.Key]
+		}
+		if dst != nil {
 			*dst = up.Value
 			continue
 		}
@@ -53,6 +62,10 @@ func Parse(pub *paho.Publish) (herald.Message, error) {
 	}
 	if _, err := uuid.Parse(m.ID); err != nil {
 		return herald.Message{}, ErrNotHerald
+	}
+	var err error
+	if m.EventVersion, m.AggregateVersion, err = herald.ParseVersions(ev, av); err != nil {
+		return herald.Message{}, fmt.Errorf("heraldmqtt: event %s: %w", m.ID, err)
 	}
 	m.Payload = pub.Payload
 	if m.Payload == nil {

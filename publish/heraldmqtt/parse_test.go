@@ -23,7 +23,8 @@ func TestParseRoundTripsWhatPublishSent(t *testing.T) {
 	p := b.publisher(t, &heraldmqtt.Config{TopicPrefix: b.prefix + "events/", TopicMapping: heraldmqtt.TopicDotsToSlashes})
 	sent := herald.Message{
 		ID: herald.NewID(), Topic: "orders.placed", Key: "order-42", Type: "order.placed",
-		AggregateType: "order", AggregateID: "42", Payload: []byte{0, 1, 2, 'x', 0xff},
+		AggregateType: "order", AggregateID: "42", EventVersion: 3, AggregateVersion: 42,
+		Payload: []byte{0, 1, 2, 'x', 0xff},
 		Headers: map[string]string{"X-Tenant": "acme", "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"},
 	}
 	require.NoError(t, p.Publish(t.Context(), []herald.Envelope{{Message: sent, Attempt: 1}}))
@@ -65,7 +66,28 @@ func TestParseKeepsOnlyTheProducersHeaders(t *testing.T) {
 		},
 	}})
 	require.NoError(t, err)
-	require.Equal(t, herald.Message{ID: id, Topic: "orders", Payload: []byte{}, Headers: map[string]string{"X-Tenant": "acme"}}, got)
+	require.Equal(t, herald.Message{
+		ID: id, Topic: "orders", EventVersion: 1, Payload: []byte{}, Headers: map[string]string{"X-Tenant": "acme"},
+	}, got)
+}
+
+// A version property that is not a version in range is an error naming
+// it, not version 1 or none.
+func TestParseRefusesMalformedVersions(t *testing.T) {
+	t.Parallel()
+	for _, up := range []paho.UserProperty{
+		{Key: herald.HeaderEventVersion, Value: "v2"},
+		{Key: herald.HeaderEventVersion, Value: "-1"},
+		{Key: herald.HeaderEventVersion, Value: "2147483648"},
+		{Key: herald.HeaderAggregateVersion, Value: "0"},
+		{Key: herald.HeaderAggregateVersion, Value: "+7"},
+	} {
+		_, err := heraldmqtt.Parse(&paho.Publish{Topic: "orders", Properties: &paho.PublishProperties{
+			User: paho.UserProperties{{Key: herald.HeaderID, Value: herald.NewID()}, up},
+		}})
+		require.ErrorContains(t, err, "heraldmqtt: event ", "%v", up)
+		require.ErrorContains(t, err, up.Key)
+	}
 }
 
 // mosquitto_sub, Mosquitto's own command-line client, receives the event

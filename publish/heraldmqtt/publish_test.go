@@ -27,8 +27,8 @@ func TestEventTravelsAsOnePUBLISHWithUserProperties(t *testing.T) {
 	p := b.publisher(t, &heraldmqtt.Config{TopicMapping: heraldmqtt.TopicDotsToSlashes})
 	env := herald.Envelope{Message: herald.Message{
 		ID: herald.NewID(), Topic: "orders.placed", Key: "order-42", Type: "order.placed",
-		AggregateType: "order", AggregateID: "42", Payload: []byte{0, 1, 0xff},
-		Headers: map[string]string{"X-Tenant": "acme"},
+		AggregateType: "order", AggregateID: "42", EventVersion: 3, AggregateVersion: 42,
+		Payload: []byte{0, 1, 0xff}, Headers: map[string]string{"X-Tenant": "acme"},
 	}, Attempt: 1, Ordered: true}
 	require.NoError(t, p.Publish(t.Context(), []herald.Envelope{env}))
 
@@ -45,6 +45,7 @@ func TestEventTravelsAsOnePUBLISHWithUserProperties(t *testing.T) {
 	require.Equal(t, map[string]string{
 		herald.HeaderID: env.ID, herald.HeaderTopic: "orders.placed", herald.HeaderKey: "order-42",
 		herald.HeaderType: "order.placed", herald.HeaderAggregateType: "order", herald.HeaderAggregateID: "42",
+		herald.HeaderEventVersion: "3", herald.HeaderAggregateVersion: "42",
 		"X-Tenant": "acme",
 	}, props)
 }

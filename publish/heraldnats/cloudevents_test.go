@@ -29,6 +29,7 @@ func TestCloudEvents(t *testing.T) {
 
 		env := envelope("orders")
 		env.Key, env.Type, env.AggregateType, env.AggregateID = "order-7", "order.placed", "order", "7"
+		env.EventVersion, env.AggregateVersion = 2, 7
 		env.Payload = []byte(`{"order":7}`)
 		env.CreatedAt = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 		env.Headers = map[string]string{"Content-Type": "application/json", "traceparent": traceparent, "X-Tenant": "acme"}
@@ -57,6 +58,7 @@ func TestCloudEvents(t *testing.T) {
 		require.JSONEq(t, `{"order":7}`, string(e.Data()))
 		require.Equal(t, map[string]any{
 			"traceparent": traceparent, "heraldtopic": "orders", "heraldkey": "order-7", "heraldaggregatetype": "order",
+			"heraldeventversion": "2", "heraldaggversion": "7",
 		}, e.Extensions())
 
 		back, err := heraldnats.Parse(m)

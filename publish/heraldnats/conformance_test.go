@@ -123,9 +123,7 @@ func readSubject(t *testing.T, stream jetstream.Stream, subject string, n int) [
 		}
 		msg, err := heraldnats.ParseJetStream(m)
 		require.NoError(t, err)
-		got = append(got, publishertest.Received{
-			ID: msg.ID, Topic: msg.Topic, Key: msg.Key, Type: msg.Type, Payload: msg.Payload, Headers: msg.Headers,
-		})
+		got = append(got, publishertest.ReceivedOf(msg))
 		return true
 	}
 	for len(got) < n && next() {

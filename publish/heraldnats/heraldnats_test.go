@@ -123,6 +123,7 @@ func TestPublish(t *testing.T) {
 		env.Type = "order.placed"
 		env.AggregateType = "order"
 		env.AggregateID = "42"
+		env.EventVersion, env.AggregateVersion = 3, 42
 		env.Payload = []byte{0x00, 0xff, 'h', 'i', '\n', 0x80}
 		env.Headers = map[string]string{
 			"traceparent":          "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
@@ -137,16 +138,18 @@ func TestPublish(t *testing.T) {
 		require.Equal(t, "prod.orders.placed", msg.Subject)
 		require.Equal(t, env.Payload, msg.Data)
 		require.Equal(t, nats.Header{
-			"Nats-Msg-Id":           {env.ID},
-			"Herald-Id":             {env.ID},
-			"Herald-Topic":          {"orders.placed"},
-			"Herald-Type":           {"order.placed"},
-			"Herald-Key":            {"k-42"},
-			"Herald-Aggregate-Type": {"order"},
-			"Herald-Aggregate-Id":   {"42"},
-			"traceparent":           {env.Headers["traceparent"]},
-			"tracestate":            {"vendor=opaque"},
-			"X-Tenant":              {"acme"},
+			"Nats-Msg-Id":              {env.ID},
+			"Herald-Id":                {env.ID},
+			"Herald-Topic":             {"orders.placed"},
+			"Herald-Type":              {"order.placed"},
+			"Herald-Key":               {"k-42"},
+			"Herald-Aggregate-Type":    {"order"},
+			"Herald-Aggregate-Id":      {"42"},
+			"Herald-Event-Version":     {"3"},
+			"Herald-Aggregate-Version": {"42"},
+			"traceparent":              {env.Headers["traceparent"]},
+			"tracestate":               {"vendor=opaque"},
+			"X-Tenant":                 {"acme"},
 		}, msg.Header)
 	})
 
@@ -161,7 +164,10 @@ func TestPublish(t *testing.T) {
 
 		msg, err := stream.GetMsg(t.Context(), 1)
 		require.NoError(t, err)
-		require.Equal(t, nats.Header{"Nats-Msg-Id": {env.ID}, "Herald-Id": {env.ID}, "Herald-Topic": {"orders.placed"}}, msg.Header)
+		require.Equal(t, nats.Header{
+			"Nats-Msg-Id": {env.ID}, "Herald-Id": {env.ID}, "Herald-Topic": {"orders.placed"},
+			"Herald-Event-Version": {"1"}, // always: no version is version 1
+		}, msg.Header)
 	})
 
 	t.Run("RepublishOfSameEventIsDroppedAsDuplicate", func(t *testing.T) {

@@ -20,7 +20,9 @@ var ErrNotHerald = errors.New("heraldnats: not a Herald event (no valid Herald-I
 // Parse turns a received NATS message back into the event a producer wrote:
 // ID, Topic (the subject, less any SubjectPrefix the publisher used: pass
 // the prefix to ParseWithPrefix), Key, Type, AggregateType, AggregateID,
-// Payload and the producer's own Headers (without Herald-* and Nats-*).
+// EventVersion and AggregateVersion (see herald.ParseVersions; a malformed
+// one is an error), Payload and the producer's own Headers (without
+// Herald-* and Nats-*).
 // Consumers key their inbox on the returned ID. A message Herald sent as a
 // CloudEvent (Config.CloudEvents) is read back from its JSON event format,
 // its topic from the heraldtopic extension.
@@ -63,14 +65,20 @@ func parse(subject string, h nats.Header, data []byte, prefix string) (herald.Me
 	if _, err := uuid.Parse(id); err != nil {
 		return herald.Message{}, ErrNotHerald
 	}
+	ev, av, err := herald.ParseVersions(h.Get(herald.HeaderEventVersion), h.Get(herald.HeaderAggregateVersion))
+	if err != nil {
+		return herald.Message{}, fmt.Errorf("heraldnats: event %s: %w", id, err)
+	}
 	msg := herald.Message{
-		ID:            id,
-		Topic:         topic,
-		Key:           h.Get(herald.HeaderKey),
-		Type:          h.Get(herald.HeaderType),
-		AggregateType: h.Get(herald.HeaderAggregateType),
-		AggregateID:   h.Get(herald.HeaderAggregateID),
-		Payload:       data,
+		ID:               id,
+		Topic:            topic,
+		Key:              h.Get(herald.HeaderKey),
+		Type:             h.Get(herald.HeaderType),
+		AggregateType:    h.Get(herald.HeaderAggregateType),
+		AggregateID:      h.Get(herald.HeaderAggregateID),
+		EventVersion:     ev,
+		AggregateVersion: av,
+		Payload:          data,
 	}
 	for name, values := range h {
 		lower := strings.ToLower(name)

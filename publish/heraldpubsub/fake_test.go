@@ -148,9 +148,7 @@ func (f *fake) read(t *testing.T, id string, n int) []publishertest.Received {
 			acks = append(acks, rm.AckId)
 			m, err := heraldpubsub.Parse(received(rm))
 			require.NoError(t, err)
-			got = append(got, publishertest.Received{
-				ID: m.ID, Topic: m.Topic, Key: m.Key, Type: m.Type, Payload: m.Payload, Headers: m.Headers,
-			})
+			got = append(got, publishertest.ReceivedOf(m))
 		}
 		if len(acks) > 0 {
 			require.NoError(t, f.client.SubscriptionAdminClient.Acknowledge(ctx, &pb.AcknowledgeRequest{Subscription: sub, AckIds: acks}))

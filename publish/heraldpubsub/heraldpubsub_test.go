@@ -64,7 +64,7 @@ func TestPublishCarriesTheEventAsAMessage(t *testing.T) {
 	f.topic(t, "orders")
 	envs := batch(t,
 		herald.Message{Topic: "orders", Key: "order-42", Type: "order.placed", AggregateType: "order", AggregateID: "42",
-			Payload: []byte{0, 1, 0xff}, Headers: map[string]string{"X-Tenant": "acme"}},
+			EventVersion: 3, AggregateVersion: 42, Payload: []byte{0, 1, 0xff}, Headers: map[string]string{"X-Tenant": "acme"}},
 		herald.Message{Topic: "orders", Payload: []byte("no key")},
 		herald.Message{Topic: "orders", Key: "k-unordered", Payload: []byte("unordered topic")},
 	)
@@ -87,6 +87,7 @@ func TestPublishCarriesTheEventAsAMessage(t *testing.T) {
 	require.Equal(t, map[string]string{
 		herald.HeaderID: envs[0].ID, herald.HeaderTopic: "orders", herald.HeaderKey: "order-42",
 		herald.HeaderType: "order.placed", herald.HeaderAggregateType: "order", herald.HeaderAggregateID: "42",
+		herald.HeaderEventVersion: "3", herald.HeaderAggregateVersion: "42",
 		"X-Tenant": "acme",
 	}, m.Attributes)
 	require.Empty(t, first[byID[envs[1].ID]].OrderingKey, "an event without a key has no ordering key")

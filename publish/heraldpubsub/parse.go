@@ -18,8 +18,9 @@ var ErrNotHerald = errors.New("heraldpubsub: not a Herald event (no valid Herald
 
 // Parse turns a received message back into the event a producer wrote:
 // ID, Topic (the event's topic, without any TopicPrefix), Key, Type,
-// AggregateType, AggregateID (from the Herald-* attributes), Payload (the
-// data) and the producer's own Headers. Consumers key their inbox on the
+// AggregateType, AggregateID, EventVersion and AggregateVersion (from the
+// Herald-* attributes; a malformed version is an error, see
+// herald.ParseVersions), Payload (the data) and the producer's own Headers. Consumers key their inbox on the
 // returned ID, not on the message's ID: Pub/Sub gives a republished event
 // a new message ID.
 //
@@ -42,14 +43,20 @@ func Parse(m *pubsub.Message) (herald.Message, error) {
 	if _, err := uuid.Parse(id); err != nil {
 		return herald.Message{}, ErrNotHerald
 	}
+	ev, av, err := herald.ParseVersions(m.Attributes[herald.HeaderEventVersion], m.Attributes[herald.HeaderAggregateVersion])
+	if err != nil {
+		return herald.Message{}, fmt.Errorf("heraldpubsub: event %s: %w", id, err)
+	}
 	out := herald.Message{
-		ID:            id,
-		Topic:         m.Attributes[herald.HeaderTopic],
-		Key:           m.Attributes[herald.HeaderKey],
-		Type:          m.Attributes[herald.HeaderType],
-		AggregateType: m.Attributes[herald.HeaderAggregateType],
-		AggregateID:   m.Attributes[herald.HeaderAggregateID],
-		Payload:       m.Data,
+		ID:               id,
+		Topic:            m.Attributes[herald.HeaderTopic],
+		Key:              m.Attributes[herald.HeaderKey],
+		Type:             m.Attributes[herald.HeaderType],
+		AggregateType:    m.Attributes[herald.HeaderAggregateType],
+		AggregateID:      m.Attributes[herald.HeaderAggregateID],
+		EventVersion:     ev,
+		AggregateVersion: av,
+		Payload:          m.Data,
 	}
 	if out.Payload == nil {
 		out.Payload = []byte{}

@@ -21,10 +21,11 @@ func TestParseReadsWhatASubscriberReceives(t *testing.T) {
 	p := f.publisher(t, &heraldpubsub.Config{TopicPrefix: "prod-"})
 	sent := []herald.Message{{
 		ID: herald.NewID(), Topic: "orders", Key: "order-42", Type: "order.placed",
-		AggregateType: "order", AggregateID: "42", Payload: []byte{0, 1, 2, 'x', 0xff},
+		AggregateType: "order", AggregateID: "42", EventVersion: 3, AggregateVersion: 42,
+		Payload: []byte{0, 1, 2, 'x', 0xff},
 		Headers: map[string]string{"X-Tenant": "acme", "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"},
 	}, {
-		ID: herald.NewID(), Topic: "orders", Key: "order-42", Type: "order.paid", Payload: []byte{},
+		ID: herald.NewID(), Topic: "orders", Key: "order-42", Type: "order.paid", EventVersion: 1, Payload: []byte{},
 	}}
 	envs := make([]herald.Envelope, len(sent))
 	for i, m := range sent {
@@ -87,5 +88,26 @@ func TestParseKeepsOnlyTheProducersAttributes(t *testing.T) {
 		},
 	})
 	require.NoError(t, err)
-	require.Equal(t, herald.Message{ID: id, Topic: "orders", Key: "k", Payload: []byte{}, Headers: map[string]string{"X-Tenant": "acme"}}, got)
+	require.Equal(t, herald.Message{
+		ID: id, Topic: "orders", Key: "k", EventVersion: 1, Payload: []byte{}, Headers: map[string]string{"X-Tenant": "acme"},
+	}, got)
+}
+
+// A version attribute that is not a version in range is an error naming
+// it, not version 1 or none.
+func TestParseRefusesMalformedVersions(t *testing.T) {
+	t.Parallel()
+	for _, a := range []struct{ name, value string }{
+		{herald.HeaderEventVersion, "v2"},
+		{herald.HeaderEventVersion, "0"},
+		{herald.HeaderEventVersion, "2147483648"},
+		{herald.HeaderAggregateVersion, "-1"},
+		{herald.HeaderAggregateVersion, "1e3"},
+	} {
+		_, err := heraldpubsub.Parse(&pubsub.Message{Attributes: map[string]string{
+			herald.HeaderID: herald.NewID(), herald.HeaderTopic: "orders", a.name: a.value,
+		}})
+		require.ErrorContains(t, err, "heraldpubsub: event ", "%s: %q", a.name, a.value)
+		require.ErrorContains(t, err, a.name)
+	}
 }

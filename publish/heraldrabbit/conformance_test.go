@@ -61,9 +61,7 @@ func conformance(t *testing.T, ce *heraldce.Config) {
 			for _, d := range b.read(t, q, n) {
 				m, err := heraldrabbit.Parse(d)
 				require.NoError(t, err)
-				got = append(got, publishertest.Received{
-					ID: m.ID, Topic: m.Topic, Key: m.Key, Type: m.Type, Payload: m.Payload, Headers: m.Headers,
-				})
+				got = append(got, publishertest.ReceivedOf(m))
 			}
 			return got
 		},

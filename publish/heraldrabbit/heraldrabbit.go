@@ -403,7 +403,7 @@ func (p *Publisher) headers(env *herald.Envelope) (amqp.Table, error) {
 			p.log.Warn("dropped a reserved header", "event_id", env.ID, "header", name)
 		}
 	}
-	h := make(amqp.Table, len(env.Headers)+6)
+	h := make(amqp.Table, len(env.Headers)+8)
 	var err error
 	herald.EventHeaders(env, func(name, value string) {
 		if len(name) > maxShortString && err == nil {

@@ -228,6 +228,7 @@ func TestPublish(t *testing.T) {
 		p := b.publisher(t, &heraldrabbit.Config{ContentType: "application/json"})
 		env := envelope("orders", "order-42")
 		env.Type, env.AggregateType, env.AggregateID = "order.placed", "order", "42"
+		env.EventVersion, env.AggregateVersion = 3, 42
 		env.Headers = map[string]string{"X-Tenant": "acme"}
 		env.CreatedAt = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 		require.NoError(t, p.Publish(t.Context(), []herald.Envelope{env}))
@@ -243,13 +244,15 @@ func TestPublish(t *testing.T) {
 		require.Equal(t, "application/json", d.ContentType)
 		require.True(t, env.CreatedAt.Equal(d.Timestamp), "timestamp %v", d.Timestamp)
 		require.Equal(t, amqp.Table{
-			"X-Tenant":                 "acme",
-			herald.HeaderID:            env.ID,
-			herald.HeaderTopic:         "orders",
-			herald.HeaderKey:           "order-42",
-			herald.HeaderType:          "order.placed",
-			herald.HeaderAggregateType: "order",
-			herald.HeaderAggregateID:   "42",
+			"X-Tenant":                    "acme",
+			herald.HeaderID:               env.ID,
+			herald.HeaderTopic:            "orders",
+			herald.HeaderKey:              "order-42",
+			herald.HeaderType:             "order.placed",
+			herald.HeaderAggregateType:    "order",
+			herald.HeaderAggregateID:      "42",
+			herald.HeaderEventVersion:     "3",
+			herald.HeaderAggregateVersion: "42",
 		}, d.Headers)
 		require.Equal(t, []byte(`{}`), d.Body)
 	})

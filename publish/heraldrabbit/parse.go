@@ -17,8 +17,9 @@ import (
 var ErrNotHerald = errors.New("heraldrabbit: not a Herald event (no valid Herald-Id header)")
 
 // Parse turns a delivery back into the event a producer wrote: ID, Topic,
-// Key, Type, AggregateType, AggregateID (from the Herald-* headers),
-// Payload (the body) and the producer's own Headers. Consumers key their
+// Key, Type, AggregateType, AggregateID, EventVersion and AggregateVersion
+// (from the Herald-* headers; a malformed version is an error, see
+// herald.ParseVersions), Payload (the body) and the producer's own Headers. Consumers key their
 // inbox on the returned ID.
 //
 // Headers holds the string-valued headers a producer may set (see
@@ -43,14 +44,20 @@ func Parse(d amqp.Delivery) (herald.Message, error) {
 	if _, err := uuid.Parse(id); err != nil {
 		return herald.Message{}, ErrNotHerald
 	}
+	ev, av, err := versions(d.Headers)
+	if err != nil {
+		return herald.Message{}, fmt.Errorf("heraldrabbit: event %s: %w", id, err)
+	}
 	m := herald.Message{
-		ID:            id,
-		Topic:         str(herald.HeaderTopic),
-		Key:           str(herald.HeaderKey),
-		Type:          str(herald.HeaderType),
-		AggregateType: str(herald.HeaderAggregateType),
-		AggregateID:   str(herald.HeaderAggregateID),
-		Payload:       d.Body,
+		ID:               id,
+		Topic:            str(herald.HeaderTopic),
+		Key:              str(herald.HeaderKey),
+		Type:             str(herald.HeaderType),
+		AggregateType:    str(herald.HeaderAggregateType),
+		AggregateID:      str(herald.HeaderAggregateID),
+		EventVersion:     ev,
+		AggregateVersion: av,
+		Payload:          d.Body,
 	}
 	if m.Payload == nil {
 		m.Payload = []byte{}
@@ -66,6 +73,26 @@ func Parse(d amqp.Delivery) (herald.Message, error) {
 		m.Headers[name] = s
 	}
 	return m, nil
+}
+
+// versions reads the Herald-Event-Version and Herald-Aggregate-Version
+// headers (herald.ParseVersions). Herald sends them as strings; a header
+// of another AMQP type is refused rather than read as absent, which would
+// make it version 1.
+func versions(h amqp.Table) (int, int64, error) {
+	var text [2]string
+	for i, name := range [...]string{herald.HeaderEventVersion, herald.HeaderAggregateVersion} {
+		v, ok := h[name]
+		if !ok {
+			continue
+		}
+		s, ok := v.(string)
+		if !ok {
+			return 0, 0, fmt.Errorf("header %s is a %T, not a string", name, v)
+		}
+		text[i] = s
+	}
+	return herald.ParseVersions(text[0], text[1])
 }
 
 // brokerHeader reports whether RabbitMQ sets the header on a dead-lettered

@@ -19,7 +19,8 @@ func TestParseRoundTripsWhatPublishSent(t *testing.T) {
 	pub := b.publisher(t, &heraldrabbit.Config{RoutingKey: func(env *herald.Envelope) string { return "rk." + env.Topic }})
 	sent := herald.Message{
 		ID: herald.NewID(), Topic: "orders", Key: "order-42", Type: "order.placed",
-		AggregateType: "order", AggregateID: "42", Payload: []byte{0, 1, 2, 'x', 0xff},
+		AggregateType: "order", AggregateID: "42", EventVersion: 3, AggregateVersion: 42,
+		Payload: []byte{0, 1, 2, 'x', 0xff},
 		Headers: map[string]string{"X-Tenant": "acme", "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"},
 	}
 	require.NoError(t, pub.Publish(t.Context(), []herald.Envelope{{Message: sent, Attempt: 1}}))
@@ -71,5 +72,37 @@ func TestParseKeepsOnlyTheProducersHeaders(t *testing.T) {
 		"x-delay":             int32(5),
 	}})
 	require.NoError(t, err)
-	require.Equal(t, herald.Message{ID: id, Topic: "orders", Payload: []byte{}, Headers: map[string]string{"X-Tenant": "acme"}}, got)
+	require.Equal(t, herald.Message{
+		ID: id, Topic: "orders", EventVersion: 1, Payload: []byte{}, Headers: map[string]string{"X-Tenant": "acme"},
+	}, got)
+}
+
+// A version header that is not a version in range, or not a string, is an
+// error naming the header, not version 1 or none.
+func TestParseRefusesMalformedVersions(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name  string
+		value any
+		ev    bool
+	}{
+		{"EventVersionNotANumber", "v2", true},
+		{"EventVersionZero", "0", true},
+		{"EventVersionOverInt32", "2147483648", true},
+		{"EventVersionNotAString", int32(2), true},
+		{"AggregateVersionNegative", "-1", false},
+		{"AggregateVersionNotAString", int64(9), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			name := herald.HeaderAggregateVersion
+			if tc.ev {
+				name = herald.HeaderEventVersion
+			}
+			_, err := heraldrabbit.Parse(amqp.Delivery{Headers: amqp.Table{
+				herald.HeaderID: herald.NewID(), herald.HeaderTopic: "orders", name: tc.value,
+			}})
+			require.ErrorContains(t, err, "heraldrabbit: event ")
+			require.ErrorContains(t, err, name)
+		})
+	}
 }

@@ -92,7 +92,9 @@ func FuzzParseAnyEntry(f *testing.F) {
 		}
 		_, err = uuid.Parse(got.ID)
 		require.NoError(t, err, "took %q as an event id", got.ID)
-		require.Equal(t, herald.Message{ID: eventID, Topic: topic, Key: key, Payload: []byte(payload), Headers: decoded(t, headers)}, got)
+		require.Equal(t, herald.Message{
+			ID: eventID, Topic: topic, Key: key, EventVersion: 1, Payload: []byte(payload), Headers: decoded(t, headers),
+		}, got, "an entry without version fields is version 1")
 	})
 }
 

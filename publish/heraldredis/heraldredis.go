@@ -3,7 +3,8 @@
 // Each event becomes one stream entry, added with XADD to the stream named
 // by its topic (after an optional prefix). The entry's fields carry the
 // event (see the Field constants): its id, topic, key, type, aggregate,
-// producer headers as one JSON object, and the payload byte for byte. The
+// event and aggregate versions, producer headers as one JSON object, and
+// the payload byte for byte. The
 // producer headers are those herald.EventHeaders lets through (a reserved
 // name in a row written with plain SQL is dropped); Herald's own are the
 // entry's other fields. A consumer turns an entry back into the event with
@@ -71,6 +72,12 @@ const (
 	FieldType          = "type"
 	FieldAggregateType = "aggregate_type"
 	FieldAggregateID   = "aggregate_id"
+	// FieldEventVersion holds the event's version (EventVersion, as a
+	// decimal number; always present), FieldAggregateVersion the
+	// aggregate's (AggregateVersion; present when set): the values of
+	// herald.HeaderEventVersion and herald.HeaderAggregateVersion.
+	FieldEventVersion     = "event_version"
+	FieldAggregateVersion = "aggregate_version"
 	// FieldHeaders holds the producer's headers as one JSON object of
 	// strings, so no header can stand in for another field.
 	FieldHeaders = "headers"
@@ -320,7 +327,7 @@ func (p *Publisher) entry(env *herald.Envelope) (string, []any, error) {
 		args, err := p.cloudEvent(env)
 		return stream, args, err
 	}
-	args := make([]any, 1, 17)
+	args := make([]any, 1, 21)
 	args = append(args, FieldID, env.ID, FieldTopic, env.Topic)
 	for _, f := range [...]struct{ name, v string }{
 		{FieldKey, env.Key},
@@ -332,7 +339,9 @@ func (p *Publisher) entry(env *herald.Envelope) (string, []any, error) {
 			args = append(args, f.name, f.v)
 		}
 	}
-	if h := producerHeaders(env); len(h) > 0 {
+	versions, h := eventFields(env)
+	args = append(args, versions...)
+	if len(h) > 0 {
 		encoded, err := json.Marshal(h)
 		if err != nil {
 			return "", nil, herald.Permanent(fmt.Errorf("heraldredis: encoding headers: %w", err))
@@ -379,12 +388,18 @@ func (p *Publisher) cloudEvent(env *herald.Envelope) ([]any, error) {
 	return args, nil
 }
 
-// producerHeaders returns the producer headers of env that reach the
-// broker, nil for none.
-func producerHeaders(env *herald.Envelope) map[string]string {
-	var h map[string]string
+// eventFields returns the version fields of env's entry, as names and
+// values, and the producer headers of env that reach the broker (nil for
+// none), both as herald.EventHeaders maps them.
+func eventFields(env *herald.Envelope) (versions []any, h map[string]string) {
 	herald.EventHeaders(env, func(name, v string) {
 		switch name {
+		case herald.HeaderEventVersion:
+			versions = append(versions, FieldEventVersion, v)
+			return
+		case herald.HeaderAggregateVersion:
+			versions = append(versions, FieldAggregateVersion, v)
+			return
 		case herald.HeaderID, herald.HeaderTopic, herald.HeaderKey, herald.HeaderType,
 			herald.HeaderAggregateType, herald.HeaderAggregateID:
 			// The entry holds these as fields of their own, under the
@@ -396,7 +411,7 @@ func producerHeaders(env *herald.Envelope) map[string]string {
 		}
 		h[name] = v
 	})
-	return h
+	return versions, h
 }
 
 // exec sends the scripts of the named groups in one pipeline. It returns an

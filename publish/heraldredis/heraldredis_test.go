@@ -201,9 +201,7 @@ func (b *bundle) read(t *testing.T, stream string, n int) []publishertest.Receiv
 	}
 	var got []publishertest.Received
 	for _, m := range b.entries(t, stream) {
-		got = append(got, publishertest.Received{
-			ID: m.ID, Topic: m.Topic, Key: m.Key, Type: m.Type, Payload: m.Payload, Headers: m.Headers,
-		})
+		got = append(got, publishertest.ReceivedOf(m))
 	}
 	return got
 }
@@ -219,9 +217,11 @@ func TestPublish(t *testing.T) {
 		env.Type = "order.placed"
 		env.AggregateType = "order"
 		env.AggregateID = "42"
+		env.EventVersion, env.AggregateVersion = 3, 42
 		env.Payload = []byte{0, 0xff, 'p'}
 		env.Headers = map[string]string{}
-		for _, name := range []string{"id", "topic", "key", "type", "aggregate_type", "aggregate_id", "headers", "payload"} {
+		for _, name := range []string{"id", "topic", "key", "type", "aggregate_type", "aggregate_id",
+			"event_version", "aggregate_version", "headers", "payload"} {
 			env.Headers[name] = "forged-" + name
 		}
 		for name := range env.Headers {
@@ -236,10 +236,12 @@ func TestPublish(t *testing.T) {
 		require.IsType(t, "", headers)
 		require.JSONEq(t, `{"id":"forged-id","topic":"forged-topic","key":"forged-key","type":"forged-type",
 			"aggregate_type":"forged-aggregate_type","aggregate_id":"forged-aggregate_id",
+			"event_version":"forged-event_version","aggregate_version":"forged-aggregate_version",
 			"headers":"forged-headers","payload":"forged-payload"}`, headers.(string))
 		require.Equal(t, map[string]any{
 			"id": env.ID, "topic": "orders", "key": "order-42", "type": "order.placed",
-			"aggregate_type": "order", "aggregate_id": "42", "headers": headers, "payload": "\x00\xffp",
+			"aggregate_type": "order", "aggregate_id": "42", "event_version": "3", "aggregate_version": "42",
+			"headers": headers, "payload": "\x00\xffp",
 		}, raw[0].Values)
 
 		got, err := heraldredis.Parse(raw[0])
@@ -273,7 +275,8 @@ func TestPublish(t *testing.T) {
 		raw, err := b.rdb.XRange(t.Context(), b.prefix+"orders", "-", "+").Result()
 		require.NoError(t, err)
 		require.Len(t, raw, 1)
-		require.Equal(t, map[string]any{"id": env.ID, "topic": "orders", "payload": ""}, raw[0].Values)
+		require.Equal(t, map[string]any{"id": env.ID, "topic": "orders", "event_version": "1", "payload": ""}, raw[0].Values,
+			"the event version is always there: no version is version 1")
 	})
 
 	t.Run("RedisErrorHoldsBackOnlyTheLaterEventsOfItsKey", func(t *testing.T) {

@@ -19,8 +19,9 @@ var ErrNotHerald = errors.New("heraldredis: not a Herald event (no valid id fiel
 
 // Parse turns a stream entry, as XREAD, XREADGROUP or XRANGE return it, back
 // into the event a producer wrote: ID, Topic (without the publisher's
-// StreamPrefix), Key, Type, AggregateType, AggregateID, Payload and the
-// producer's Headers. Consumers key their inbox on the returned ID; the
+// StreamPrefix), Key, Type, AggregateType, AggregateID, EventVersion and
+// AggregateVersion (a malformed version is an error, see
+// herald.ParseVersions), Payload and the producer's Headers. Consumers key their inbox on the returned ID; the
 // entry's own stream id (msg.ID) is Redis's, not the event's.
 //
 // An entry Herald added as a CloudEvent (Config.CloudEvents) is read back
@@ -53,6 +54,9 @@ func Parse(msg redis.XMessage) (herald.Message, error) {
 			return herald.Message{}, err
 		}
 	}
+	if m.EventVersion, m.AggregateVersion, err = versions(msg); err != nil {
+		return herald.Message{}, err
+	}
 	payload, err := field(msg, FieldPayload)
 	if err != nil {
 		return herald.Message{}, err
@@ -68,6 +72,29 @@ func Parse(msg redis.XMessage) (herald.Message, error) {
 		}
 	}
 	return m, nil
+}
+
+// versions reads the FieldEventVersion and FieldAggregateVersion fields
+// (herald.ParseVersions: an absent event version is 1), each error naming
+// the field.
+func versions(msg redis.XMessage) (int, int64, error) {
+	ev, err := field(msg, FieldEventVersion)
+	if err != nil {
+		return 0, 0, err
+	}
+	av, err := field(msg, FieldAggregateVersion)
+	if err != nil {
+		return 0, 0, err
+	}
+	event, _, err := herald.ParseVersions(ev, "")
+	if err != nil {
+		return 0, 0, fmt.Errorf("heraldredis: entry %s: field %q: %w", msg.ID, FieldEventVersion, err)
+	}
+	_, aggregate, err := herald.ParseVersions("", av)
+	if err != nil {
+		return 0, 0, fmt.Errorf("heraldredis: entry %s: field %q: %w", msg.ID, FieldAggregateVersion, err)
+	}
+	return event, aggregate, nil
 }
 
 // field returns the named field of an entry, "" when it is absent.

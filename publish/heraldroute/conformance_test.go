@@ -123,9 +123,11 @@ func (h *routeHarness) read(t *testing.T, topic string, n int) []publishertest.R
 	for i, r := range reqs {
 		id := r.header.Get("webhook-id")
 		require.Equal(t, id, r.header.Get(herald.HeaderID))
+		ev, av, err := herald.ParseVersions(r.header.Get(herald.HeaderEventVersion), r.header.Get(herald.HeaderAggregateVersion))
+		require.NoError(t, err)
 		out[i] = publishertest.Received{
 			ID: id, Topic: topic, Key: r.header.Get(herald.HeaderKey), Type: r.header.Get(herald.HeaderType),
-			Payload: r.body, Headers: h.producerHeaders(id, r.header),
+			EventVersion: ev, AggregateVersion: av, Payload: r.body, Headers: h.producerHeaders(id, r.header),
 		}
 	}
 	return out

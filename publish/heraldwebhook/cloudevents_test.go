@@ -30,6 +30,7 @@ func TestCloudEvents(t *testing.T) {
 			})
 			env := envelope("orders", "order-42", `{"order":42}`)
 			env.Type, env.AggregateType, env.AggregateID = "order.placed", "order", "42"
+			env.EventVersion, env.AggregateVersion = 2, 7
 			env.CreatedAt = time.Date(2026, 1, 2, 3, 4, 5, 600000000, time.UTC)
 			env.Headers = map[string]string{"Content-Type": "application/json", "traceparent": traceparent, "X-Tenant": "acme"}
 			require.NoError(t, publish(t, p, env))
@@ -58,6 +59,7 @@ func TestCloudEvents(t *testing.T) {
 			require.JSONEq(t, `{"order":42}`, string(e.Data()))
 			require.Equal(t, map[string]any{
 				"traceparent": traceparent, "heraldtopic": "orders", "heraldkey": "order-42", "heraldaggregatetype": "order",
+				"heraldeventversion": "2", "heraldaggversion": "7",
 			}, e.Extensions())
 
 			back, err := heraldce.ParseHTTP(req.header, req.body)
@@ -68,6 +70,8 @@ func TestCloudEvents(t *testing.T) {
 			require.Equal(t, env.Type, back.Type)
 			require.Equal(t, env.AggregateType, back.AggregateType)
 			require.Equal(t, env.AggregateID, back.AggregateID)
+			require.Equal(t, 2, back.EventVersion)
+			require.Equal(t, int64(7), back.AggregateVersion)
 			require.Equal(t, env.Payload, back.Payload)
 			require.Equal(t, "acme", back.Headers["X-Tenant"])
 			require.Equal(t, "application/json", back.Headers["Content-Type"])

@@ -91,9 +91,13 @@ func (h *harness) read(t *testing.T, topic string, n int) []publishertest.Receiv
 	for i, r := range reqs {
 		require.Equal(t, topic, r.header.Get(herald.HeaderTopic), "the topic's URL receives only its events")
 		require.Equal(t, r.id(), r.header.Get(herald.HeaderID))
+		// A webhook receiver has no Parse: it reads the versions as any
+		// consumer of the headers does.
+		ev, av, err := herald.ParseVersions(r.header.Get(herald.HeaderEventVersion), r.header.Get(herald.HeaderAggregateVersion))
+		require.NoError(t, err)
 		out[i] = publishertest.Received{
 			ID: r.id(), Topic: r.header.Get(herald.HeaderTopic), Key: r.key(), Type: r.header.Get(herald.HeaderType),
-			Payload: r.body, Headers: h.producerHeaders(r),
+			EventVersion: ev, AggregateVersion: av, Payload: r.body, Headers: h.producerHeaders(r),
 		}
 	}
 	return out

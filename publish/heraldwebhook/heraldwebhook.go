@@ -13,7 +13,9 @@
 //     rollover (Endpoint.PreviousSecret), a second such signature under
 //     the previous secret, after a space;
 //   - Herald-Id, Herald-Topic, Herald-Key, Herald-Type and the aggregate
-//     headers, when set, and the producer's headers, as herald.EventHeaders
+//     headers, when set, Herald-Event-Version (always) and
+//     Herald-Aggregate-Version (when set; a receiver reads both with
+//     herald.ParseVersions), and the producer's headers, as herald.EventHeaders
 //     maps them: a name a producer may not use (webhook-*, Herald-*,
 //     hop-by-hop and framing headers such as Connection, Transfer-Encoding,
 //     Host and Content-Length; see herald.ValidateHeaderName) is dropped

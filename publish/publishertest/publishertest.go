@@ -59,10 +59,24 @@ type Features struct {
 // Received is one message as a consumer read it from the broker.
 type Received struct {
 	ID, Topic, Key, Type string
-	Payload              []byte
+	// EventVersion and AggregateVersion are what the publisher's Parse
+	// returns (herald.ParseVersions: 1 and 0 when the message has none).
+	EventVersion     int
+	AggregateVersion int64
+	Payload          []byte
 	// Headers holds the producer's headers only (no Herald-* or broker
 	// headers). Nil and empty are equivalent.
 	Headers map[string]string
+}
+
+// ReceivedOf is the Received of an event as a publisher's Parse returned
+// it.
+func ReceivedOf(m herald.Message) Received {
+	return Received{
+		ID: m.ID, Topic: m.Topic, Key: m.Key, Type: m.Type,
+		EventVersion: m.EventVersion, AggregateVersion: m.AggregateVersion,
+		Payload: m.Payload, Headers: m.Headers,
+	}
 }
 
 // Harness connects the suite to one publisher and its broker.
@@ -127,6 +141,7 @@ func Run(t *testing.T, h Harness) {
 	}{
 		{"PayloadBytesRoundTripExactly", true, "", s.payloadRoundTrip},
 		{"KeyTypeAndEventIDArrive", true, "", s.fieldsArrive},
+		{"EventAndAggregateVersionsArrive", true, "", s.versionsArrive},
 		{"ProducerHeadersArriveWithTheirValues", h.Features.Headers, "Features.Headers is not declared", s.headersArrive},
 		{"EventsOfOneKeyArriveInBatchOrder", h.Features.KeyOrder, "Features.KeyOrder is not declared", s.oneKeyInOrder},
 		{"InterleavedKeysKeepEachKeysOrder", h.Features.KeyOrder, "Features.KeyOrder is not declared", s.interleavedKeysInOrder},
@@ -273,6 +288,35 @@ func (s *suite) fieldsArrive(t *testing.T) {
 		require.Equal(t, topic, r.Topic, "event %d", i)
 		require.Equal(t, e.Key, r.Key, "event %d", i)
 		require.Equal(t, e.Type, r.Type, "event %d", i)
+	}
+}
+
+// versionsArrive checks that the versions round-trip exactly: an event
+// that has both, one at the largest values, and one with neither, which a
+// consumer reads as version 1 without an aggregate version. The first uses
+// every field besides, so that a publisher with a cap on attributes (SQS
+// and SNS take 10) shows it can carry them all.
+func (s *suite) versionsArrive(t *testing.T) {
+	topic := s.h.Topic(t)
+	envs := batch(t,
+		herald.Message{Topic: topic, Key: "v-1", Type: "order.placed", AggregateType: "order", AggregateID: "42",
+			EventVersion: 3, AggregateVersion: 42, Payload: []byte{0, 0xff, 'v'}, Headers: map[string]string{"X-Tenant": "acme"}},
+		herald.Message{Topic: topic, Key: "v-2", EventVersion: herald.MaxEventVersion, AggregateVersion: 1<<63 - 1, Payload: []byte("max")},
+		herald.Message{Topic: topic, Key: "v-3", Payload: []byte("none")},
+	)
+	publish(t, s.h.New(t), envs)
+
+	got := s.h.Read(t, topic, len(envs))
+	require.Len(t, got, len(envs), "every event arrives once")
+	recv := byID(t, got)
+	for i, want := range []struct {
+		event     int
+		aggregate int64
+	}{{3, 42}, {herald.MaxEventVersion, 1<<63 - 1}, {1, 0}} {
+		r, ok := recv[envs[i].ID]
+		require.Truef(t, ok, "event %d (%s) did not arrive", i, envs[i].ID)
+		require.Equal(t, want.event, r.EventVersion, "event %d: event version", i)
+		require.Equal(t, want.aggregate, r.AggregateVersion, "event %d: aggregate version", i)
 	}
 }
 

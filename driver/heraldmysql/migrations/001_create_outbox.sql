@@ -31,6 +31,11 @@ CREATE TABLE IF NOT EXISTS {{.Table}} (
     type           VARBINARY(1024) NOT NULL DEFAULT '',
     aggregate_type VARBINARY(1024) NOT NULL DEFAULT '',
     aggregate_id   VARBINARY(1024) NOT NULL DEFAULT '',
+    -- The event contract's versions: the payload's schema version (1
+    -- unless the producer says otherwise) and, optionally, the
+    -- aggregate's version after the event (NULL: none).
+    event_version     INT          NOT NULL DEFAULT 1,
+    aggregate_version BIGINT       NULL,
     payload        LONGBLOB        NOT NULL,
     headers        JSON            NOT NULL DEFAULT ('{}'),
     state          VARCHAR(9) CHARACTER SET ascii COLLATE ascii_bin NOT NULL DEFAULT 'ready',
@@ -72,6 +77,8 @@ CREATE TABLE IF NOT EXISTS {{.Table}} (
     CONSTRAINT {{.Name}}_headers_object CHECK (JSON_VALID(headers) AND JSON_TYPE(headers) = 'OBJECT'),
     CONSTRAINT {{.Name}}_state_known CHECK (state IN ('ready', 'claimed', 'published', 'dead')),
     CONSTRAINT {{.Name}}_attempts_range CHECK (attempts BETWEEN 0 AND 1000000),
+    CONSTRAINT {{.Name}}_event_version_positive CHECK (event_version >= 1),
+    CONSTRAINT {{.Name}}_aggregate_version_positive CHECK (aggregate_version >= 1),
     -- A zero date ('0000-00-00', which MySQL admits without NO_ZERO_DATE)
     -- is no time at all.
     CONSTRAINT {{.Name}}_times_set CHECK (available_at >= '1000-01-01' AND created_at >= '1000-01-01'),

@@ -89,6 +89,19 @@ func New(t testing.TB, db *sql.DB, cfg heraldmysql.Config) *Outbox {
 		InsertPlain: func(ctx context.Context, topic, key string, payload []byte, headers string) (string, error) {
 			return insertPlain(ctx, db, table, topic, key, payload, headers)
 		},
+		InsertVersioned: func(ctx context.Context, topic string, payload []byte, event int64, aggregate *int64) (string, error) {
+			res, err := db.ExecContext(ctx, `INSERT INTO `+table+` (topic, payload, event_version, aggregate_version)
+				VALUES (?, ?, ?, ?)`, topic, payload, event, aggregate)
+			if err != nil {
+				return "", err
+			}
+			seq, err := res.LastInsertId()
+			if err != nil {
+				return "", err
+			}
+			var id string
+			return id, db.QueryRowContext(ctx, `SELECT id FROM `+table+` WHERE seq = ?`, seq).Scan(&id)
+		},
 		Open: func(t testing.TB) herald.Store {
 			s, err := heraldmysql.New(Pool(t), &cfg)
 			require.NoError(t, err)

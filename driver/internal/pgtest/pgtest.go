@@ -73,6 +73,10 @@ func New(t testing.TB, pool *pgxpool.Pool, cfg heraldpg.Config) *Outbox {
 			})
 			return id, err
 		},
+		InsertVersioned: func(ctx context.Context, topic string, payload []byte, event int64, aggregate *int64) (string, error) {
+			var id string
+			return id, pool.QueryRow(ctx, q.insertVersioned, topic, payload, event, aggregate).Scan(&id)
+		},
 		Open: func(t testing.TB) herald.Store {
 			s, err := heraldpg.New(heraldtest.PostgresPool(t), &cfg)
 			require.NoError(t, err)
@@ -127,6 +131,10 @@ func NewSQL(t testing.TB, db *sql.DB, cfg heraldpg.Config) *heralddrivertest.Dri
 			}
 			return id, tx.Commit()
 		},
+		InsertVersioned: func(ctx context.Context, topic string, payload []byte, event int64, aggregate *int64) (string, error) {
+			var id string
+			return id, db.QueryRowContext(ctx, q.insertVersioned, topic, payload, event, aggregate).Scan(&id)
+		},
 		Open: func(t testing.TB) herald.Store {
 			other := stdlib.OpenDBFromPool(heraldtest.PostgresPool(t))
 			t.Cleanup(func() { _ = other.Close() })
@@ -149,6 +157,7 @@ func NewSQL(t testing.TB, db *sql.DB, cfg heraldpg.Config) *heralddrivertest.Dri
 // queries is the harness's SQL for one outbox.
 type queries struct {
 	record, businessRows, searchPath, backdate string
+	insertVersioned                            string
 	table                                      string // unqualified: the plain insert relies on search_path
 }
 
@@ -158,6 +167,8 @@ func newQueries(cfg heraldpg.Config, qualified, orders string) queries {
 		table = "herald_outbox"
 	}
 	return queries{
+		insertVersioned: `INSERT INTO ` + qualified + ` (topic, payload, event_version, aggregate_version)
+			VALUES ($1, $2, $3, $4) RETURNING id::text`,
 		record:       `INSERT INTO ` + orders + ` (id) VALUES ($1)`,
 		businessRows: `SELECT id FROM ` + orders,
 		searchPath:   `SET LOCAL search_path TO "` + cfg.Schema + `"`,

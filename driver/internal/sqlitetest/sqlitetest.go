@@ -73,6 +73,11 @@ func New(t testing.TB, cfg heraldsqlite.Config) *Outbox {
 			var id string
 			return id, db.QueryRowContext(ctx, query, args...).Scan(&id)
 		},
+		InsertVersioned: func(ctx context.Context, topic string, payload []byte, event int64, aggregate *int64) (string, error) {
+			var id string
+			return id, db.QueryRowContext(ctx, `INSERT INTO `+table+` (topic, payload, event_version, aggregate_version)
+				VALUES (?, ?, ?, ?) RETURNING id`, topic, payload, event, aggregate).Scan(&id)
+		},
 		Open: func(t testing.TB) herald.Store {
 			s, err := heraldsqlite.New(Open(t, path), &cfg)
 			require.NoError(t, err)

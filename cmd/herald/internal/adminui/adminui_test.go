@@ -219,7 +219,7 @@ func TestPages(t *testing.T) {
 		bin[0], bin[1] = 0xff, '<'
 		long := strings.Repeat("é", 6000) // 12000 bytes of UTF-8
 		ids := b.write(t, herald.Message{Topic: "t", Payload: bin}, herald.Message{Topic: "t", Payload: []byte(long)},
-			herald.Message{Topic: "t"})
+			herald.Message{Topic: "t", EventVersion: 4, AggregateVersion: 12})
 
 		res := b.get(t, "/events/"+ids[0])
 		require.Equal(t, http.StatusOK, res.Code)
@@ -235,8 +235,13 @@ func TestPages(t *testing.T) {
 		require.Contains(t, res.Body, "3808 more bytes not shown", "cut at 8192 bytes, on a character boundary")
 		require.Equal(t, 4096, strings.Count(res.Body, "é"))
 
+		require.Contains(t, res.Body, `id="event-version">1<`)
+		require.NotContains(t, res.Body, `id="aggregate-version"`, "no aggregate version, none shown")
+
 		res = b.get(t, "/events/"+ids[2])
 		require.Contains(t, res.Body, `id="payload-empty"`)
+		require.Contains(t, res.Body, `id="event-version">4<`)
+		require.Contains(t, res.Body, `id="aggregate-version">(version 12)<`)
 		require.Contains(t, res.Body, `id="event-state">ready<`)
 		require.NotContains(t, res.Body, `id="requeue"`, "only dead events are requeued")
 	})

@@ -45,28 +45,32 @@ type errorJSON struct {
 // eventJSON is an event as the JSON API shows it: what its page shows,
 // with the same escaping, scrubbing and hidden headers.
 type eventJSON struct {
-	ID            string            `json:"id"`
-	Seq           int64             `json:"seq"`
-	Topic         string            `json:"topic"`
-	Key           string            `json:"key"`
-	Type          string            `json:"type"`
-	AggregateType string            `json:"aggregate_type"`
-	AggregateID   string            `json:"aggregate_id"`
-	State         string            `json:"state"`
-	Attempts      int               `json:"attempts"`
-	Parked        bool              `json:"parked"`
-	CreatedAt     string            `json:"created_at"`
-	AvailableAt   string            `json:"available_at"`
-	PublishedAt   string            `json:"published_at,omitempty"`
-	DeadAt        string            `json:"dead_at,omitempty"`
-	LastError     string            `json:"last_error"`
-	Headers       map[string]string `json:"headers,omitempty"` // hidden values are "(hidden)"
-	Payload       *preview          `json:"payload,omitempty"` // on the event's own page only
+	ID            string `json:"id"`
+	Seq           int64  `json:"seq"`
+	Topic         string `json:"topic"`
+	Key           string `json:"key"`
+	Type          string `json:"type"`
+	AggregateType string `json:"aggregate_type"`
+	AggregateID   string `json:"aggregate_id"`
+	EventVersion  int    `json:"event_version"`
+	// AggregateVersion is left out when the event has none.
+	AggregateVersion int64             `json:"aggregate_version,omitempty"`
+	State            string            `json:"state"`
+	Attempts         int               `json:"attempts"`
+	Parked           bool              `json:"parked"`
+	CreatedAt        string            `json:"created_at"`
+	AvailableAt      string            `json:"available_at"`
+	PublishedAt      string            `json:"published_at,omitempty"`
+	DeadAt           string            `json:"dead_at,omitempty"`
+	LastError        string            `json:"last_error"`
+	Headers          map[string]string `json:"headers,omitempty"` // hidden values are "(hidden)"
+	Payload          *preview          `json:"payload,omitempty"` // on the event's own page only
 }
 
 func eventOf(row heraldadmin.EventRow, withBody bool) eventJSON {
 	e := eventJSON{ID: row.ID, Seq: row.Seq, Topic: clean(row.Topic), Key: clean(row.Key), Type: clean(row.Type),
-		AggregateType: clean(row.AggregateType), AggregateID: clean(row.AggregateID), State: string(row.State), Attempts: row.Attempt,
+		AggregateType: clean(row.AggregateType), AggregateID: clean(row.AggregateID),
+		EventVersion: row.EventVersion, AggregateVersion: row.AggregateVersion, State: string(row.State), Attempts: row.Attempt,
 		Parked: row.Parked, CreatedAt: when(row.CreatedAt), AvailableAt: when(row.AvailableAt), LastError: clean(herald.Scrub(row.LastError))}
 	if row.PublishedAt != nil {
 		e.PublishedAt = when(*row.PublishedAt)

@@ -293,6 +293,15 @@ func TestBrowser(t *testing.T) {
 		}, 20*time.Second, 50*time.Millisecond, "%s: %v", sel, err)
 		return s
 	}
+	// contains waits until sel's text holds want: a live refresh can
+	// replace a row between finding its node and reading it (the text of
+	// a detached node is empty).
+	contains := func(sel, want string, msg ...any) {
+		t.Helper()
+		require.Eventually(t, func() bool {
+			return strings.Contains(text(sel), want)
+		}, 10*time.Second, 50*time.Millisecond, "%s does not contain %q %v", sel, want, msg)
+	}
 	eval := func(js string) any {
 		t.Helper()
 		sctx, c := context.WithTimeout(ctx, 20*time.Second)
@@ -424,8 +433,8 @@ func TestBrowser(t *testing.T) {
 	do(chromedp.Navigate(srv.URL+"/"), page("overview"), chromedp.WaitVisible(chromedp.CSS(`#outages .outage`)))
 	require.Contains(t, text(`#outages .outage`), "webhook is down (circuit open): 2 ready events wait for it")
 	require.Contains(t, text("#stuck"), "2 wait for a down destination")
-	require.Contains(t, text(`#destinations tr[data-key="webhook"]`), "503 Service Unavailable")
-	require.Contains(t, text(`#retry-groups`), "503 Service Unavailable")
+	contains(`#destinations tr[data-key="webhook"]`, "503 Service Unavailable")
+	contains(`#retry-groups`, "503 Service Unavailable")
 	require.Contains(t, text(`#relays`), "worker-2/311")
 	require.Equal(t, "2", text("#total-retrying"))
 
@@ -437,7 +446,7 @@ func TestBrowser(t *testing.T) {
 	require.Eventually(t, func() bool { return text("#total-ready") != ready }, 10*time.Second, 20*time.Millisecond,
 		"the ready count is refreshed in place")
 	require.EqualValues(t, 42, eval(`window.heraldMarker`), "the page was not reloaded")
-	require.Contains(t, text(`#destinations tr[data-key="webhook"]`), "503 Service Unavailable",
+	contains(`#destinations tr[data-key="webhook"]`, "503 Service Unavailable",
 		"rows refreshed in place keep their keys")
 	require.NotContains(t, text("#destinations"), "undefined", "a field the JSON leaves out is shown empty")
 	require.EqualValues(t, 3*len(rec.rate()), eval(`document.querySelectorAll("svg.chart rect").length`),
