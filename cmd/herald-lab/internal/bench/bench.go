@@ -5,9 +5,9 @@
 //   - producers: producer transactions per second with and without an
 //     outbox row, by a hand-written INSERT and by heraldpg's WriteTx, and
 //     with pg_notify in the transaction to show the cost the design avoids;
-//   - drain: how fast a relay drains a backlog, to JetStream and to a
-//     publisher that discards; on PostgreSQL, or with --db mysql:// on
-//     MySQL or MariaDB (heraldmysql);
+//   - drain: how fast a relay, or --relays N relays together, drains a
+//     backlog, to JetStream and to a publisher that discards; on
+//     PostgreSQL, or with --db mysql:// on MySQL or MariaDB (heraldmysql);
 //   - latency: commit-to-receive latency at a fixed event rate.
 //
 // Every run works in a schema of its own (on MySQL, a database of its own),
