@@ -5,9 +5,9 @@
 //   - producers: producer transactions per second with and without an
 //     outbox row, by a hand-written INSERT and by heraldpg's WriteTx, and
 //     with pg_notify in the transaction to show the cost the design avoids;
-//   - drain: how fast a relay drains a backlog, to JetStream and to a
-//     publisher that discards; on PostgreSQL, or with --db mysql:// on
-//     MySQL or MariaDB (heraldmysql);
+//   - drain: how fast a relay, or --relays N relays together, drains a
+//     backlog, to JetStream and to a publisher that discards; on
+//     PostgreSQL, or with --db mysql:// on MySQL or MariaDB (heraldmysql);
 //   - latency: commit-to-receive latency at a fixed event rate.
 //
 // Every run works in a schema of its own (on MySQL, a database of its own),
@@ -63,6 +63,7 @@ type options struct {
 	deleteOnPub  bool  // relay DeleteOnPublish
 	claimConc    int   // relay ClaimConcurrency; 0 is its default
 	natsAtomic   bool  // heraldnats AtomicBatches, on streams with allow_atomic
+	relays       int   // Herald's relays draining together
 }
 
 const usage = `usage: herald-lab bench [producers|drain|latency|all] [flags]
@@ -106,6 +107,11 @@ Flags:
                          relay bound on claimed payload bytes, 0 = the relay's
                          default (64 MiB), -1 = no bound (drain)
   --claim-concurrency N  relay claims at once, 0 = the relay's default (drain)
+  --relays N             Herald's relays draining the backlog together, 1 to
+                         64, each with its own pool and owner name, as that
+                         many relay processes would; they share the
+                         destination's client. The ceiling is unchanged
+                         (drain) (default 1)
   --nats-atomic          Herald's relay sends to JetStream in atomic batches
                          (heraldnats AtomicBatches), the streams created with
                          allow_atomic; the ceiling is unchanged (drain)
@@ -123,6 +129,10 @@ Flags:
 `
 
 var errHelp = errors.New("help requested")
+
+// maxRelays bounds --relays: each relay holds a pool of --max-in-flight+4
+// connections.
+const maxRelays = 64
 
 func parseArgs(args []string) (options, string, error) {
 	var o options
@@ -150,6 +160,7 @@ func parseArgs(args []string) (options, string, error) {
 	fs.BoolVar(&o.deleteOnPub, "delete-on-publish", false, "")
 	fs.IntVar(&o.claimConc, "claim-concurrency", 0, "")
 	fs.BoolVar(&o.natsAtomic, "nats-atomic", false, "")
+	fs.IntVar(&o.relays, "relays", 1, "")
 
 	parse := func(a []string) error {
 		err := fs.Parse(a)
@@ -189,6 +200,9 @@ func parseArgs(args []string) (options, string, error) {
 	}
 	if o.claimConc < 0 || o.claimConc > o.maxInFlight {
 		return o, "", fmt.Errorf("--claim-concurrency: %d is not between 0 and --max-in-flight (%d)", o.claimConc, o.maxInFlight)
+	}
+	if o.relays < 1 || o.relays > maxRelays {
+		return o, "", fmt.Errorf("--relays: %d is not between 1 and %d", o.relays, maxRelays)
 	}
 	if o.maxBytes < -1 {
 		return o, "", fmt.Errorf("--max-in-flight-bytes: %d is below -1", o.maxBytes)
@@ -275,6 +289,7 @@ type Config struct {
 	MaxInFlight     int     `json:"max_in_flight"`
 	Rate            int     `json:"rate"`
 	PollIntervalMS  float64 `json:"poll_interval_ms"`
+	Relays          int     `json:"relays"`
 }
 
 // Main runs `herald-lab bench` with the arguments after "bench". It returns the
@@ -302,7 +317,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			Subcommand: sub, Database: describeDSN(o.db), Producers: o.producers,
 			DurationSeconds: o.duration.Seconds(), Rounds: o.rounds, Events: o.events, Keys: o.keys,
 			BatchSize: o.batchSize, MaxInFlight: o.maxInFlight, Rate: o.rate,
-			PollIntervalMS: ms(o.pollInterval),
+			PollIntervalMS: ms(o.pollInterval), Relays: o.relays,
 		},
 	}
 	err = run(ctx, o, sub, out, stderr, res)

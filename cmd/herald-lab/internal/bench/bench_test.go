@@ -134,6 +134,8 @@ func TestBadArgumentsExit2WithOneLine(t *testing.T) {
 		{"fly"},
 		{"latency", "extra"},
 		{"--poll-interval", "-1ms"},
+		{"drain", "--relays", "0"},
+		{"drain", "--relays", "65"},
 	} {
 		var stdout, stderr bytes.Buffer
 		code := bench.Main(context.Background(), args, &stdout, &stderr)

@@ -51,10 +51,14 @@ type drainSink struct {
 	target float64 // events/s to reach; 0 for none
 	note   string  // what the destination is, for the report
 	open   func(ctx context.Context, e *env) (herald.Publisher, func(context.Context) (int64, error), func(), error)
+	// keyOrder reads back what the destination holds, in its order, after
+	// a drain; nil where the destination cannot be read back in order.
+	keyOrder func(ctx context.Context, e *env) (*KeyOrder, error)
 }
 
 var drainSinks = []drainSink{
-	{name: "jetstream", target: targetDrainJetStream, note: "embedded nats-server, file storage", open: openJetStream},
+	{name: "jetstream", target: targetDrainJetStream, note: "embedded nats-server, file storage", open: openJetStream,
+		keyOrder: jetStreamKeyOrder},
 	{name: "discard", target: targetDrainDiscard, note: "a publisher that confirms at once",
 		open: func(context.Context, *env) (herald.Publisher, func(context.Context) (int64, error), func(), error) {
 			return herald.PublisherFunc(func(context.Context, []herald.Envelope) error { return nil }), nil, func() {}, nil

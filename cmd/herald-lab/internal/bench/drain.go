@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -10,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -53,6 +55,13 @@ type DrainTarget struct {
 	// and publisher calls. Batches overlap (MaxInFlight), so the sums may
 	// exceed Seconds.
 	Breakdown Breakdown `json:"breakdown"`
+	// RelayPublished is what each of Herald's relays published (--relays),
+	// in the order they were made; absent for the ceiling.
+	RelayPublished []int64 `json:"relay_published,omitempty"`
+	// KeyOrder is what reading the destination back found about each
+	// key's order (Herald's ordered drains to a destination that can be
+	// read back in its order: jetstream).
+	KeyOrder *KeyOrder `json:"key_order,omitempty"`
 }
 
 // Breakdown times the relay's calls to its store and publisher.
@@ -63,7 +72,7 @@ type Breakdown struct {
 	PublishMeanMS   float64 `json:"publish_mean_ms"`
 	Completes       int64   `json:"completes"`
 	CompleteMeanMS  float64 `json:"complete_mean_ms"`
-	ClaimBusyPct    float64 `json:"claim_busy_pct"`    // share of the drain's wall time spent claiming
+	ClaimBusyPct    float64 `json:"claim_busy_pct"`    // share of the drain's wall time spent claiming, summed over relays
 	PublishBusyPct  float64 `json:"publish_busy_pct"`  // summed over batches in flight
 	CompleteBusyPct float64 `json:"complete_busy_pct"` // summed over batches in flight
 }
@@ -78,6 +87,7 @@ type DrainResult struct {
 	MaxInFlight int           `json:"max_in_flight"`
 	Rounds      int           `json:"rounds"`
 	NATSAtomic  bool          `json:"nats_atomic,omitempty"` // --nats-atomic
+	Relays      int           `json:"relays"`                // Herald's relays draining together
 	Targets     []DrainTarget `json:"targets"`
 	// Comparisons are Herald's rate as a share of the ceiling's, one per
 	// destination (without --ceiling=false).
@@ -115,13 +125,18 @@ func runDrain(ctx context.Context, e *env, out io.Writer) (*DrainResult, []strin
 	if o.unordered {
 		ordering = "unordered"
 	}
-	fmt.Fprintf(out, "\ndrain: backlog of %d events, %d keys, %d-byte payloads; %s; batch size %d, %d batches in flight; %d round(s)\n",
-		o.events, o.keys, o.payloadBytes, ordering, o.batchSize, o.maxInFlight, o.rounds)
+	relays := "1 relay,"
+	if o.relays > 1 {
+		relays = fmt.Sprintf("%d relays, each with", o.relays)
+	}
+	fmt.Fprintf(out, "\ndrain: backlog of %d events, %d keys, %d-byte payloads; %s; %s batch size %d, %d batches in flight; %d round(s)\n",
+		o.events, o.keys, o.payloadBytes, ordering, relays, o.batchSize, o.maxInFlight, o.rounds)
 	if o.natsAtomic {
 		fmt.Fprintln(out, "  Herald's relay sends to jetstream in atomic batches (--nats-atomic)")
 	}
 	res := &DrainResult{Events: o.events, Keys: o.keys, Ordering: ordering, PayloadSize: o.payloadBytes,
-		BatchSize: o.batchSize, MaxInFlight: o.maxInFlight, Rounds: o.rounds, NATSAtomic: o.natsAtomic}
+		BatchSize: o.batchSize, MaxInFlight: o.maxInFlight, Rounds: o.rounds, NATSAtomic: o.natsAtomic,
+		Relays: o.relays}
 	var failures []string
 
 	sinks, err := sinksNamed(o.to)
@@ -228,6 +243,26 @@ func drainTo(ctx context.Context, e *env, t drainSink, system string) (*DrainTar
 			problems = append(problems, fmt.Sprintf("%s holds %d messages, want %d", t.name, held, o.events))
 		}
 	}
+	// Herald's ordered relays, however many, must deliver each key's
+	// events in the order they were committed. The ceiling does not keep
+	// it (see ceilingSQL).
+	if t.keyOrder != nil && system == systemHerald && !o.unordered {
+		ko, err := t.keyOrder(ctx, e)
+		if err != nil {
+			return nil, nil, fmt.Errorf("reading back %s: %w", t.name, err)
+		}
+		r.KeyOrder = ko
+		problems = append(problems, ko.Problems()...)
+	}
+	if len(r.RelayPublished) > 0 {
+		var sum int64
+		for _, n := range r.RelayPublished {
+			sum += n
+		}
+		if sum != r.Published {
+			problems = append(problems, fmt.Sprintf("the relays published %d events between them, their total says %d", sum, r.Published))
+		}
+	}
 	r.Verified = len(problems) == 0
 	return r, problems, nil
 }
@@ -250,8 +285,19 @@ func printDrain(out io.Writer, database string, t drainSink, r *DrainTarget, pro
 	if r.PeakRSSBytes != nil {
 		fmt.Fprintf(out, "     peak resident memory while draining: %.0f MiB\n", float64(*r.PeakRSSBytes)/(1<<20))
 	}
+	if len(r.RelayPublished) > 1 {
+		counts := make([]string, len(r.RelayPublished))
+		for i, n := range r.RelayPublished {
+			counts[i] = fmtRate(float64(n))
+		}
+		fmt.Fprintf(out, "     %d relays published %s events\n", len(r.RelayPublished), strings.Join(counts, " + "))
+	}
 	if r.StreamMessages != nil {
 		fmt.Fprintf(out, "     %s holds %d messages (want %d)\n", t.name, *r.StreamMessages, r.Events)
+	}
+	if k := r.KeyOrder; k != nil {
+		fmt.Fprintf(out, "     read back in order: %d messages of %d keys, %d out of order, %d repeated\n",
+			k.Messages, k.Keys, k.OutOfOrder, k.Repeated)
 	}
 	if len(problems) > 0 {
 		fmt.Fprintf(out, "     VERIFICATION FAILED: %v\n", problems)
@@ -303,58 +349,106 @@ func loadFresh(ctx context.Context, e *env) (float64, error) {
 	return secs, nil
 }
 
-// drainOnce times a relay draining the loaded backlog to pub.
+// drainOnce times o.relays relays draining the loaded backlog to pub
+// together, as that many relay processes would: each has its own store on
+// a pool of its own and its own owner name, on the same outbox table. They
+// share the destination's client (pub), which takes concurrent calls.
+// Every relay is running before any claims (the gate), so none drains a
+// head start; the clock starts when the gate opens.
 func drainOnce(ctx context.Context, e *env, name string, pub herald.Publisher) (*DrainTarget, error) {
 	o := e.o
-	// The relay's own pool: a claim, MaxInFlight acknowledgements, the
-	// rescuer and the cleaner.
-	d, closeStore, err := e.openStore(ctx, o.maxInFlight+4)
-	if err != nil {
-		return nil, err
-	}
-	defer closeStore()
-	store := &timedStore{Store: d}
 	tpub := &timedPublisher{Publisher: pub}
-	relay, err := herald.NewRelay(&herald.RelayConfig{
-		Store: store, Publisher: tpub, Logger: e.log, Owner: "herald-bench-" + name,
-		BatchSize: o.batchSize, MaxInFlight: o.maxInFlight, Unordered: o.unordered, MaxPerKey: o.maxPerKey,
-		MaxInFlightBytes: o.maxBytes, DeleteOnPublish: o.deleteOnPub, ClaimConcurrency: o.claimConc,
-	})
-	if err != nil {
-		return nil, err
+	gate := make(chan struct{})
+	relays := make([]*herald.Relay, o.relays)
+	stores := make([]*timedStore, o.relays)
+	var closers []func()
+	defer func() {
+		for _, c := range closers {
+			c()
+		}
+	}()
+	for i := range o.relays {
+		// Each relay's own pool: a claim, MaxInFlight acknowledgements,
+		// the rescuer and the cleaner.
+		d, closeStore, err := e.openStore(ctx, o.maxInFlight+4)
+		if err != nil {
+			return nil, err
+		}
+		closers = append(closers, closeStore)
+		owner := "herald-bench-" + name
+		if o.relays > 1 {
+			owner += "-" + strconv.Itoa(i+1)
+		}
+		stores[i] = &timedStore{Store: d, gate: gate}
+		relays[i], err = herald.NewRelay(&herald.RelayConfig{
+			Store: stores[i], Publisher: tpub, Logger: e.log, Owner: owner,
+			BatchSize: o.batchSize, MaxInFlight: o.maxInFlight, Unordered: o.unordered, MaxPerKey: o.maxPerKey,
+			MaxInFlightBytes: o.maxBytes, DeleteOnPublish: o.deleteOnPub, ClaimConcurrency: o.claimConc,
+		})
+		if err != nil {
+			return nil, err
+		}
 	}
 
 	measured := resetPeakRSS()
 	cpu := startCPU(e)
-	start := time.Now()
-	if err := relay.Start(ctx); err != nil {
-		return nil, fmt.Errorf("starting relay: %w", err)
+	startErrs := make([]error, len(relays))
+	var wg sync.WaitGroup
+	for i, relay := range relays {
+		wg.Go(func() { startErrs[i] = relay.Start(ctx) })
 	}
-	elapsed, waitErr := waitPublished(ctx, relay, start, int64(o.events))
+	wg.Wait()
+	start := time.Now()
+	close(gate)
+	var took time.Duration
+	waitErr := errors.Join(startErrs...)
+	if waitErr != nil {
+		waitErr = fmt.Errorf("starting relay: %w", waitErr)
+	} else {
+		took, waitErr = waitPublished(ctx, func() int64 { return sumStats(relays).Published }, start, int64(o.events))
+	}
 	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
-	_ = relay.Stop(stopCtx)
+	for _, relay := range relays {
+		wg.Go(func() { _ = relay.Stop(stopCtx) })
+	}
+	wg.Wait()
 	if waitErr != nil {
 		return nil, waitErr
 	}
-	st := relay.Stats()
+	st := sumStats(relays)
 	r := &DrainTarget{
 		Name: name, System: systemHerald, Events: o.events,
-		Seconds: round(elapsed.Seconds(), 3), EventsPerSec: round2(float64(o.events) / elapsed.Seconds()),
+		Seconds: round(took.Seconds(), 3), EventsPerSec: round2(float64(o.events) / took.Seconds()),
 		Published: st.Published, Retried: st.Retried, Dead: st.Dead,
 	}
+	for _, relay := range relays {
+		r.RelayPublished = append(r.RelayPublished, relay.Stats().Published)
+	}
 	r.DatabaseCPUPerEventUS, r.ProcessCPUPerEventUS = cpu.stop(st.Published)
-	r.Breakdown = breakdown(store, tpub, elapsed)
+	r.Breakdown = breakdown(sumTimes(stores), tpub, took)
 	if peak, ok := peakRSS(); ok && measured {
 		r.PeakRSSBytes = &peak
 	}
 	return r, nil
 }
 
-// waitPublished checks the relay's count every 50ms until want events are
-// published, and returns the time since start. It fails when the count
-// stops moving for 30s.
-func waitPublished(ctx context.Context, relay *herald.Relay, start time.Time, want int64) (time.Duration, error) {
+// sumStats adds up the relays' counts.
+func sumStats(relays []*herald.Relay) herald.RelayStats {
+	var sum herald.RelayStats
+	for _, r := range relays {
+		st := r.Stats()
+		sum.Published += st.Published
+		sum.Retried += st.Retried
+		sum.Dead += st.Dead
+	}
+	return sum
+}
+
+// waitPublished checks published every 50ms until it reaches want, and
+// returns the time since start. It fails when the count stops moving for
+// 30s.
+func waitPublished(ctx context.Context, published func() int64, start time.Time, want int64) (time.Duration, error) {
 	const stall = 30 * time.Second
 	t := time.NewTicker(50 * time.Millisecond)
 	defer t.Stop()
@@ -364,7 +458,7 @@ func waitPublished(ctx context.Context, relay *herald.Relay, start time.Time, wa
 		case <-ctx.Done():
 			return 0, ctx.Err()
 		case now := <-t.C:
-			n := relay.Stats().Published
+			n := published()
 			if n >= want {
 				return now.Sub(start), nil
 			}
@@ -409,14 +503,23 @@ func loadBacklog(ctx context.Context, e *env, n, keys int) error {
 	return nil
 }
 
-// timedStore times the relay's claims and acknowledgements.
+// timedStore times the relay's claims and acknowledgements. Its claims
+// wait for gate to close, when gate is set.
 type timedStore struct {
 	herald.Store
+	gate                     <-chan struct{}
 	claims, claimNanos       atomic.Int64
 	completes, completeNanos atomic.Int64
 }
 
 func (s *timedStore) Claim(ctx context.Context, p herald.ClaimParams) ([]herald.Envelope, error) {
+	if s.gate != nil {
+		select {
+		case <-s.gate:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
 	t := time.Now()
 	envs, err := s.Store.Claim(ctx, p)
 	if len(envs) > 0 {
@@ -432,6 +535,18 @@ func (s *timedStore) Complete(ctx context.Context, p herald.CompleteParams) (her
 	s.completes.Add(1)
 	s.completeNanos.Add(int64(time.Since(t)))
 	return r, err
+}
+
+// sumTimes adds up the times of stores.
+func sumTimes(stores []*timedStore) *timedStore {
+	sum := &timedStore{}
+	for _, s := range stores {
+		sum.claims.Add(s.claims.Load())
+		sum.claimNanos.Add(s.claimNanos.Load())
+		sum.completes.Add(s.completes.Load())
+		sum.completeNanos.Add(s.completeNanos.Load())
+	}
+	return sum
 }
 
 // timedPublisher times the relay's publishes.

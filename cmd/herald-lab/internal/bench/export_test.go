@@ -8,10 +8,36 @@ import (
 )
 
 // Recording is a drain destination for tests, "record": it counts how
-// many times each event id arrived, one map per drain.
+// many times each event id arrived, one map per drain, and keeps what
+// arrived in the order the publishes returned.
 type Recording struct {
-	mu     sync.Mutex
-	drains []map[string]int
+	mu       sync.Mutex
+	drains   []map[string]int
+	arrivals [][]Arrival
+}
+
+// Arrival is one event the record destination took.
+type Arrival struct{ Key, AggregateID string }
+
+// Arrivals returns a copy of each drain's arrivals, in the order the
+// drains ran.
+func (r *Recording) Arrivals() [][]Arrival {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([][]Arrival, len(r.arrivals))
+	for i, a := range r.arrivals {
+		out[i] = append([]Arrival(nil), a...)
+	}
+	return out
+}
+
+// KeyOrderOf runs the drain's order check over arrivals.
+func KeyOrderOf(arrivals []Arrival) KeyOrder {
+	var c keyOrderCheck
+	for _, a := range arrivals {
+		c.add(a.Key, a.AggregateID)
+	}
+	return c.KeyOrder
 }
 
 // Drains returns a copy of each drain's counts, in the order they ran.
@@ -40,12 +66,19 @@ func AddRecordingSink() (rec *Recording, remove func()) {
 			counts := map[string]int{}
 			rec.mu.Lock()
 			rec.drains = append(rec.drains, counts)
+			rec.arrivals = append(rec.arrivals, nil)
+			drain := len(rec.arrivals) - 1
 			rec.mu.Unlock()
+			// The batch is recorded whole under the lock: a key's
+			// events are never in two batches in flight at once, so
+			// the order of the records per key is the order the
+			// publishes confirmed them.
 			pub := herald.PublisherFunc(func(_ context.Context, batch []herald.Envelope) error {
 				rec.mu.Lock()
 				defer rec.mu.Unlock()
 				for _, env := range batch {
 					counts[env.ID]++
+					rec.arrivals[drain] = append(rec.arrivals[drain], Arrival{Key: env.Key, AggregateID: env.AggregateID})
 				}
 				return nil
 			})
