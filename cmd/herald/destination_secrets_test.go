@@ -137,9 +137,12 @@ func refusedAtStart(t *testing.T, d db, env map[string]string, says string, secr
 	// Under TLS 1.3 a server refuses the client's certificate after the
 	// handshake: a client that writes first may see the connection closed
 	// instead of the alert, which reads as a broker going away, and tries
-	// once more. So one wait may precede the refusal, never more.
+	// again; each try loses that race at random, more often on a loaded
+	// machine. So a few waits, each a TLS connection closed early, may
+	// precede the refusal: never another kind, and never the relay's
+	// waiting out its whole start.
 	waits := lines[:len(lines)-1]
-	require.LessOrEqual(t, len(waits), 1, "it does not wait: %s", r)
+	require.LessOrEqual(t, len(waits), 5, "it does not wait: %s", r)
 	for _, w := range waits {
 		require.Contains(t, w, "waiting for the destination", r)
 		require.Contains(t, w, "tls", "only a TLS handshake closed early is retried: %s", r)
