@@ -57,6 +57,12 @@ func (d *dbFlags) parseMySQL(inv *invocation, raw string) (*database, error) {
 		return nil, usagef("%s: %s", label, inv.stderr.scrub(err.Error()))
 	}
 	cfg.DBName, cfg.User, cfg.Passwd = dbName, u.User.Username(), password
+	if q := u.Query(); !q.Has("interpolateParams") && !q.Has("charset") && !q.Has("collation") {
+		// One round trip per statement instead of prepare, execute and
+		// close (see heraldmysql's package doc); left to the URL when it
+		// picks a character set, some of which forbid it.
+		cfg.InterpolateParams = true
+	}
 	names := &heraldmysql.Config{Table: *d.table}
 	if err := names.Validate(); err != nil {
 		return nil, usagef("%s", strings.ReplaceAll(err.Error(), "heraldmysql: Config.Table", inv.flags.label("table")))

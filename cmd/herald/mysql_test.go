@@ -3,6 +3,7 @@ package main
 import (
 	"database/sql"
 	"encoding/json"
+	"io"
 	"strings"
 	"testing"
 
@@ -121,4 +122,28 @@ func sqlStatements(script string) []string {
 		}
 	}
 	return out
+}
+
+// The commands send each statement in one round trip unless the URL says
+// otherwise, or picks a character set of its own.
+func TestMySQLInterpolatesParametersUnlessTheURLSays(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		query string
+		want  bool
+	}{
+		{"", true},
+		{"?timeout=5s", true},
+		{"?interpolateParams=false", false},
+		{"?interpolateParams=true", true},
+		{"?charset=utf8mb4", false},
+		{"?collation=utf8mb4_bin", false},
+	} {
+		fs := newFlagSet("status")
+		flags := addDBFlags(fs)
+		inv := &invocation{stderr: &redactor{w: io.Discard}, flags: fs}
+		d, err := flags.parseMySQL(inv, "mysql://root:secret@127.0.0.1:3306/test"+tc.query)
+		require.NoError(t, err, tc.query)
+		require.Equal(t, tc.want, d.mysql.InterpolateParams, tc.query)
+	}
 }

@@ -15,6 +15,13 @@
 // into those ranges and make SKIP LOCKED wait on gaps. The writer's INSERT
 // runs in the caller's transaction at the caller's isolation.
 //
+// Open the pool with interpolateParams=true in the DSN unless its
+// character set forbids it: go-sql-driver then sends each statement with
+// its arguments in one round trip, where it otherwise prepares, executes
+// and closes a statement each time. An ordered claim runs a few statements
+// per key, so it is about 1.5 times faster so (herald's commands set it
+// unless the URL says otherwise).
+//
 // The driver's methods implement herald.Store, herald.Heartbeats,
 // heraldadmin.Admin, heraldadmin.Published, heraldadmin.Relays and
 // heraldadmin.Retrying; they are not a stable API of their own.

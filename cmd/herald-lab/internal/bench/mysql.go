@@ -67,6 +67,9 @@ func parseMySQLURL(raw string) (*mysql.Config, error) {
 	}
 	password, _ := u.User.Password()
 	cfg.DBName, cfg.User, cfg.Passwd = dbName, u.User.Username(), password
+	if q := u.Query(); !q.Has("interpolateParams") && !q.Has("charset") && !q.Has("collation") {
+		cfg.InterpolateParams = true // as herald's commands do, for Herald and the ceiling alike
+	}
 	return cfg, nil
 }
 
