@@ -26,7 +26,7 @@ type adminServer struct {
 	srv   *http.Server
 	addr  string // where it listens
 	done  chan struct{}
-	rates *rateRecorder
+	rates []*rateRecorder // one per database page
 }
 
 // adminTokenEnv holds the token that lets the admin page requeue and
@@ -68,24 +68,22 @@ func startAdmin(inv *invocation, log *slog.Logger, addr string, metrics http.Han
 	if err != nil {
 		return nil, err
 	}
-	rates := newRateRecorder(status.sampler(admin))
-	page, err := adminui.New(adminui.Config{
-		Admin: admin, Token: token, Rate: rates.points, Logger: log,
-		Audit:         log.With("component", "herald.audit"),
-		DestinationOf: status.destinationOf, Destinations: status.destinationNames,
-		DestinationStatus: status.pageDestinations, Replay: status.pageReplay(inv, admin),
-	})
+	mux := http.NewServeMux()
+	rates, err := mountPages(mux, inv, log, token, status, admin, fl)
+	stopRates := func() {
+		for _, r := range rates {
+			r.stop()
+		}
+	}
 	if err != nil {
-		rates.stop()
+		stopRates()
 		return nil, err
 	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		rates.stop()
+		stopRates()
 		return nil, fmt.Errorf("admin server: %w", err)
 	}
-	mux := http.NewServeMux()
-	mux.Handle("/", page)
 	mux.Handle("GET /metrics", metrics)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
@@ -337,7 +335,56 @@ func (a *adminServer) stop() {
 	defer cancel()
 	_ = a.srv.Shutdown(ctx)
 	<-a.done
-	a.rates.stop()
+	for _, r := range a.rates {
+		r.stop()
+	}
+}
+
+// mountPages mounts the admin page: at / for the first database (admin),
+// and, when the relay serves several named databases, one page each at
+// /db/NAME/, every page linking them all. It returns the pages' chart
+// recorders, for the server to stop.
+func mountPages(mux *http.ServeMux, inv *invocation, log *slog.Logger, token string, status *relayStatus,
+	admin heraldadmin.Admin, fl *fleet) ([]*rateRecorder, error) {
+	type page struct {
+		prefix string
+		admin  heraldadmin.Admin
+		db     int // the database's index in status.dbs
+	}
+	pages := []page{{"", admin, 0}}
+	var links []adminui.DatabaseLink
+	if fl != nil && fl.named && len(fl.dbs) > 1 {
+		for i, d := range fl.dbs {
+			pages = append(pages, page{"/db/" + d.name, d.store, i})
+			links = append(links, adminui.DatabaseLink{Name: d.name, Href: "/db/" + d.name + "/"})
+		}
+	}
+	recorders := map[int]*rateRecorder{}
+	var all []*rateRecorder
+	for _, p := range pages {
+		rates := recorders[p.db]
+		if rates == nil {
+			rates = newRateRecorder(status.sampler(p.db, p.admin))
+			recorders[p.db] = rates
+			all = append(all, rates)
+		}
+		var here []adminui.DatabaseLink
+		for i, l := range links {
+			l.Current = i == p.db
+			here = append(here, l)
+		}
+		h, err := adminui.New(adminui.Config{
+			Admin: p.admin, Token: token, Rate: rates.points, Logger: log, Prefix: p.prefix, Databases: here,
+			Audit:         log.With("component", "herald.audit"),
+			DestinationOf: status.destinationOf, Destinations: status.destinationNames,
+			DestinationStatus: status.pageDestinations, Replay: status.pageReplay(inv, p.admin),
+		})
+		if err != nil {
+			return all, err
+		}
+		mux.Handle(p.prefix+"/", h)
+	}
+	return all, nil
 }
 
 // rateRecorder samples the relay's counts and the oldest pending age

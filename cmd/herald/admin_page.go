@@ -18,14 +18,15 @@ import (
 // sampleTimeout bounds the backlog read of one chart sample.
 const sampleTimeout = 2 * time.Second
 
-// sampler reads the relay's counts and the oldest pending age, for the
-// page's charts; zero counts before the relay started. A failed backlog
-// read leaves the age at zero for that sample.
-func (s *relayStatus) sampler(admin heraldadmin.Admin) func() rateSample {
+// sampler reads the counts of database db's relay and the oldest pending
+// age of its table (admin), for its page's charts; zero counts before the
+// relay started. A failed backlog read leaves the age at zero for that
+// sample.
+func (s *relayStatus) sampler(db int, admin heraldadmin.Admin) func() rateSample {
 	return func() rateSample {
 		var out rateSample
-		if len(s.dbs) > 0 { // the page shows the first database
-			st := s.dbs[0].stats()
+		if db < len(s.dbs) {
+			st := s.dbs[db].stats()
 			out.published, out.failed = st.Published, st.Retried+st.Dead
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), sampleTimeout)

@@ -286,6 +286,35 @@ func TestRelayRelaysSeveralDatabases(t *testing.T) {
 		require.Contains(t, run.stderr.String(), `msg="database stopped by an operator" component=herald.audit database=b`)
 	})
 
+	t.Run("EachDatabaseHasItsAdminPage", func(t *testing.T) {
+		var deadA string
+		require.NoError(t, a.pool.QueryRow(context.Background(), `INSERT INTO herald_outbox
+			(topic, payload, state, dead_at, last_error) VALUES ('multi.a', 'x', 'dead', now(), 'boom in a')
+			RETURNING id::text`).Scan(&deadA))
+		page := func(path string) string {
+			code, body, err := get(addr, path)
+			require.NoError(t, err)
+			require.Equal(t, http.StatusOK, code, "%s: %s", path, body)
+			return body
+		}
+		for _, name := range []string{"a", "b", "c", "lite"} {
+			body := page("/db/" + name + "/")
+			require.Contains(t, body, `href="/db/`+name+`/" data-database="`+name+`" aria-current="true"`,
+				"the page of %s says which database it shows", name)
+			for _, other := range []string{"a", "b", "c", "lite"} {
+				require.Contains(t, body, `href="/db/`+other+`/" data-database="`+other+`"`, "and links every database")
+			}
+			require.Contains(t, body, `href="/db/`+name+`/dead"`, "its own pages are under its path")
+		}
+		require.Contains(t, page("/db/a/dead"), deadA, "a's dead letters on a's page")
+		require.Contains(t, page("/db/a/events/"+deadA), "boom in a")
+		require.NotContains(t, page("/db/b/dead"), deadA, "and not on b's")
+		code, _, err := get(addr, "/db/b/events/"+deadA)
+		require.NoError(t, err)
+		require.Equal(t, http.StatusNotFound, code, "b's page does not find a's event")
+		require.Contains(t, page("/"), `data-database="b" aria-current="true"`, "/ is the first database's page")
+	})
+
 	res := run.stop(t)
 	require.Equal(t, 0, res.code, res)
 	require.Contains(t, res.stdout, "relay stopped: 230 published")

@@ -357,7 +357,8 @@ func runRelay(ctx context.Context, fl *fleet, plan *plan, natsCfg *heraldnats.Co
 		if fl.named {
 			handler = promhttp.HandlerFor(labelledMetrics{fl.dbs}, promhttp.HandlerOpts{})
 		}
-		// The admin page shows the first database.
+		// The admin page at / shows the first database; with several
+		// named ones, each has its page at /db/NAME/ too.
 		admin, err := startAdmin(inv, log, adminAddr, handler, fl.status, fl.dbs[0].store, fl)
 		if err != nil {
 			return err

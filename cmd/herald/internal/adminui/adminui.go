@@ -57,6 +57,17 @@ type Config struct {
 	// mux.Handle(prefix+"/", h), not behind http.StripPrefix. Defaults to
 	// "" (the root).
 	Prefix string
+	// Databases links the pages of every database a relay process serves,
+	// one of them Current (this handler's), in the header of every page.
+	// Defaults to nil: one database, no links.
+	Databases []DatabaseLink
+}
+
+// DatabaseLink is one database's page, for the header's links.
+type DatabaseLink struct {
+	Name    string
+	Href    string // its overview, such as /db/orders/
+	Current bool   // the database of the page it is shown on
 }
 
 // RatePoint is what one minute saw.
@@ -240,6 +251,7 @@ func storeCtx(r *http.Request) (context.Context, context.CancelFunc) {
 type view struct {
 	Title     string
 	HasReplay bool   // the Replay page is served
+	Databases []DatabaseLink
 	Page      string // the body's data-page, which tests and scripts key on
 	Prefix    string
 	Access    access
@@ -251,7 +263,8 @@ type view struct {
 // a failure half-way never sends half a page with a 200.
 func (h *handler) render(w http.ResponseWriter, r *http.Request, status int, name, title string, data any) {
 	acc, sess := h.access(r)
-	v := view{Title: title, Page: name, Prefix: h.cfg.Prefix, Access: acc, Data: data, HasReplay: h.cfg.Replay != nil}
+	v := view{Title: title, Page: name, Prefix: h.cfg.Prefix, Access: acc, Data: data, HasReplay: h.cfg.Replay != nil,
+		Databases: h.cfg.Databases}
 	if sess != nil {
 		v.CSRF = h.csrfToken(sess)
 	}
