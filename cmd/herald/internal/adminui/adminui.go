@@ -250,7 +250,7 @@ func storeCtx(r *http.Request) (context.Context, context.CancelFunc) {
 // view is what every page template gets.
 type view struct {
 	Title     string
-	HasReplay bool   // the Replay page is served
+	HasReplay bool // the Replay page is served
 	Databases []DatabaseLink
 	Page      string // the body's data-page, which tests and scripts key on
 	Prefix    string
