@@ -91,7 +91,11 @@ func startAdmin(inv *invocation, log *slog.Logger, addr string, metrics http.Han
 	})
 	mux.HandleFunc("GET /destinations", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(destinationsJSON{Destinations: status.withPauses(r.Context(), admin, status.destinations())})
+		dests := status.withPauses(r.Context(), admin, status.destinations())
+		for i := range dests {
+			dests[i].LastError = inv.stderr.scrub(herald.Scrub(dests[i].LastError))
+		}
+		_ = json.NewEncoder(w).Encode(destinationsJSON{Destinations: dests})
 	})
 	mux.HandleFunc("GET /relays", func(w http.ResponseWriter, r *http.Request) {
 		serveRelays(w, r, inv, admin)
@@ -145,6 +149,11 @@ type destinationJSON struct {
 	// then counts the ready events of the topics routed to it.
 	Paused  bool   `json:"paused,omitempty"`
 	Waiting *int64 `json:"waiting,omitempty"`
+	// LastError is the destination's last failure, scrubbed of secrets,
+	// kept after it recovers; LastErrorAt when it failed (a destination
+	// without a breaker of its own has no time).
+	LastError   string     `json:"last_error,omitempty"`
+	LastErrorAt *time.Time `json:"last_error_at,omitempty"`
 }
 
 // readyJSON is the documented shape of /readyz.
@@ -303,18 +312,23 @@ func (s *relayStatus) destinations() []destinationJSON {
 	case dests == nil:
 	case dests.router != nil:
 		for _, d := range dests.router.Status() {
-			out = append(out, destinationJSON{Name: d.Name, Breaker: d.Breaker, InFlight: d.InFlight, Failures: d.Failures})
+			dj := destinationJSON{Name: d.Name, Breaker: d.Breaker, InFlight: d.InFlight, Failures: d.Failures,
+				LastError: d.LastError}
+			if !d.LastErrorAt.IsZero() {
+				dj.LastErrorAt = &d.LastErrorAt
+			}
+			out = append(out, dj)
 		}
 	default:
 		// One destination, no breaker of its own: the relays' outage
 		// state stands for it, open when any relay pauses for it.
-		state := "closed"
+		dj := destinationJSON{Name: dests.names[0], Breaker: "closed"}
 		for _, d := range s.dbs {
-			if dj := d.ready(true); dj.State == dbRunning && dj.Destination != "" {
-				state = "open"
+			if r := d.ready(true); r.State == dbRunning && r.Destination != "" {
+				dj.Breaker, dj.LastError = "open", r.Destination
 			}
 		}
-		out = append(out, destinationJSON{Name: dests.names[0], Breaker: state})
+		out = append(out, dj)
 	}
 	return out
 }

@@ -109,6 +109,13 @@ func TestRelayAdminPageReplaysAndShowsTheOutage(t *testing.T) {
 	dests := v["destinations"].([]any)
 	require.Len(t, dests, 1)
 	require.Equal(t, "open", dests[0].(map[string]any)["state"])
+	_, body, err := get(addr, "/destinations")
+	require.NoError(t, err)
+	var dj destinationsJSON
+	require.NoError(t, json.Unmarshal([]byte(body), &dj))
+	require.Len(t, dj.Destinations, 1)
+	require.Equal(t, "open", dj.Destinations[0].Breaker)
+	require.NotEmpty(t, dj.Destinations[0].LastError, "/destinations says why the destination is down: %s", body)
 
 	cancel()
 	r := <-done

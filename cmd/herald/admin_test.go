@@ -118,7 +118,10 @@ func TestRelayAdminServer(t *testing.T) {
 	require.Equal(t, 0, st.code, st)
 	var sj statusJSON
 	require.NoError(t, json.Unmarshal([]byte(st.stdout), &sj))
-	require.Equal(t, []destinationJSON{{Name: "default", Breaker: "open"}}, sj.Destinations)
+	require.Len(t, sj.Destinations, 1)
+	require.Equal(t, "default", sj.Destinations[0].Name)
+	require.Equal(t, "open", sj.Destinations[0].Breaker)
+	require.Contains(t, sj.Destinations[0].LastError, "nats", "and says why")
 	bad := cli(t, nil, append([]string{"status", "--relay-admin", "ftp://" + addr}, flags...)...)
 	require.Equal(t, 2, bad.code, bad)
 	require.Contains(t, bad.stderr, "is not an http(s) URL")
