@@ -28,6 +28,13 @@ type Config struct {
 	// MaxPayloadBytes caps a message's payload in the writers. Defaults to
 	// 1 MiB.
 	MaxPayloadBytes int
+	// Partition makes Migrate create the outbox table partitioned by
+	// time (see "Partitioned outbox" in the package doc); Migrate refuses
+	// it for a plain table that exists already, which PartitionExisting
+	// converts. Only Migrate and PartitionExisting read it: every driver
+	// finds how its table is laid out from the table itself. Defaults to
+	// nil: a plain table.
+	Partition *Partitioning
 }
 
 // names are the validated, quoted identifiers a driver's SQL uses.
@@ -44,6 +51,11 @@ func (c *Config) names() (names, error) {
 		}
 		if c.MaxPayloadBytes < 0 {
 			return names{}, errors.New("heraldpg: Config.MaxPayloadBytes must not be negative")
+		}
+		if c.Partition != nil {
+			if _, err := c.Partition.withDefaults(); err != nil {
+				return names{}, err
+			}
 		}
 	}
 	n, err := sqlstore.NewNames("heraldpg", schema, table)
@@ -65,6 +77,9 @@ type Driver struct {
 	lockSpace int32
 
 	cursor sqlstore.KeyCursor // where the last ordered claim's walk stopped
+
+	partitioning *Partitioning // Config.Partition
+	layouts      layoutCache   // the table's shape, once known partitioned
 }
 
 // New returns a driver over a pgx pool the caller owns (and closes).
@@ -91,7 +106,15 @@ func newDriver(c conn, cfg *Config) (*Driver, error) {
 	}
 	h := fnv.New32a()
 	h.Write([]byte(n.Qualified))
-	return &Driver{db: c, names: n, q: newQueries(n), lockSpace: int32(h.Sum32())}, nil
+	d := &Driver{db: c, names: n, q: newQueries(n), lockSpace: int32(h.Sum32())}
+	if cfg != nil && cfg.Partition != nil {
+		p, err := cfg.Partition.withDefaults()
+		if err != nil {
+			return nil, err
+		}
+		d.partitioning = &p
+	}
+	return d, nil
 }
 
 // Table returns the schema-qualified, quoted outbox table name.
