@@ -319,7 +319,10 @@ func strSQL(stmt, qualified string) string { return strings.ReplaceAll(stmt, "{{
 // read every ready row of every partition and sort them, which under a
 // large backlog reads it whole on every claim. Sorting is made the last
 // resort; the small sorts a claim needs over the rows it took remain.
-const noSortSQL = `SET LOCAL enable_sort = off`
+// Their cost, inflated by the setting, must not make the planner compile
+// the statement (JIT took seconds per claim): JIT is off in the same
+// transaction.
+const noSortSQL = `SELECT set_config('enable_sort', 'off', true), set_config('jit', 'off', true)`
 
 // claimsPartitioned tells a claim whether its table is partitioned,
 // asking the database at most once a minute while the answer is no (a
