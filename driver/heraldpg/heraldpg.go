@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"sync/atomic"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -80,6 +81,8 @@ type Driver struct {
 
 	partitioning *Partitioning // Config.Partition
 	layouts      layoutCache   // the table's shape, once known partitioned
+	// lastReport is what this driver's last partition maintenance did.
+	lastReport atomic.Pointer[MaintenanceReport]
 }
 
 // New returns a driver over a pgx pool the caller owns (and closes).

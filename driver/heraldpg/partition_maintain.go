@@ -59,6 +59,7 @@ func (d *Driver) maintain(ctx context.Context, at time.Time, retention time.Dura
 	if retention < 0 {
 		return rep, nil
 	}
+	defer func() { d.lastReport.Store(&rep) }()
 	cutoff := now.Add(-retention)
 	clean := []string{d.names.part().defaultName}
 	for _, p := range parts {
