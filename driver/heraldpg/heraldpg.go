@@ -5,6 +5,60 @@
 // The driver's methods implement herald.Store, herald.Heartbeats,
 // heraldadmin.Admin and heraldadmin.Relays; they are not a stable API of
 // their own.
+//
+// # Partitioned outbox
+//
+// Config.Partition makes Migrate create the outbox table partitioned by
+// range of created_at, a partition per Partitioning.Interval (a day by
+// default); PartitionExisting converts a plain table that exists. Relays
+// need no setting: a driver finds the layout from the table. The choices,
+// and why:
+//
+//   - The partition key is created_at, which every row has from its
+//     default: the plain-SQL contract (topic, key and payload) is
+//     unchanged. PostgreSQL wants the partition key in every unique index,
+//     so the primary key is (id, created_at): an id is unique within one
+//     created_at, and since created_at is the inserting transaction's
+//     now(), a transaction still cannot write one id twice, but two
+//     transactions can (the plain table refuses it). Herald's writers give
+//     every event a new id; consumers deduplicate by id in any case.
+//   - Maintenance runs where the relay's retention runs: DeletePublished
+//     (every RelayConfig.CleanupInterval) is MaintainPartitions on a
+//     partitioned table. It keeps Partitioning.Ahead partitions created
+//     past the current one. A row whose created_at has no partition (a
+//     time far ahead, or before the first partition) goes to the default
+//     partition <table>_default rather than fail the producer's
+//     transaction; when the partition of its time is created, the row
+//     moves into it; rows of the past, or more than 64 intervals after
+//     the last partition, stay in the default one.
+//   - Retention drops a whole partition once its range ended Retention
+//     ago and every row in it is published (Retention ago) or dead. The
+//     dead ones move first to <table>_dead, which the admin lists,
+//     requeues (back into the outbox, same id and seq) and discards with
+//     the outbox's own: a dead letter is never lost. A partition holding a
+//     ready, claimed or parked row is kept (MaintenanceReport.Kept, the
+//     herald_outbox_partitions_kept metric) and its published rows are
+//     deleted row by row, as are those of the default partition, so the
+//     table stays bounded.
+//   - Creating a partition attaches a table made beside the outbox: SHARE
+//     UPDATE EXCLUSIVE on the outbox, which inserts and claims do not wait
+//     for, and ACCESS EXCLUSIVE on the default partition, which is empty
+//     or small. Dropping one takes ACCESS EXCLUSIVE on the outbox (DETACH
+//     CONCURRENTLY is refused beside a default partition) for a few index
+//     probes; maintenance waits for a lock at most a second and otherwise
+//     tries again at its next run.
+//   - Every partition is created with autovacuum thresholds in rows (a
+//     thousand dead tuples) instead of a fifth of the table: the hot
+//     partition stays small; one past its time takes no writes.
+//   - A claim merges each partition's ordered probe of the ready index
+//     (Merge Append); its transaction turns sorting and JIT off, so that
+//     statistics that call a backlog small never make it read and sort
+//     every ready row. An acknowledgement probes each partition's primary
+//     key. Partitions are few: retention's intervals, the current one,
+//     those ahead and the default.
+//   - Later migrations run on the partitioned table as on a plain one
+//     (ADD COLUMN, CREATE INDEX); Migrate gives the dead-letter table each
+//     column the outbox gains, with its default.
 package heraldpg
 
 import (
