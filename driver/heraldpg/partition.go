@@ -327,8 +327,10 @@ const noSortSQL = `SELECT set_config('enable_sort', 'off', true), set_config('ji
 // claimsPartitioned tells a claim whether its table is partitioned,
 // asking the database at most once a minute while the answer is no (a
 // table converted while relays run is seen within a minute), never again
-// once it is yes. A failed look is taken for no: the claim's own query
-// reports the database's trouble.
+// once it is yes. A failed look is taken for no, for a minute too: the
+// claim's own query reports the database's trouble, and claims during an
+// outage cost no second statement. A claim on a partitioned table taken
+// for plain is still correct; only its plan may sort.
 func (d *Driver) claimsPartitioned(ctx context.Context) bool {
 	if d.layouts.p.Load() != nil {
 		return true
@@ -337,9 +339,7 @@ func (d *Driver) claimsPartitioned(ctx context.Context) bool {
 	if last := d.layouts.plainAt.Load(); last != nil && now.Sub(*last) < time.Minute {
 		return false
 	}
+	d.layouts.plainAt.Store(&now)
 	l, err := d.layout(ctx, d.db)
-	if err == nil && !l.partitioned {
-		d.layouts.plainAt.Store(&now)
-	}
 	return err == nil && l.partitioned
 }

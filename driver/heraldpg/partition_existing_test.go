@@ -60,7 +60,10 @@ func TestPartitionExistingWhileARelayRunsLosesNothing(t *testing.T) {
 					t.Error(err)
 					return
 				}
-				require.NoError(t, tx.Commit(ctx))
+				if err := tx.Commit(ctx); err != nil {
+					t.Error(err)
+					return
+				}
 			}
 		}()
 	}
