@@ -29,8 +29,10 @@
 //     time far ahead, or before the first partition) goes to the default
 //     partition <table>_default rather than fail the producer's
 //     transaction; when the partition of its time is created, the row
-//     moves into it; rows of the past, or more than 64 intervals after
-//     the last partition, stay in the default one.
+//     moves into it (a claimed row first ends its claim: an
+//     acknowledgement planned before the partition existed would not find
+//     it); rows of the past, or more than 64 intervals after the last
+//     partition, stay in the default one.
 //   - Retention drops a whole partition once its range ended Retention
 //     ago and every row in it is published (Retention ago) or dead. The
 //     dead ones move first to <table>_dead, which the admin lists,

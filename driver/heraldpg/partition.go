@@ -204,6 +204,14 @@ func (d *Driver) createPartition(ctx context.Context, from, to time.Time) error 
 	})
 }
 
+// errClaimedInDefault stops the creation of partitions for this run: the
+// default partition holds a claimed row of the new partition's range.
+// Moving it would be safe for the row but not for its acknowledgement: a
+// statement planned before the attach does not see the new partition, and
+// would find the row gone (a duplicate publication after its lease). The
+// claim ends within its lease; the next run creates the partition.
+var errClaimedInDefault = errors.New("the default partition holds a claimed row of the range")
+
 // maintenanceLock keeps the maintenance of one table to one transaction
 // at a time, across processes.
 func (d *Driver) maintenanceLock(ctx context.Context, tx conn) error {
@@ -233,6 +241,14 @@ func (d *Driver) createPartitionTx(ctx context.Context, tx conn, from, to time.T
 		if _, err := tx.exec(ctx, `LOCK TABLE `+pn.deflt+` IN ACCESS EXCLUSIVE MODE`); err != nil {
 			return fmt.Errorf("locking the default partition: %w", err)
 		}
+		var claimed bool
+		if err := queryRow(ctx, tx, `SELECT EXISTS (SELECT 1 FROM `+pn.deflt+`
+			WHERE state = 'claimed' AND created_at >= $1 AND created_at < $2)`, []any{from, to}, &claimed); err != nil {
+			return err
+		}
+		if claimed {
+			return errClaimedInDefault
+		}
 		if _, err := tx.exec(ctx, `WITH m AS (DELETE FROM `+pn.deflt+` WHERE created_at >= $1 AND created_at < $2 RETURNING *)
 			INSERT INTO `+q+` SELECT * FROM m`, from, to); err != nil {
 			return fmt.Errorf("moving rows from the default partition into %s: %w", name, err)
@@ -261,7 +277,11 @@ func (d *Driver) createAhead(ctx context.Context, l layout, parts []partition, n
 	start := contiguousStart(parts, cur, iv)
 	made := 0
 	for from := start; from.Before(horizon) && made < maxPartitionsPerRun; from = from.Add(iv) {
-		if err := d.createPartition(ctx, from, from.Add(iv)); err != nil {
+		err := d.createPartition(ctx, from, from.Add(iv))
+		if errors.Is(err, errClaimedInDefault) {
+			break // partitions stay contiguous: this one first, next run
+		}
+		if err != nil {
 			return made, err
 		}
 		made++
