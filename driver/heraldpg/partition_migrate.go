@@ -170,8 +170,7 @@ func (d *Driver) convert(ctx context.Context, tx conn, p Partitioning, existing 
 		// seq goes on from where the plain table's left off.
 		`SELECT setval(pg_get_serial_sequence('`+t+`', 'seq'), greatest(
 			(SELECT max(seq) FROM `+legacy+`),
-			(SELECT last_value FROM pg_sequences
-			 WHERE format('%I.%I', schemaname, sequencename)::regclass = pg_get_serial_sequence('`+legacy+`', 'seq')::regclass),
+			pg_sequence_last_value(pg_get_serial_sequence('`+legacy+`', 'seq')::regclass),
 			1))`)
 	for _, ix := range indexes {
 		if ix.primary || ix.name == n.idCreatedIndex() {
