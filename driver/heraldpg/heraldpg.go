@@ -20,8 +20,10 @@
 //     so the primary key is (id, created_at): an id is unique within one
 //     created_at, and since created_at is the inserting transaction's
 //     now(), a transaction still cannot write one id twice, but two
-//     transactions can (the plain table refuses it). Herald's writers give
-//     every event a new id; consumers deduplicate by id in any case.
+//     transactions can (the plain table refuses it). That matters only
+//     where Message.ID is set by the application (the writers otherwise
+//     make a new UUIDv7): the repeat is published, and deduplication by id
+//     at the broker or the consumer drops it.
 //   - Maintenance runs where the relay's retention runs: DeletePublished
 //     (every RelayConfig.CleanupInterval) is MaintainPartitions on a
 //     partitioned table. It keeps Partitioning.Ahead partitions created
