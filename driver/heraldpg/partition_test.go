@@ -339,3 +339,28 @@ func requirePartitionedIndexProbes(t *testing.T, pool *pgxpool.Pool, d *Driver, 
 }
 
 var seqScanOn = regexp.MustCompile(`Seq Scan on (\w+)`)
+
+// The primary key is (id, created_at): one transaction cannot write an id
+// twice, since its created_at is one now(); two transactions can, where
+// the plain table refuses it (the README says so).
+func TestPartitionedIdIsUniquePerTransaction(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool := heraldtest.PostgresPool(t)
+	d, _ := newPartitioned(t, pool, &Partitioning{})
+	id := uuid.NewString()
+	insert := `INSERT INTO ` + d.Table() + ` (id, topic, payload) VALUES ($1, 't', 'x')`
+	tx, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, insert, id)
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, insert, id)
+	require.ErrorContains(t, err, "duplicate key", "the same transaction")
+	require.NoError(t, tx.Rollback(ctx))
+
+	_, err = pool.Exec(ctx, insert, id)
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, insert, id)
+	require.NoError(t, err, "another transaction, another created_at")
+	require.Equal(t, int64(2), count(t, pool, `SELECT count(*) FROM `+d.Table()+` WHERE id = $1`, id))
+}
