@@ -10,6 +10,7 @@ package heraldpgprom
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -17,17 +18,27 @@ import (
 	"github.com/herald-outbox/herald/driver/heraldpg"
 )
 
-// Collector reads heraldpg.Driver.TableStats on each scrape (a few catalog
-// reads per partition, never a scan of rows).
+// Collector reads heraldpg.Driver.TableStats (a few catalog reads per
+// partition, never a scan of rows) at most once per ReadInterval, however
+// often Prometheus scrapes: a database that does not answer delays one
+// scrape in ReadInterval by the timeout, not every one.
 type Collector struct {
 	d       *heraldpg.Driver
 	timeout time.Duration
 
 	bytes, deadTuples, partitions, kept, up *prometheus.Desc
+
+	mu   sync.Mutex
+	at   time.Time // of the last read
+	last heraldpg.TableStats
+	err  error
 }
 
-// New returns a collector of d's table. Each scrape's read is bounded by
-// timeout (5s when zero).
+// ReadInterval is the least time between two reads of the table's size.
+const ReadInterval = 10 * time.Second
+
+// New returns a collector of d's table. Each read is bounded by timeout
+// (5s when zero).
 func New(d *heraldpg.Driver, timeout time.Duration) *Collector {
 	if timeout <= 0 {
 		timeout = 5 * time.Second
@@ -60,9 +71,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 
 // Collect implements prometheus.Collector.
 func (c *Collector) Collect(ch chan<- prometheus.Metric) {
-	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
-	defer cancel()
-	st, err := c.d.TableStats(ctx)
+	st, err := c.read()
 	if err != nil {
 		ch <- prometheus.MustNewConstMetric(c.up, prometheus.GaugeValue, 0)
 		return
@@ -74,4 +83,17 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(c.partitions, prometheus.GaugeValue, float64(st.Partitions))
 	ch <- prometheus.MustNewConstMetric(c.kept, prometheus.GaugeValue, float64(len(st.Kept)))
+}
+
+func (c *Collector) read() (heraldpg.TableStats, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.at.IsZero() && time.Since(c.at) < ReadInterval {
+		return c.last, c.err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
+	defer cancel()
+	c.last, c.err = c.d.TableStats(ctx)
+	c.at = time.Now()
+	return c.last, c.err
 }
