@@ -88,11 +88,13 @@ type Config struct {
 	// 1 MiB.
 	MaxPayloadBytes int
 	// Partition makes Migrate create the outbox table partitioned by
-	// time (see "Partitioned outbox" in the package doc); Migrate refuses
-	// it for a plain table that exists already, which PartitionExisting
-	// converts. Only Migrate and PartitionExisting read it: every driver
-	// finds how its table is laid out from the table itself. Defaults to
-	// nil: a plain table.
+	// time (see "Partitioned outbox" in the package doc); on a
+	// partitioned table, Migrate stores its Interval and Ahead for the
+	// partitions created from then on. Migrate refuses it for a plain
+	// table that exists already, which PartitionExisting converts. Only
+	// Migrate and PartitionExisting read it: every driver finds how its
+	// table is laid out from the table itself. Defaults to nil: a plain
+	// table, or a partitioned one left as it is.
 	Partition *Partitioning
 }
 

@@ -91,6 +91,13 @@ func (d *Driver) layout(ctx context.Context, c conn) (layout, error) {
 	if l := d.layouts.p.Load(); l != nil {
 		return *l, nil
 	}
+	return d.readLayout(ctx, c)
+}
+
+// readLayout reads the layout from the database, settings included:
+// maintenance reads them on every run, so that a change by Migrate
+// applies to the partitions created from then on.
+func (d *Driver) readLayout(ctx context.Context, c conn) (layout, error) {
 	var reg pgtype.Text
 	if err := queryRow(ctx, c, `SELECT to_regclass($1)::text`, []any{d.names.part().settings}, &reg); err != nil {
 		return layout{}, fmt.Errorf("heraldpg: reading the table's layout: %w", err)

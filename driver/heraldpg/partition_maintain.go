@@ -31,7 +31,7 @@ func (d *Driver) maintain(ctx context.Context, at time.Time, retention time.Dura
 	if limit < 0 {
 		return rep, errors.New("heraldpg: the cleanup limit must not be negative")
 	}
-	l, err := d.layout(ctx, d.db)
+	l, err := d.readLayout(ctx, d.db)
 	if err != nil {
 		return rep, err
 	}

@@ -37,10 +37,18 @@ func (d *Driver) afterMigrations(ctx context.Context, tx conn, current int) erro
 		}
 		return d.convert(ctx, tx, *d.partitioning, false)
 	}
-	if partitioned {
-		return d.syncDeadColumns(ctx, tx)
+	if !partitioned {
+		return nil
 	}
-	return nil
+	if p := d.partitioning; p != nil {
+		// Asked again: the settings apply to the partitions created from
+		// now on (they follow on from the last one).
+		if _, err := tx.exec(ctx, `UPDATE `+d.names.part().settings+` SET interval_us = $1, ahead = $2`,
+			p.Interval.Microseconds(), p.Ahead); err != nil {
+			return fmt.Errorf("updating the partitioning settings: %w", err)
+		}
+	}
+	return d.syncDeadColumns(ctx, tx)
 }
 
 // PartitionExisting converts a plain outbox table into a partitioned one

@@ -364,3 +364,33 @@ func TestPartitionedIdIsUniquePerTransaction(t *testing.T) {
 	require.NoError(t, err, "another transaction, another created_at")
 	require.Equal(t, int64(2), count(t, pool, `SELECT count(*) FROM `+d.Table()+` WHERE id = $1`, id))
 }
+
+// Migrate with Config.Partition on a partitioned table stores the new
+// interval and number ahead: the partitions created from then on follow
+// them, on from the last one.
+func TestPartitionedSettingsChangeAtMigrate(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool := heraldtest.PostgresPool(t)
+	d, day0 := newPartitioned(t, pool, &Partitioning{Interval: day, Ahead: 1})
+	hourly, err := New(pool, &Config{Schema: d.names.Schema, Partition: &Partitioning{Interval: time.Hour, Ahead: 2}})
+	require.NoError(t, err)
+	require.NoError(t, hourly.Migrate(ctx))
+
+	// The daily partitions reach day0+2; at day0+2 plus 30 minutes, hourly
+	// ones follow up to two hours past the current one.
+	_, err = d.maintain(ctx, day0.Add(2*day+30*time.Minute), -1, 0)
+	require.NoError(t, err)
+	parts, err := d.partitions(ctx, d.db)
+	require.NoError(t, err)
+	var names []string
+	for _, p := range parts {
+		names = append(names, p.name)
+	}
+	require.Equal(t, []string{
+		d.names.partitionName(day0), d.names.partitionName(day0.Add(day)),
+		d.names.partitionName(day0.Add(2 * day)), d.names.partitionName(day0.Add(2*day + time.Hour)),
+		d.names.partitionName(day0.Add(2*day + 2*time.Hour)),
+		d.names.part().defaultName,
+	}, names)
+}
