@@ -349,7 +349,7 @@ func strSQL(stmt, qualified string) string { return strings.ReplaceAll(stmt, "{{
 // Their cost, inflated by the setting, must not make the planner compile
 // the statement (JIT took seconds per claim): JIT is off in the same
 // transaction.
-const noSortSQL = `SELECT set_config('enable_sort', 'off', true), set_config('jit', 'off', true)`
+const noSortSQL = `SET LOCAL enable_sort = off; SET LOCAL jit = off;`
 
 // claimsPartitioned tells a claim whether its table is partitioned,
 // asking the database at most once a minute while the answer is no (a

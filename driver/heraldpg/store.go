@@ -30,10 +30,7 @@ func (d *Driver) Claim(ctx context.Context, p herald.ClaimParams) ([]herald.Enve
 				return d.claimRows(ctx, d.db, d.q.claim, p.Limit, args)
 			}
 			var rows []sqlstore.ClaimedRow
-			err := d.db.inTx(ctx, func(tx conn) error {
-				if _, err := tx.exec(ctx, noSortSQL); err != nil {
-					return err
-				}
+			err := d.db.inTxSet(ctx, noSortSQL, func(tx conn) error {
 				var err error
 				rows, err = d.claimRows(ctx, tx, d.q.claim, p.Limit, args)
 				return err
@@ -63,13 +60,11 @@ func (d *Driver) claimOrdered(ctx context.Context, p herald.ClaimParams, perKey 
 	maxKeys := max(sqlstore.WalkKeysFactor*p.Limit, 64)
 
 	var claimed []sqlstore.ClaimedRow
-	partitioned := d.claimsPartitioned(ctx)
-	err := d.db.inTx(ctx, func(tx conn) error {
-		if partitioned {
-			if _, err := tx.exec(ctx, noSortSQL); err != nil {
-				return err
-			}
-		}
+	set := ""
+	if d.claimsPartitioned(ctx) {
+		set = noSortSQL
+	}
+	err := d.db.inTxSet(ctx, set, func(tx conn) error {
 		var (
 			topics, keys []string
 			free         []bool
