@@ -87,6 +87,9 @@ func TestRelayAdminServer(t *testing.T) {
 		"one destination without routes has a breaker metric too")
 	require.Regexp(t, `herald_destination_publish_seconds_count\{destination="default"\} [1-9]`, metrics)
 	require.Contains(t, metrics, "herald_claim_batch_size_count")
+	// The outbox table's size (heraldpgprom), plain here.
+	require.Regexp(t, `herald_outbox_relation_bytes\{kind="table",relation="herald_outbox"\} [1-9]`, metrics)
+	require.Contains(t, metrics, "herald_outbox_table_stats_up 1")
 
 	// The broker goes away: not ready, and it says why.
 	ns.Stop()

@@ -13,6 +13,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/herald-outbox/herald"
+	"github.com/herald-outbox/herald/driver/heraldpg"
+	"github.com/herald-outbox/herald/driver/heraldpg/heraldpgprom"
 	"github.com/herald-outbox/herald/heraldprom"
 	"github.com/herald-outbox/herald/publish/heraldnats"
 )
@@ -349,6 +351,12 @@ func runRelay(ctx context.Context, fl *fleet, plan *plan, natsCfg *heraldnats.Co
 			}
 			if d.metrics, err = heraldprom.New(cfg); err != nil {
 				return err
+			}
+			if pg, ok := d.store.(*heraldpg.Driver); ok {
+				// The table's size, dead tuples and partitions.
+				if err := d.metrics.Registry().Register(heraldpgprom.New(pg, 0)); err != nil {
+					return err
+				}
 			}
 			d.cfg.Observer = d.metrics
 		}

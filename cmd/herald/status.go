@@ -21,6 +21,7 @@ func setupMigrate(f *flagSet) func(context.Context, *invocation) error {
 	d := addDBFlags(f)
 	printSQL := f.LocalBool("print-sql", "print the SQL that migrating runs, for goose, Flyway or Atlas, instead of running it (no connection)")
 	from := f.LocalInt("from", 0, "with --print-sql, the schema `version` the table is at (0: no table yet)")
+	part := addPartitionFlags(f)
 	return func(ctx context.Context, inv *invocation) error {
 		if _, err := d.logger(inv); err != nil {
 			return err
@@ -32,8 +33,18 @@ func setupMigrate(f *flagSet) func(context.Context, *invocation) error {
 		if err := noArgs(inv); err != nil {
 			return err
 		}
+		p, err := part.parse(db)
+		if err != nil {
+			return err
+		}
 		if *printSQL {
+			if p != nil {
+				return usagef("--print-sql prints the plain table's migrations only: create a partitioned table with herald migrate --partition")
+			}
 			return db.printMigrationSQL(inv, *from)
+		}
+		if p != nil && !*part.existing {
+			db.names.Partition = p
 		}
 		if *from != 0 {
 			return usagef("--from goes with --print-sql")
@@ -50,6 +61,16 @@ func setupMigrate(f *flagSet) func(context.Context, *invocation) error {
 		if err := driver.Migrate(ctx); err != nil {
 			return err
 		}
+		if *part.existing {
+			pg, ok := driver.(*heraldpg.Driver)
+			if !ok {
+				return usagef("--partition-existing: the outbox table is not PostgreSQL's")
+			}
+			if err := pg.PartitionExisting(ctx, p); err != nil {
+				return err
+			}
+			fmt.Fprintln(inv.stdout, "migrate: outbox table "+driver.Table()+" is partitioned by created_at")
+		}
 		// Ping checks the version the table is now at is the one this
 		// herald knows.
 		if err := driver.Ping(ctx); err != nil {
@@ -62,6 +83,44 @@ func setupMigrate(f *flagSet) func(context.Context, *invocation) error {
 		fmt.Fprintln(inv.stdout, migrated(driver.Table(), before, latest))
 		return nil
 	}
+}
+
+// partitionFlags choose a partitioned outbox table (PostgreSQL only).
+type partitionFlags struct {
+	partition, existing *bool
+	interval            *time.Duration
+	ahead               *int
+}
+
+func addPartitionFlags(f *flagSet) *partitionFlags {
+	return &partitionFlags{
+		partition: f.LocalBool("partition", "create the outbox table partitioned by created_at, dropped by retention a partition at a time (PostgreSQL; a table that exists is converted by --partition-existing)"),
+		existing:  f.LocalBool("partition-existing", "convert the plain outbox table that exists into a partitioned one, keeping every row; producers and relays wait for a moment (PostgreSQL)"),
+		interval:  f.LocalDuration("partition-interval", 24*time.Hour, "with --partition or --partition-existing, the time `range` of one partition (1m to 744h)"),
+		ahead:     f.LocalInt("partition-ahead", 3, "with --partition or --partition-existing, the `number` of partitions kept created past the current one (1 to 100)"),
+	}
+}
+
+// parse returns the partitioning asked for, nil for none.
+func (p *partitionFlags) parse(db *database) (*heraldpg.Partitioning, error) {
+	if !*p.partition && !*p.existing {
+		if *p.interval != 24*time.Hour || *p.ahead != 3 {
+			return nil, usagef("--partition-interval and --partition-ahead go with --partition or --partition-existing")
+		}
+		return nil, nil
+	}
+	if db.names == nil {
+		return nil, usagef("--partition and --partition-existing are for PostgreSQL only")
+	}
+	if *p.ahead < 1 || *p.interval <= 0 {
+		// zero would mean the default in heraldpg.Partitioning
+		return nil, usagef("--partition-ahead and --partition-interval must be positive")
+	}
+	out := &heraldpg.Partitioning{Interval: *p.interval, Ahead: *p.ahead}
+	if err := (&heraldpg.Config{Partition: out}).Validate(); err != nil {
+		return nil, usagef("%s", strings.TrimPrefix(err.Error(), "heraldpg: "))
+	}
+	return out, nil
 }
 
 // statusJSON is the documented shape of `herald status --json`.

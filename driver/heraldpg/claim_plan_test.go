@@ -120,7 +120,21 @@ func TestEveryClaimFormIsIndexProbesWhateverThePlan(t *testing.T) {
 // and fails on a plan that scans or hashes the table.
 func requireIndexProbes(t *testing.T, pool *pgxpool.Pool, d *Driver, stats string) {
 	t.Helper()
-	forms := []struct{ name, sql, args string }{
+	for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
+		for _, f := range claimForms(d) {
+			plan := explainPrepared(t, pool, mode, f.sql, f.args)
+			what := fmt.Sprintf("%s, %s, %s:\n%s", f.name, mode, stats, plan)
+			require.NotContains(t, plan, "Seq Scan", what)
+			require.NotContains(t, plan, "Hash Join", what)
+			require.NotContains(t, plan, "Merge Join", what)
+		}
+	}
+}
+
+// claimForms are the claim statements of d, with arguments as SQL
+// literals.
+func claimForms(d *Driver) []struct{ name, sql, args string } {
+	return []struct{ name, sql, args string }{
 		{"unordered claim", d.q.claim, `1000, gen_random_uuid(), 'plan', 60000000, 67108864`},
 		{"ordered claim's walk", d.q.walkKeys, `'', '', 2000, 1000, 1000, '{}'::text[], 1, '{}'::text[], false`},
 		// A paused topic is passed, not read: its keys are all of the
@@ -131,15 +145,6 @@ func requireIndexProbes(t *testing.T, pool *pgxpool.Pool, d *Driver, stats strin
 		{"ordered claim's keys", d.q.claimKeys, `ARRAY['new','new','new'], ARRAY['k1','k2','k3'], ARRAY[false,false,true],
 			1000, 1000, gen_random_uuid(), 'plan', 60000000, 67108864`},
 	}
-	for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
-		for _, f := range forms {
-			plan := explainPrepared(t, pool, mode, f.sql, f.args)
-			what := fmt.Sprintf("%s, %s, %s:\n%s", f.name, mode, stats, plan)
-			require.NotContains(t, plan, "Seq Scan", what)
-			require.NotContains(t, plan, "Hash Join", what)
-			require.NotContains(t, plan, "Merge Join", what)
-		}
-	}
 }
 
 func exec(t *testing.T, pool *pgxpool.Pool, sql string) {
@@ -149,14 +154,15 @@ func exec(t *testing.T, pool *pgxpool.Pool, sql string) {
 }
 
 // explainPrepared prepares sql, executes it under EXPLAIN ANALYZE with
-// args (SQL literals) in plan_cache_mode mode, and rolls back.
-func explainPrepared(t *testing.T, pool *pgxpool.Pool, mode, sql, args string) string {
+// args (SQL literals) in plan_cache_mode mode, after the settings given
+// (as the driver's transaction makes them), and rolls back.
+func explainPrepared(t *testing.T, pool *pgxpool.Pool, mode, sql, args string, settings ...string) string {
 	t.Helper()
 	ctx := context.Background()
 	tx, err := pool.Begin(ctx)
 	require.NoError(t, err)
 	defer func() { _ = tx.Rollback(ctx) }()
-	for _, s := range []string{`SET LOCAL plan_cache_mode = ` + mode, `PREPARE claim_form AS ` + sql} {
+	for _, s := range append(settings, `SET LOCAL plan_cache_mode = `+mode, `PREPARE claim_form AS `+sql) {
 		_, err = tx.Exec(ctx, s)
 		require.NoError(t, err, s)
 	}

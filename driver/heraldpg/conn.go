@@ -17,6 +17,10 @@ type conn interface {
 	query(ctx context.Context, sql string, args []any, each func(scan func(dest ...any) error) error) error
 	// inTx runs fn in one transaction, committed when fn returns nil.
 	inTx(ctx context.Context, fn func(c conn) error) error
+	// inTxSet is inTx with settings (SET LOCAL statements, each ending
+	// in a semicolon) made as the transaction begins: on a pgx pool in
+	// the same round trip as BEGIN.
+	inTxSet(ctx context.Context, set string, fn func(c conn) error) error
 }
 
 // pgxQuerier is what a pgx pool and a pgx transaction have in common.
@@ -61,12 +65,16 @@ type txBeginner interface {
 }
 
 func (c pgxConn) inTx(ctx context.Context, fn func(c conn) error) error {
+	return c.inTxSet(ctx, "", fn)
+}
+
+func (c pgxConn) inTxSet(ctx context.Context, set string, fn func(c conn) error) error {
 	if b, ok := c.q.(txBeginner); ok {
-		return pgx.BeginTxFunc(ctx, b, pgx.TxOptions{BeginQuery: "BEGIN; " + txIdleTimeout},
+		return pgx.BeginTxFunc(ctx, b, pgx.TxOptions{BeginQuery: "BEGIN; " + txIdleTimeout + "; " + set},
 			func(tx pgx.Tx) error { return fn(pgxConn{tx}) })
 	}
 	return pgx.BeginFunc(ctx, c.q, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, txIdleTimeout); err != nil {
+		if _, err := tx.Exec(ctx, txIdleTimeout+"; "+set); err != nil {
 			return err
 		}
 		return fn(pgxConn{tx})
@@ -104,6 +112,10 @@ func (c sqlConn) query(ctx context.Context, query string, args []any, each func(
 }
 
 func (c sqlConn) inTx(ctx context.Context, fn func(c conn) error) error {
+	return c.inTxSet(ctx, "", fn)
+}
+
+func (c sqlConn) inTxSet(ctx context.Context, set string, fn func(c conn) error) error {
 	db, ok := c.q.(*sql.DB)
 	if !ok {
 		return fmt.Errorf("heraldpg: nested transaction")
@@ -112,7 +124,7 @@ func (c sqlConn) inTx(ctx context.Context, fn func(c conn) error) error {
 	if err != nil {
 		return err
 	}
-	if _, err := tx.ExecContext(ctx, txIdleTimeout); err != nil {
+	if _, err := tx.ExecContext(ctx, txIdleTimeout+"; "+set); err != nil {
 		_ = tx.Rollback()
 		return err
 	}

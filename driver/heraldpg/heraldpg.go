@@ -5,6 +5,64 @@
 // The driver's methods implement herald.Store, herald.Heartbeats,
 // heraldadmin.Admin and heraldadmin.Relays; they are not a stable API of
 // their own.
+//
+// # Partitioned outbox
+//
+// Config.Partition makes Migrate create the outbox table partitioned by
+// range of created_at, a partition per Partitioning.Interval (a day by
+// default); PartitionExisting converts a plain table that exists. Relays
+// need no setting: a driver finds the layout from the table. The choices,
+// and why:
+//
+//   - The partition key is created_at, which every row has from its
+//     default: the plain-SQL contract (topic, key and payload) is
+//     unchanged. PostgreSQL wants the partition key in every unique index,
+//     so the primary key is (id, created_at): an id is unique within one
+//     created_at, and since created_at is the inserting transaction's
+//     now(), a transaction still cannot write one id twice, but two
+//     transactions can (the plain table refuses it). That matters only
+//     where Message.ID is set by the application (the writers otherwise
+//     make a new UUIDv7): the repeat is published, and deduplication by id
+//     at the broker or the consumer drops it.
+//   - Maintenance runs where the relay's retention runs: DeletePublished
+//     (every RelayConfig.CleanupInterval) is MaintainPartitions on a
+//     partitioned table. It keeps Partitioning.Ahead partitions created
+//     past the current one. A row whose created_at has no partition (a
+//     time far ahead, or before the first partition) goes to the default
+//     partition <table>_default rather than fail the producer's
+//     transaction; when the partition of its time is created, the row
+//     moves into it (a claimed row first ends its claim: an
+//     acknowledgement planned before the partition existed would not find
+//     it); rows of the past, or more than 64 intervals after the last
+//     partition, stay in the default one.
+//   - Retention drops a whole partition once its range ended Retention
+//     ago and every row in it is published (Retention ago) or dead. The
+//     dead ones move first to <table>_dead, which the admin lists,
+//     requeues (back into the outbox, same id and seq) and discards with
+//     the outbox's own: a dead letter is never lost. A partition holding a
+//     ready, claimed or parked row is kept (MaintenanceReport.Kept, the
+//     herald_outbox_partitions_kept metric) and its published rows are
+//     deleted row by row, as are those of the default partition, so the
+//     table stays bounded.
+//   - Creating a partition attaches a table made beside the outbox: SHARE
+//     UPDATE EXCLUSIVE on the outbox, which inserts and claims do not wait
+//     for, and ACCESS EXCLUSIVE on the default partition, which is empty
+//     or small. Dropping one takes ACCESS EXCLUSIVE on the outbox (DETACH
+//     CONCURRENTLY is refused beside a default partition) for a few index
+//     probes; maintenance waits for a lock at most a second and otherwise
+//     tries again at its next run.
+//   - Every partition is created with autovacuum thresholds in rows (a
+//     thousand dead tuples) instead of a fifth of the table: the hot
+//     partition stays small; one past its time takes no writes.
+//   - A claim merges each partition's ordered probe of the ready index
+//     (Merge Append); its transaction turns sorting and JIT off, so that
+//     statistics that call a backlog small never make it read and sort
+//     every ready row. An acknowledgement probes each partition's primary
+//     key. Partitions are few: retention's intervals, the current one,
+//     those ahead and the default.
+//   - Later migrations run on the partitioned table as on a plain one
+//     (ADD COLUMN, CREATE INDEX); Migrate gives the dead-letter table each
+//     column the outbox gains, with its default.
 package heraldpg
 
 import (
@@ -13,6 +71,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"sync/atomic"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -28,6 +87,15 @@ type Config struct {
 	// MaxPayloadBytes caps a message's payload in the writers. Defaults to
 	// 1 MiB.
 	MaxPayloadBytes int
+	// Partition makes Migrate create the outbox table partitioned by
+	// time (see "Partitioned outbox" in the package doc); on a
+	// partitioned table, Migrate stores its Interval and Ahead for the
+	// partitions created from then on. Migrate refuses it for a plain
+	// table that exists already, which PartitionExisting converts. Only
+	// Migrate and PartitionExisting read it: every driver finds how its
+	// table is laid out from the table itself. Defaults to nil: a plain
+	// table, or a partitioned one left as it is.
+	Partition *Partitioning
 }
 
 // names are the validated, quoted identifiers a driver's SQL uses.
@@ -44,6 +112,11 @@ func (c *Config) names() (names, error) {
 		}
 		if c.MaxPayloadBytes < 0 {
 			return names{}, errors.New("heraldpg: Config.MaxPayloadBytes must not be negative")
+		}
+		if c.Partition != nil {
+			if _, err := c.Partition.withDefaults(); err != nil {
+				return names{}, err
+			}
 		}
 	}
 	n, err := sqlstore.NewNames("heraldpg", schema, table)
@@ -65,6 +138,11 @@ type Driver struct {
 	lockSpace int32
 
 	cursor sqlstore.KeyCursor // where the last ordered claim's walk stopped
+
+	partitioning *Partitioning // Config.Partition
+	layouts      layoutCache   // the table's shape, once known partitioned
+	// lastReport is what this driver's last partition maintenance did.
+	lastReport atomic.Pointer[MaintenanceReport]
 }
 
 // New returns a driver over a pgx pool the caller owns (and closes).
@@ -91,7 +169,15 @@ func newDriver(c conn, cfg *Config) (*Driver, error) {
 	}
 	h := fnv.New32a()
 	h.Write([]byte(n.Qualified))
-	return &Driver{db: c, names: n, q: newQueries(n), lockSpace: int32(h.Sum32())}, nil
+	d := &Driver{db: c, names: n, q: newQueries(n), lockSpace: int32(h.Sum32())}
+	if cfg != nil && cfg.Partition != nil {
+		p, err := cfg.Partition.withDefaults()
+		if err != nil {
+			return nil, err
+		}
+		d.partitioning = &p
+	}
+	return d, nil
 }
 
 // Table returns the schema-qualified, quoted outbox table name.

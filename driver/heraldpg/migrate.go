@@ -5,6 +5,7 @@ import (
 	"embed"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 
@@ -73,15 +74,28 @@ func (d *Driver) migrate(ctx context.Context, ms []sqlstore.Migration) error {
 		if err != nil {
 			return err
 		}
-		return sqlstore.ApplyMigrations(ctx, d.names.Qualified, ms, current, d.names.render,
+		err = sqlstore.ApplyMigrations(ctx, d.names.Qualified, ms, current, d.names.render,
 			`INSERT INTO `+d.names.Migrations+` (version, name) VALUES ($1, $2)`,
 			func(ctx context.Context, sql string, args ...any) error {
 				_, err := tx.exec(ctx, sql, args...)
 				return err
 			})
+		if err != nil {
+			return err
+		}
+		return d.afterMigrations(ctx, tx, current)
 	})
 	if err != nil {
 		return fmt.Errorf("heraldpg: migrate: %w", err)
+	}
+	// A partitioned table gets its partitions ahead now, before any relay
+	// runs its maintenance.
+	if l, err := d.layout(ctx, d.db); err != nil {
+		return err
+	} else if l.partitioned {
+		if _, err := d.maintain(ctx, time.Time{}, -1, 0); err != nil {
+			return fmt.Errorf("heraldpg: migrate: creating partitions ahead: %w", err)
+		}
 	}
 	return nil
 }

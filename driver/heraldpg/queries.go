@@ -280,7 +280,7 @@ const (
 		FROM {{.Table}} WHERE state = 'claimed' GROUP BY topic
 		UNION ALL
 		SELECT topic, 0, 0, count(*), count(*) FILTER (WHERE parked), NULL
-		FROM {{.Table}} WHERE state = 'dead' GROUP BY topic
+		FROM {{.Table}} WHERE state = 'dead' GROUP BY topic{{.DeadBacklog}}
 	) b
 	GROUP BY topic
 	ORDER BY topic`
@@ -330,7 +330,7 @@ const (
 
 	statusSQL = `SELECT topic, state, count(*),
 	       coalesce(extract(epoch FROM now()) - extract(epoch FROM min(created_at)), 0)::float8
-	FROM {{.Table}}
+	FROM {{.StatusRows}}
 	GROUP BY topic, state
 	ORDER BY topic, state`
 
@@ -347,6 +347,10 @@ type queries struct {
 	pauses, pause, resume, readyTopics                                  string
 	relayBeat, relayGone, relays                                        string
 	table                                                               string
+
+	// The same on a partitioned table, whose dead-letter table holds the
+	// dead rows of dropped partitions: counted with the outbox's own.
+	statusPart, backlogPart, dead string
 }
 
 func newQueries(n names) queries {
@@ -357,7 +361,7 @@ func newQueries(n names) queries {
 		walkKeys:        n.render(walkKeysSQL),
 		claimKeys:       n.render(claimKeysSQL),
 		blockedKeys:     n.render(blockedKeysSQL),
-		backlog:         n.render(backlogSQL),
+		backlog:         n.Render(backlogSQL, "{{.DeadBacklog}}", ""),
 		publish:         n.render(publishSQL),
 		complete:        n.render(completeSQL),
 		publishDelete:   n.render(publishDeleteSQL),
@@ -365,7 +369,7 @@ func newQueries(n names) queries {
 		releaseClaim:    n.render(releaseClaimSQL),
 		rescue:          n.render(rescueSQL),
 		deletePublished: n.render(deletePublishedSQL),
-		status:          n.render(statusSQL),
+		status:          n.Render(statusSQL, "{{.StatusRows}}", n.Qualified),
 		pauses:          n.render(pausesSQL),
 		pause:           n.render(pauseSQL),
 		resume:          n.render(resumeSQL),
@@ -374,5 +378,11 @@ func newQueries(n names) queries {
 		relayGone:       n.render(relayGoneSQL),
 		relays:          n.render(relaysSQL),
 		table:           n.Qualified,
+		statusPart: n.Render(statusSQL, "{{.StatusRows}}", `(SELECT topic, state, created_at FROM `+n.Qualified+
+			` UNION ALL SELECT topic, 'dead', created_at FROM `+n.part().dead+`) r`),
+		backlogPart: n.Render(backlogSQL, "{{.DeadBacklog}}", `
+		UNION ALL
+		SELECT topic, 0, 0, count(*), 0, NULL FROM `+n.part().dead+` GROUP BY topic`),
+		dead: n.part().dead,
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgtype"
@@ -24,7 +25,17 @@ var (
 func (d *Driver) Claim(ctx context.Context, p herald.ClaimParams) ([]herald.Envelope, error) {
 	return sqlstore.Claim(ctx, "heraldpg", p, sqlstore.Claimers{
 		Unordered: func(ctx context.Context, p herald.ClaimParams) ([]sqlstore.ClaimedRow, error) {
-			return d.claimRows(ctx, d.db, d.q.claim, p.Limit, []any{p.Limit, p.Token, p.Owner, p.Lease.Microseconds(), p.MaxBytes})
+			args := []any{p.Limit, p.Token, p.Owner, p.Lease.Microseconds(), p.MaxBytes}
+			if !d.claimsPartitioned(ctx) {
+				return d.claimRows(ctx, d.db, d.q.claim, p.Limit, args)
+			}
+			var rows []sqlstore.ClaimedRow
+			err := d.db.inTxSet(ctx, noSortSQL, func(tx conn) error {
+				var err error
+				rows, err = d.claimRows(ctx, tx, d.q.claim, p.Limit, args)
+				return err
+			})
+			return rows, err
 		},
 		Ordered: d.claimOrdered,
 		Bury: func(ctx context.Context, p herald.CompleteParams) error {
@@ -49,7 +60,11 @@ func (d *Driver) claimOrdered(ctx context.Context, p herald.ClaimParams, perKey 
 	maxKeys := max(sqlstore.WalkKeysFactor*p.Limit, 64)
 
 	var claimed []sqlstore.ClaimedRow
-	err := d.db.inTx(ctx, func(tx conn) error {
+	set := ""
+	if d.claimsPartitioned(ctx) {
+		set = noSortSQL
+	}
+	err := d.db.inTxSet(ctx, set, func(tx conn) error {
 		var (
 			topics, keys []string
 			free         []bool
@@ -181,7 +196,19 @@ func (d *Driver) RescueExpired(ctx context.Context, limit int) (int, error) {
 }
 
 // DeletePublished implements herald.Store.
+//
+// On a partitioned table it runs MaintainPartitions: partitions ahead,
+// drops of the partitions whose rows are all done, and row deletes only
+// where no drop reaches. It returns the rows that went both ways.
 func (d *Driver) DeletePublished(ctx context.Context, olderThan time.Duration, limit int) (int, error) {
+	if limit >= 0 {
+		if l, err := d.layout(ctx, d.db); err != nil {
+			return 0, err
+		} else if l.partitioned {
+			rep, err := d.maintain(ctx, time.Time{}, olderThan, limit)
+			return int(rep.DroppedRows) + rep.Deleted, err
+		}
+	}
 	n, err := d.db.exec(ctx, d.q.deletePublished, olderThan.Microseconds(), limit)
 	if err != nil {
 		return 0, fmt.Errorf("heraldpg: deleting published rows: %w", err)
@@ -193,7 +220,15 @@ func (d *Driver) DeletePublished(ctx context.Context, olderThan time.Duration, l
 // whole table: an operator's tool, not something to poll every second.
 func (d *Driver) Status(ctx context.Context) (heraldadmin.Status, error) {
 	var st heraldadmin.Status
-	err := d.db.query(ctx, d.q.status, nil, func(scan func(...any) error) error {
+	l, err := d.layout(ctx, d.db)
+	if err != nil {
+		return st, err
+	}
+	sql := d.q.status
+	if l.partitioned {
+		sql = d.q.statusPart
+	}
+	err = d.db.query(ctx, sql, nil, func(scan func(...any) error) error {
 		var (
 			ts    heraldadmin.TopicStatus
 			state string
@@ -243,6 +278,16 @@ func (d *Driver) ListEvents(ctx context.Context, f heraldadmin.EventFilter) ([]h
 	}
 	sql := `SELECT ` + eventColumns + ` FROM ` + d.q.table + ` WHERE ` + where +
 		` ORDER BY seq LIMIT ` + strconv.Itoa(limit)
+	l, err := d.layout(ctx, d.db)
+	if err != nil {
+		return nil, err
+	}
+	if l.partitioned && f.State == heraldadmin.StateDead {
+		sql = `SELECT * FROM ((SELECT ` + eventColumns + ` FROM ` + d.q.table + ` WHERE ` + where +
+			` ORDER BY seq LIMIT ` + strconv.Itoa(limit) + `) UNION ALL (SELECT ` + eventColumns + ` FROM ` +
+			d.q.dead + ` WHERE ` + where + ` ORDER BY seq LIMIT ` + strconv.Itoa(limit) + `)) u ORDER BY seq LIMIT ` +
+			strconv.Itoa(limit)
+	}
 	var out []heraldadmin.EventRow
 	err = d.db.query(ctx, sql, args, func(scan func(...any) error) error {
 		ev, err := scanEvent(scan)
@@ -264,7 +309,15 @@ func (d *Driver) GetEvent(ctx context.Context, id string) (heraldadmin.EventRow,
 		ev    heraldadmin.EventRow
 		found bool
 	)
-	err := d.db.query(ctx, `SELECT `+eventColumns+` FROM `+d.q.table+` WHERE id = $1`, []any{id},
+	l, err := d.layout(ctx, d.db)
+	if err != nil {
+		return ev, err
+	}
+	sql := `SELECT ` + eventColumns + ` FROM ` + d.q.table + ` WHERE id = $1`
+	if l.partitioned {
+		sql += ` UNION ALL SELECT ` + eventColumns + ` FROM ` + d.q.dead + ` WHERE id = $1`
+	}
+	err = d.db.query(ctx, sql+` LIMIT 1`, []any{id},
 		func(scan func(...any) error) error {
 			var err error
 			ev, err = scanEvent(scan)
@@ -308,10 +361,20 @@ func (d *Driver) RequeueDead(ctx context.Context, f heraldadmin.EventFilter) (in
 	if err != nil {
 		return 0, err
 	}
-	n, err := d.db.exec(ctx, `UPDATE `+d.q.table+`
+	l, err := d.layout(ctx, d.db)
+	if err != nil {
+		return 0, err
+	}
+	requeue := `UPDATE ` + d.q.table + `
 		SET state = 'ready', attempts = 0, available_at = now(), dead_at = NULL, parked = false,
 		    created_at = CASE WHEN isfinite(created_at) THEN created_at ELSE now() END
-		WHERE `+where, args...)
+		WHERE ` + where
+	var n int64
+	if !l.partitioned {
+		n, err = d.db.exec(ctx, requeue, args...)
+	} else {
+		n, err = d.requeueDeadTable(ctx, requeue, where, args)
+	}
 	if err != nil {
 		return 0, fmt.Errorf("heraldpg: requeueing dead events: %w", err)
 	}
@@ -323,6 +386,10 @@ func (d *Driver) RequeueDead(ctx context.Context, f heraldadmin.EventFilter) (in
 func (d *Driver) DiscardDead(ctx context.Context, f heraldadmin.EventFilter) (int, error) {
 	f.State = heraldadmin.StateDead
 	where, args, _, err := filterSQL(f)
+	if err != nil {
+		return 0, err
+	}
+	l, err := d.layout(ctx, d.db)
 	if err != nil {
 		return 0, err
 	}
@@ -341,6 +408,11 @@ func (d *Driver) DiscardDead(ctx context.Context, f heraldadmin.EventFilter) (in
 		}
 		var err error
 		n, err = tx.exec(ctx, `DELETE FROM `+d.q.table+` WHERE `+where, args...)
+		if err != nil || !l.partitioned {
+			return err
+		}
+		m, err := tx.exec(ctx, `DELETE FROM `+d.q.dead+` WHERE `+where, args...)
+		n += m
 		return err
 	})
 	var pe *heraldadmin.ParkedError
@@ -356,7 +428,15 @@ func (d *Driver) DiscardDead(ctx context.Context, f heraldadmin.EventFilter) (in
 // Backlog implements heraldadmin.Admin.
 func (d *Driver) Backlog(ctx context.Context) ([]heraldadmin.TopicBacklog, error) {
 	var out []heraldadmin.TopicBacklog
-	err := d.db.query(ctx, d.q.backlog, nil, func(scan func(...any) error) error {
+	l, err := d.layout(ctx, d.db)
+	if err != nil {
+		return nil, err
+	}
+	sql := d.q.backlog
+	if l.partitioned {
+		sql = d.q.backlogPart
+	}
+	err = d.db.query(ctx, sql, nil, func(scan func(...any) error) error {
 		var (
 			b   heraldadmin.TopicBacklog
 			age float64
@@ -399,4 +479,46 @@ func (d *Driver) blockedKeys(ctx context.Context, c conn, sql string, args []any
 		return err
 	})
 	return out, err
+}
+
+// requeueDeadTable requeues dead events on a partitioned table: those
+// still in the outbox by requeue, and those of dropped partitions by moving
+// them back from the dead-letter table, ready, in one transaction. They keep
+// their id, seq and created_at, so they go to the partition of their time,
+// or the default one.
+func (d *Driver) requeueDeadTable(ctx context.Context, requeue, where string, args []any) (int64, error) {
+	var n int64
+	err := d.db.inTx(ctx, func(tx conn) error {
+		var err error
+		if n, err = tx.exec(ctx, requeue, args...); err != nil {
+			return err
+		}
+		cols, err := d.deadColumns(ctx, tx)
+		if err != nil {
+			return err
+		}
+		sel := make([]string, 0, 24)
+		for _, c := range strings.Split(cols, ", ") {
+			switch c {
+			case "state":
+				c = `'ready'`
+			case "attempts":
+				c = `0`
+			case "available_at":
+				c = `now()`
+			case "dead_at", "claim_token", "lease_until", "claimed_by":
+				c = `NULL`
+			case "parked":
+				c = `false`
+			case "created_at":
+				c = `CASE WHEN isfinite(created_at) THEN created_at ELSE now() END`
+			}
+			sel = append(sel, c)
+		}
+		m, err := tx.exec(ctx, `WITH m AS (DELETE FROM `+d.q.dead+` WHERE `+where+` RETURNING *)
+			INSERT INTO `+d.q.table+` (`+cols+`) SELECT `+strings.Join(sel, ", ")+` FROM m`, args...)
+		n += m
+		return err
+	})
+	return n, err
 }
