@@ -274,16 +274,18 @@ func TestPartitionedTableTakesLaterMigrations(t *testing.T) {
 
 	later := append(append([]sqlstore.Migration(nil), migrations...), sqlstore.Migration{
 		Version: latestVersion() + 100, Name: "later",
-		SQL: `ALTER TABLE {{.Table}} ADD COLUMN event_version integer NOT NULL DEFAULT 1;
-		      CREATE INDEX {{.Name}}_version_idx ON {{.Table}} (event_version) WHERE state = 'ready';`,
+		SQL: `ALTER TABLE {{.Table}} ADD COLUMN later_column integer NOT NULL DEFAULT 1;
+		      CREATE INDEX {{.Name}}_later_idx ON {{.Table}} (later_column) WHERE state = 'ready';`,
 	})
 	require.NoError(t, d.migrate(ctx, later))
-	require.Equal(t, int64(1), count(t, pool, `SELECT count(*) FROM `+d.names.part().dead+` WHERE event_version = 1`))
+	require.Equal(t, int64(1), count(t, pool, `SELECT count(*) FROM `+d.names.part().dead+` WHERE later_column = 1`))
+	require.Equal(t, int64(1), count(t, pool, `SELECT count(*) FROM `+d.names.part().dead+` WHERE event_version = 1`),
+		"and migration 007's columns, which came before the dead-letter table")
 	// A partition created after the migration has the column and index.
 	_, err = d.maintain(ctx, day0.Add(6*day), day, 100)
 	require.NoError(t, err)
 	require.Equal(t, int64(1), count(t, pool, `SELECT count(*) FROM pg_indexes WHERE schemaname = $1 AND tablename = $2
-		AND indexdef LIKE '%event_version%'`, d.names.Schema, d.names.partitionName(day0.Add(9*day))))
+		AND indexdef LIKE '%later_column%'`, d.names.Schema, d.names.partitionName(day0.Add(9*day))))
 	rows, err := d.ListEvents(ctx, heraldadmin.EventFilter{State: heraldadmin.StateDead, All: true})
 	require.NoError(t, err)
 	n, err := d.RequeueDead(ctx, heraldadmin.EventFilter{IDs: []string{rows[0].ID}})
