@@ -64,7 +64,7 @@ func TestCollectorFollowsTheSlot(t *testing.T) {
 	require.False(t, ok)
 	reg.Unregister(bare)
 
-	s, err := heraldcdc.Open(ctx, heraldcdc.Config{ConnString: pc.DSN, CreateSlot: true, HeartbeatInterval: -1, Logger: slog.New(slog.DiscardHandler)})
+	s, err := heraldcdc.Open(ctx, heraldcdc.Config{ConnString: pc.DSN, CreateSlot: true, HeartbeatInterval: -1, StatusInterval: 100 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
 	require.NoError(t, err)
 	defer s.Close()
 	now := time.Now()
@@ -74,7 +74,7 @@ func TestCollectorFollowsTheSlot(t *testing.T) {
 
 	_, err = pool.Exec(ctx, `INSERT INTO herald_outbox (topic, payload) VALUES ('orders', 'x')`)
 	require.NoError(t, err)
-	nctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	nctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	tx, err := s.Next(nctx)
 	require.NoError(t, err)
@@ -88,8 +88,13 @@ func TestCollectorFollowsTheSlot(t *testing.T) {
 
 	retained0, _ := gauge(t, reg, "herald_cdc_slot_retained_wal_bytes", nil)
 	lag0, _ := gauge(t, reg, "herald_cdc_slot_lag_bytes", nil)
-	_, err = pool.Exec(ctx, `CREATE TABLE busy AS SELECT g, repeat('x', 100) AS pad FROM generate_series(1, 5000) g`)
+	// Another table's transactions: WAL the slot keeps.
+	_, err = pool.Exec(ctx, `CREATE TABLE busy (n int, pad text)`)
 	require.NoError(t, err)
+	for range 40 {
+		_, err = pool.Exec(ctx, `INSERT INTO busy SELECT g, repeat('x', 100) FROM generate_series(1, 50) g`)
+		require.NoError(t, err)
+	}
 	retained1, _ := gauge(t, reg, "herald_cdc_slot_retained_wal_bytes", nil)
 	lag1, _ := gauge(t, reg, "herald_cdc_slot_lag_bytes", nil)
 	require.Greater(t, retained1, retained0+100_000)
@@ -103,9 +108,17 @@ func TestCollectorFollowsTheSlot(t *testing.T) {
 	tx, err = s.Next(nctx)
 	require.NoError(t, err)
 	s.Confirm(tx.End)
+	// The slot's restart_lsn moves to a point PostgreSQL logs at
+	// checkpoints once a confirmation passes it: checkpoint, and confirm
+	// one more transaction, until it has.
 	require.Eventually(t, func() bool {
 		_, err := pool.Exec(ctx, `CHECKPOINT`)
 		require.NoError(t, err)
+		_, err = pool.Exec(ctx, `INSERT INTO herald_outbox (topic, payload) VALUES ('orders', 'z')`)
+		require.NoError(t, err)
+		tx, err := s.Next(nctx)
+		require.NoError(t, err)
+		s.Confirm(tx.End)
 		retained, _ := gauge(t, reg, "herald_cdc_slot_retained_wal_bytes", nil)
 		lag, _ := gauge(t, reg, "herald_cdc_slot_lag_bytes", nil)
 		return retained < retained1/2 && lag < lag1/2
