@@ -41,6 +41,8 @@ var wantAlerts = []string{
 	"HeraldPublishErrorRate",
 	"HeraldDestinationDown",
 	"HeraldBacklogStale",
+	"HeraldCDCSlotRetainingWAL",
+	"HeraldCDCSlotLost",
 }
 
 // The herald commands the runbook hints must name between them.

@@ -17,17 +17,26 @@ import (
 type decoder struct {
 	relations     map[uint32]*pglogrepl.RelationMessage
 	schema, table string
+	slot          string
 	cur           *Transaction // between Begin and Commit
 }
 
 // decode reads one message; done is true with a whole transaction at its
-// commit.
-func (d *decoder) decode(wal []byte) (tx Transaction, done bool, err error) {
+// commit. heartbeat is the position of one of the stream's heartbeat
+// messages (see Config.HeartbeatInterval), zero otherwise.
+func (d *decoder) decode(wal []byte) (tx Transaction, done bool, heartbeat pglogrepl.LSN, err error) {
 	msg, err := pglogrepl.Parse(wal)
 	if err != nil {
-		return tx, false, fmt.Errorf("heraldcdc: decoding pgoutput: %w", err)
+		return tx, false, 0, fmt.Errorf("heraldcdc: decoding pgoutput: %w", err)
 	}
 	switch m := msg.(type) {
+	case *pglogrepl.LogicalDecodingMessage:
+		// Only a non-transactional message is decoded at its own place in
+		// the WAL, between transactions; one of another program (another
+		// prefix) or another slot's stream is no concern of this one.
+		if d.cur == nil && !m.Transactional && m.Prefix == heartbeatPrefix && string(m.Content) == d.slot {
+			return tx, false, m.LSN, nil
+		}
 	case *pglogrepl.RelationMessage:
 		d.relations[m.RelationID] = m
 	case *pglogrepl.BeginMessage:
@@ -36,11 +45,11 @@ func (d *decoder) decode(wal []byte) (tx Transaction, done bool, err error) {
 		rel, ok := d.relations[m.RelationID]
 		switch {
 		case !ok:
-			return tx, false, fmt.Errorf("heraldcdc: insert into relation %d, which was never described", m.RelationID)
+			return tx, false, 0, fmt.Errorf("heraldcdc: insert into relation %d, which was never described", m.RelationID)
 		case d.cur == nil:
-			return tx, false, fmt.Errorf("heraldcdc: insert outside a transaction")
+			return tx, false, 0, fmt.Errorf("heraldcdc: insert outside a transaction")
 		case rel.Namespace != d.schema || rel.RelationName != d.table:
-			return tx, false, nil // another table of the publication
+			return tx, false, 0, nil // another table of the publication
 		}
 		// A row that cannot be read is not the stream's failure: it goes
 		// to the dead letters, saying why, and the stream goes on.
@@ -51,13 +60,13 @@ func (d *decoder) decode(wal []byte) (tx Transaction, done bool, err error) {
 		}
 	case *pglogrepl.CommitMessage:
 		if d.cur == nil {
-			return tx, false, fmt.Errorf("heraldcdc: commit outside a transaction")
+			return tx, false, 0, fmt.Errorf("heraldcdc: commit outside a transaction")
 		}
 		tx, d.cur = *d.cur, nil
 		tx.Commit, tx.End = m.CommitLSN, m.TransactionEndLSN
-		return tx, true, nil
+		return tx, true, 0, nil
 	}
-	return tx, false, nil
+	return tx, false, 0, nil
 }
 
 // envelope reads an inserted outbox row. Values are in text format: the

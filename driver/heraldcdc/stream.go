@@ -38,6 +38,14 @@ type Config struct {
 	// StatusInterval is how often the confirmed position is sent to
 	// PostgreSQL when it has not changed. Defaults to 10s.
 	StatusInterval time.Duration
+	// HeartbeatInterval is how often the stream writes a heartbeat into
+	// the WAL (a non-transactional logical decoding message, on a normal
+	// connection of its own), so that the slot's confirmed position moves
+	// while the outbox is idle and other tables are busy: otherwise the
+	// slot holds back their WAL until the next outbox event. Zero or
+	// negative turns heartbeats off. Heartbeats need PostgreSQL 14 or
+	// later. Defaults to 10s.
+	HeartbeatInterval time.Duration
 	// Buffer is how many committed transactions may wait to be read by
 	// Next. Defaults to 64.
 	Buffer int
@@ -70,11 +78,30 @@ type Stream struct {
 	out   chan Transaction
 	done  chan struct{}
 	stop  context.CancelFunc
+	// beating is closed when the heartbeat goroutine ends; nil without
+	// heartbeats.
+	beating chan struct{}
 
 	mu        sync.Mutex
 	confirmed pglogrepl.LSN
-	err       error // why the reading loop ended
+	// unconfirmed are the transactions handed to Next's buffer and not yet
+	// confirmed, oldest first; last is the End of the latest one handed
+	// out (start before any).
+	unconfirmed []handed
+	last        pglogrepl.LSN
+	beats       int   // heartbeats confirmed
+	err         error // why the reading loop ended
 }
+
+// handed is a transaction the stream handed out.
+type handed struct {
+	end        pglogrepl.LSN
+	commitTime time.Time
+}
+
+// heartbeatPrefix is the prefix of the stream's heartbeat messages; their
+// content is the slot's name.
+const heartbeatPrefix = "herald.heartbeat"
 
 // Open checks the slot, connects for replication and starts streaming
 // from the slot's confirmed position.
@@ -100,17 +127,23 @@ func Open(ctx context.Context, cfg Config) (*Stream, error) {
 	if err != nil {
 		return nil, fmt.Errorf("heraldcdc: connecting for replication: %w", err)
 	}
-	err = pglogrepl.StartReplication(ctx, conn, c.Slot, start, pglogrepl.StartReplicationOptions{
-		PluginArgs: []string{"proto_version '1'", "publication_names '" + c.Publication + "'"},
-	})
+	args := []string{"proto_version '1'", "publication_names '" + c.Publication + "'"}
+	if c.HeartbeatInterval > 0 {
+		args = append(args, "messages 'true'")
+	}
+	err = pglogrepl.StartReplication(ctx, conn, c.Slot, start, pglogrepl.StartReplicationOptions{PluginArgs: args})
 	if err != nil {
 		_ = conn.Close(context.Background())
 		return nil, fmt.Errorf("heraldcdc: starting replication from slot %s: %w", c.Slot, err)
 	}
 	loopCtx, stop := context.WithCancel(context.Background())
-	s := &Stream{cfg: c, conn: conn, start: start, confirmed: start, out: make(chan Transaction, c.Buffer),
+	s := &Stream{cfg: c, conn: conn, start: start, confirmed: start, last: start, out: make(chan Transaction, c.Buffer),
 		done: make(chan struct{}), stop: stop}
 	go s.loop(loopCtx)
+	if c.HeartbeatInterval > 0 {
+		s.beating = make(chan struct{})
+		go s.heartbeat(loopCtx)
+	}
 	return s, nil
 }
 
@@ -137,6 +170,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.StatusInterval <= 0 {
 		c.StatusInterval = 10 * time.Second
+	}
+	if c.HeartbeatInterval == 0 {
+		c.HeartbeatInterval = 10 * time.Second
 	}
 	if c.Buffer <= 0 {
 		c.Buffer = 64
@@ -223,17 +259,55 @@ func (s *Stream) Next(ctx context.Context) (Transaction, error) {
 
 // Confirm lets PostgreSQL release the WAL up to lsn: the slot's
 // confirmed_flush_lsn moves there with the next status update (at once).
-// A position before the last one confirmed is ignored.
+// A position before the last one confirmed is ignored. Pass only a
+// Transaction's End (Tracker.Confirmed): the stream's heartbeats rely on
+// it to know what was acknowledged.
 func (s *Stream) Confirm(lsn pglogrepl.LSN) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.confirmed = max(s.confirmed, lsn)
+	i := 0
+	for i < len(s.unconfirmed) && s.unconfirmed[i].end <= s.confirmed {
+		i++
+	}
+	s.unconfirmed = append(s.unconfirmed[:0], s.unconfirmed[i:]...)
+}
+
+// Confirmed is the position last confirmed, by Confirm or a heartbeat.
+func (s *Stream) Confirmed() pglogrepl.LSN {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.confirmed
+}
+
+// OldestUnconfirmed is the commit time of the oldest transaction the
+// stream handed out (to Next's buffer) that is not confirmed yet, and
+// false when every one is: how far behind the acknowledgements are, as
+// the database's clock saw the commit. SlotStatus gives the same lag in
+// bytes.
+func (s *Stream) OldestUnconfirmed() (time.Time, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.unconfirmed) == 0 {
+		return time.Time{}, false
+	}
+	return s.unconfirmed[0].commitTime, true
+}
+
+// Heartbeats counts the heartbeats that moved the confirmed position.
+func (s *Stream) Heartbeats() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.beats
 }
 
 // Close stops streaming and closes the connection.
 func (s *Stream) Close() error {
 	s.stop()
 	<-s.done
+	if s.beating != nil {
+		<-s.beating
+	}
 	return s.conn.Close(context.Background())
 }
 
@@ -252,7 +326,7 @@ func (s *Stream) loop(ctx context.Context) {
 }
 
 func (s *Stream) read(ctx context.Context) error {
-	dec := &decoder{relations: map[uint32]*pglogrepl.RelationMessage{}, schema: s.cfg.Schema, table: s.cfg.Table}
+	dec := &decoder{relations: map[uint32]*pglogrepl.RelationMessage{}, schema: s.cfg.Schema, table: s.cfg.Table, slot: s.cfg.Slot}
 	sent := pglogrepl.LSN(0)
 	nextStatus := time.Now()
 	for {
@@ -308,10 +382,17 @@ func (s *Stream) handle(ctx context.Context, dec *decoder, data []byte, nextStat
 		if err != nil {
 			return fmt.Errorf("heraldcdc: %w", err)
 		}
-		tx, done, err := dec.decode(x.WALData)
+		tx, done, beat, err := dec.decode(x.WALData)
+		if beat != 0 {
+			s.beat(beat)
+		}
 		if err != nil || !done {
 			return err
 		}
+		s.mu.Lock()
+		s.unconfirmed = append(s.unconfirmed, handed{end: tx.End, commitTime: tx.CommitTime})
+		s.last = tx.End
+		s.mu.Unlock()
 		// While the reader is busy, keep telling PostgreSQL where it stands,
 		// or wal_sender_timeout ends the connection.
 		tick := time.NewTicker(time.Second)
@@ -341,4 +422,69 @@ func (s *Stream) sendStatus(ctx context.Context) error {
 		return fmt.Errorf("heraldcdc: sending the confirmed position: %w", err)
 	}
 	return nil
+}
+
+// beat confirms the position of a heartbeat read from the slot, when every
+// transaction handed out before it is confirmed.
+//
+// Why that is safe: a non-transactional message is decoded at its own
+// place in the WAL, so every transaction that committed before it was
+// handed out before it, and every one that commits after it ends after
+// it. Confirming the heartbeat's position therefore skips, on a restart,
+// only transactions that were handed out and confirmed already. A
+// transaction still running when the heartbeat was written commits
+// later, past that position, and PostgreSQL keeps its WAL by the slot's
+// restart_lsn, which the confirmed position does not decide. If anything
+// handed out is unconfirmed, the heartbeat is dropped: the next one, once
+// the caller caught up, moves the position instead. The stream reads
+// heartbeats and hands out transactions on one goroutine, so no
+// transaction can be handed out between the check and the move.
+func (s *Stream) beat(lsn pglogrepl.LSN) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	// A heartbeat at or before the start was confirmed before a restart.
+	if lsn > s.confirmed && s.confirmed >= s.last {
+		s.confirmed = lsn
+		s.beats++
+	}
+}
+
+// heartbeat writes a heartbeat every HeartbeatInterval until ctx ends, on
+// a connection of its own (the replication connection is busy streaming).
+// A failure is logged and retried at the next tick: heartbeats only help.
+func (s *Stream) heartbeat(ctx context.Context) {
+	defer close(s.beating)
+	var conn *pgx.Conn
+	defer func() {
+		if conn != nil {
+			_ = conn.Close(context.Background())
+		}
+	}()
+	tick := time.NewTicker(s.cfg.HeartbeatInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		if conn == nil {
+			c, err := pgx.Connect(ctx, s.cfg.ConnString)
+			if err != nil {
+				if ctx.Err() == nil {
+					s.cfg.Logger.Warn("heartbeat: connecting", "slot", s.cfg.Slot, "error", err)
+				}
+				continue
+			}
+			conn = c
+		}
+		_, err := conn.Exec(ctx, `SELECT pg_logical_emit_message(false, $1::text, $2::text)`, heartbeatPrefix, s.cfg.Slot)
+		if err != nil {
+			if ctx.Err() == nil {
+				s.cfg.Logger.Warn("heartbeat: writing", "slot", s.cfg.Slot, "error", err)
+			}
+			_ = conn.Close(context.Background())
+			conn = nil
+		}
+	}
 }
