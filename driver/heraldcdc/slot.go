@@ -33,13 +33,16 @@ type SlotInfo struct {
 	SafeWALBytes int64
 }
 
-// SlotStatus reads slot's state. It needs pg_current_wal_lsn(), so a
-// primary.
+// SlotStatus reads slot's state. It needs pg_current_wal_insert_lsn(), so
+// a primary. The distances are measured from where WAL is being inserted,
+// not from what was written out: with synchronous_commit off, the written
+// position trails committed transactions by up to wal_writer_delay, and a
+// slot's lag would read as nothing while it grows.
 func SlotStatus(ctx context.Context, q Querier, slot string) (SlotInfo, error) {
 	info := SlotInfo{Slot: slot}
 	err := q.QueryRow(ctx, `SELECT active, coalesce(wal_status, ''),
-		coalesce(pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn), 0)::bigint,
-		coalesce(pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn), 0)::bigint,
+		coalesce(pg_wal_lsn_diff(pg_current_wal_insert_lsn(), restart_lsn), 0)::bigint,
+		coalesce(pg_wal_lsn_diff(pg_current_wal_insert_lsn(), confirmed_flush_lsn), 0)::bigint,
 		coalesce(safe_wal_size, -1)
 		FROM pg_replication_slots WHERE slot_name = $1 AND database = current_database()`, slot).
 		Scan(&info.Active, &info.WALStatus, &info.RetainedBytes, &info.LagBytes, &info.SafeWALBytes)
