@@ -36,7 +36,8 @@ FROM (
 	FOR UPDATE SKIP LOCKED
 ) next
 WHERE o.id = next.id
-RETURNING o.id, o.seq, o.topic, o.key, o.type, o.aggregate_type, o.aggregate_id, o.payload, o.headers, o.created_at`
+RETURNING o.id, o.seq, o.topic, o.key, o.type, o.aggregate_type, o.aggregate_id,
+	o.event_version, coalesce(o.aggregate_version, 0), o.payload, o.headers, o.created_at`
 
 // The ceiling on MySQL and MariaDB, which have no UPDATE ... RETURNING:
 // the cheapest claim and mark that still hands the rows to the broker.
@@ -54,7 +55,8 @@ RETURNING o.id, o.seq, o.topic, o.key, o.type, o.aggregate_type, o.aggregate_id,
 // reads the rows after that commit, publishes, then acknowledges in a
 // second transaction.
 const (
-	ceilingMySQLSelect = "SELECT id, seq, topic, `key`, type, aggregate_type, aggregate_id, payload, headers, created_at\n" +
+	ceilingMySQLSelect = "SELECT id, seq, topic, `key`, type, aggregate_type, aggregate_id,\n" +
+		"event_version, COALESCE(aggregate_version, 0), payload, headers, created_at\n" +
 		"FROM %[1]s FORCE INDEX (%[2]s_ready_idx)\n" +
 		"WHERE state = 'ready' AND available_at <= UTC_TIMESTAMP(6)\n" +
 		"ORDER BY available_at, seq\n" +
@@ -137,7 +139,7 @@ func ceilingWorker(ctx context.Context, e *env, pool *pgxpool.Pool, store *timed
 		for rows.Next() {
 			var env herald.Envelope
 			if err := rows.Scan(&env.ID, &env.Seq, &env.Topic, &env.Key, &env.Type, &env.AggregateType,
-				&env.AggregateID, &env.Payload, &env.Headers, &env.CreatedAt); err != nil {
+				&env.AggregateID, &env.EventVersion, &env.AggregateVersion, &env.Payload, &env.Headers, &env.CreatedAt); err != nil {
 				rows.Close()
 				return err
 			}
@@ -211,7 +213,7 @@ func ceilingClaimMySQL(ctx context.Context, e *env, db *sql.DB, query string) ([
 			created mysqlTime
 		)
 		if err := rows.Scan(&env.ID, &env.Seq, &env.Topic, &env.Key, &env.Type, &env.AggregateType,
-			&env.AggregateID, &env.Payload, &headers, &created); err != nil {
+			&env.AggregateID, &env.EventVersion, &env.AggregateVersion, &env.Payload, &headers, &created); err != nil {
 			rows.Close()
 			return nil, err
 		}
