@@ -81,10 +81,11 @@ type RelayStats struct {
 	Released  int64 // rows released on shutdown
 	Rescued   int64 // rows of dead relays returned to ready
 	Deleted   int64 // published rows removed by retention
+	Streamed  int64 // events read from RelayConfig.Source
 }
 
 type relayCounters struct {
-	claimed, published, retried, heldBack, dead, released, rescued, deleted atomic.Int64
+	claimed, published, retried, heldBack, dead, released, rescued, deleted, streamed atomic.Int64
 }
 
 // NewRelay validates cfg and returns a relay ready to Start.
@@ -141,6 +142,10 @@ func (r *Relay) Start(ctx context.Context) error {
 			r.every(loopCtx, r.cfg.CleanupInterval, r.cleanup)
 		}
 	}()
+	if r.cfg.Source != nil {
+		r.loops.Add(1)
+		go func() { defer r.loops.Done(); r.streamLoop(loopCtx) }()
+	}
 	r.startHeartbeats(loopCtx)
 	go func() {
 		r.loops.Wait()
@@ -148,7 +153,7 @@ func (r *Relay) Start(ctx context.Context) error {
 		close(r.done)
 	}()
 	r.log.Info("relay started", "batch_size", r.cfg.BatchSize, "max_in_flight", r.cfg.MaxInFlight, "lease", r.cfg.Lease,
-		"ordered", !r.cfg.Unordered)
+		"ordered", !r.cfg.Unordered, "change_stream", r.cfg.Source != nil)
 	return nil
 }
 
@@ -242,5 +247,6 @@ func (r *Relay) Stats() RelayStats {
 	return RelayStats{
 		Claimed: s.claimed.Load(), Published: s.published.Load(), Retried: s.retried.Load(), HeldBack: s.heldBack.Load(),
 		Dead: s.dead.Load(), Released: s.released.Load(), Rescued: s.rescued.Load(), Deleted: s.deleted.Load(),
+		Streamed: s.streamed.Load(),
 	}
 }

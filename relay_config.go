@@ -122,6 +122,13 @@ type RelayConfig struct {
 	// are published pipelined, in order; a hot key moves MaxPerKey events
 	// per broker round trip. Defaults to BatchSize.
 	MaxPerKey int
+	// Source, when set, is a change-data-capture source (heraldcdc): the
+	// relay publishes the events it reads from the database's log, in
+	// commit order, and writes to the table only those that fail and the
+	// later events of their key, which it claims from there as usual
+	// (see Source). The Store must implement StreamStore. Defaults to
+	// nil: the relay claims every event from the table.
+	Source Source
 }
 
 func (c *RelayConfig) withDefaults() RelayConfig {
@@ -200,6 +207,9 @@ func (c *RelayConfig) validate() error {
 	}
 	for _, t := range c.SkipDeadTopics {
 		check(strings.TrimSpace(t) != "", "SkipDeadTopics", "must not hold an empty topic")
+	}
+	if _, ok := c.Store.(StreamStore); c.Source != nil && !ok {
+		errs = append(errs, errNoStreamStore)
 	}
 	if err := c.Retry.validate(); err != nil {
 		errs = append(errs, err)

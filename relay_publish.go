@@ -20,17 +20,7 @@ func (r *Relay) process(c claimed, sent func()) {
 		return
 	}
 	errs, whole := r.send(c)
-	d := decide(c.batch, errs, decideRules{
-		Now:         r.cfg.Clock.Now(),
-		Policy:      r.cfg.Retry,
-		Aborted:     r.pubCtx.Err() != nil,
-		Outage:      whole,
-		OutageDelay: r.noteOutage,
-		Unavailable: r.cfg.OutageBackoffCap,
-		Backoff:     r.cfg.Retry.Backoff,
-		SkipDead:    r.skipDead,
-		Resumed:     r.resumedAt,
-	})
+	d := decide(c.batch, errs, r.decideRules(whole))
 	r.logDecision(c, d)
 	// Sent and decided, the batch gives its publish slot to the next claim
 	// while its acknowledgement is written: the acknowledgement of one

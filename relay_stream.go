@@ -1,0 +1,244 @@
+package herald
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"time"
+)
+
+// streamLoop publishes the batches of RelayConfig.Source, one at a time, in
+// commit order, while the claim loops go on claiming what the table holds:
+// rows written for polling, and the events this loop hands back to it.
+//
+// One batch at a time is what keeps a key in order across the two paths.
+// Before a batch is published, the table is asked which of its keys have
+// events waiting there (ready, claimed or parked); those keys' events are
+// written back behind them instead of being sent. A key gets events in
+// the table only from this loop (a failure, or what follows one) or from
+// rows committed before the streamed ones, which the check sees. With the
+// next batch read only once this one is published or written back, no
+// streamed event can overtake an earlier event of its key.
+func (r *Relay) streamLoop(ctx context.Context) {
+	errDelay := r.cfg.PollInterval
+	for {
+		if wait := r.outageWait(); wait > 0 && !r.sleep(ctx, wait) {
+			return
+		}
+		b, err := r.cfg.Source.Next(ctx, r.cfg.BatchSize)
+		if ctx.Err() != nil {
+			// A batch read as the relay stops is not done: the source hands
+			// it out again on the next start.
+			return
+		}
+		if err != nil {
+			r.log.Warn("reading the change stream failed; retrying", "error", Scrub(err.Error()))
+			if !r.sleep(ctx, errDelay) {
+				return
+			}
+			errDelay = min(errDelay*2, r.cfg.OutageBackoffCap)
+			continue
+		}
+		errDelay = r.cfg.PollInterval
+		if !r.streamBatch(ctx, b) {
+			return
+		}
+	}
+}
+
+// streamBatch publishes one batch of the source and writes back, to the
+// table, every event that was not published; then it tells the source the
+// batch is done. It returns false when the relay stopped before the batch
+// could be settled: the batch is left undone, for the source to hand out
+// again.
+func (r *Relay) streamBatch(ctx context.Context, b SourceBatch) bool {
+	c := claimed{token: "stream", batch: b.Events, deadline: r.cfg.Clock.Now().Add(r.cfg.PublishTimeout)}
+	for i := range c.batch {
+		env := &c.batch[i]
+		env.Ordered = !r.cfg.Unordered && env.Key != "" && !r.unordered[env.Topic]
+		c.bytes += envelopeBytes(env)
+	}
+	r.stats.streamed.Add(int64(len(c.batch)))
+	r.inFlight.Add(int64(len(c.batch)))
+	r.inFlightBytes.Add(c.bytes)
+	defer r.release(c)
+	if len(c.batch) > 0 {
+		r.noteClaim(r.cfg.Clock.Now())
+		r.cfg.Observer.Claimed(c.batch)
+	}
+
+	held, ok := r.streamHeld(ctx, c.batch)
+	if !ok {
+		return false
+	}
+	errs, whole := r.sendStreamed(c, held)
+	d := decide(c.batch, errs, r.decideRules(whole))
+	r.logDecision(c, d)
+	failed := slices.Concat(d.Params.Failed, b.Unreadable)
+	if len(failed) > 0 && !r.returnToTable(ctx, c.batch, failed) {
+		return false
+	}
+	if b.Done != nil {
+		b.Done()
+	}
+	res := CompleteResult{Published: len(d.Params.Published)}
+	for _, f := range failed {
+		res.Failed = append(res.Failed, f.ID)
+	}
+	p := CompleteParams{Published: d.Params.Published, Failed: failed}
+	changed := setOf(res.Failed)
+	r.count(p, res, changed)
+	if _, none := r.cfg.Observer.(nopObserver); !none {
+		r.cfg.Observer.Acknowledged(acknowledgement(c.batch, d.Params, changed, 0))
+	}
+	return true
+}
+
+// decideRules are the rules decide applies to every batch of this relay;
+// whole is the publisher's error when it failed the batch as a whole.
+func (r *Relay) decideRules(whole error) decideRules {
+	return decideRules{
+		Now:         r.cfg.Clock.Now(),
+		Policy:      r.cfg.Retry,
+		Aborted:     r.pubCtx.Err() != nil,
+		Outage:      whole,
+		OutageDelay: r.noteOutage,
+		Unavailable: r.cfg.OutageBackoffCap,
+		Backoff:     r.cfg.Retry.Backoff,
+		SkipDead:    r.skipDead,
+		Resumed:     r.resumedAt,
+	}
+}
+
+// sendStreamed publishes the events of the batch that are not held, and
+// returns each event's error: ErrHeldBack for the held ones.
+func (r *Relay) sendStreamed(c claimed, held []bool) (errs []error, whole error) {
+	send := c
+	send.batch = make([]Envelope, 0, len(c.batch))
+	var idx []int
+	for i := range c.batch {
+		if !held[i] {
+			send.batch = append(send.batch, c.batch[i])
+			idx = append(idx, i)
+		}
+	}
+	errs = make([]error, len(c.batch))
+	for i := range errs {
+		if held[i] {
+			errs[i] = ErrHeldBack
+		}
+	}
+	if len(send.batch) == 0 {
+		return errs, nil
+	}
+	sent, whole := r.send(send)
+	for j, i := range idx {
+		errs[i] = sent[j]
+	}
+	return errs, whole
+}
+
+// streamHeld says which events of a streamed batch go to the table unsent:
+// those of a paused topic or destination, and the ordered ones whose key
+// has events waiting in the table. It returns false when the relay
+// stopped before the table answered.
+func (r *Relay) streamHeld(ctx context.Context, batch []Envelope) ([]bool, bool) {
+	held := make([]bool, len(batch))
+	var (
+		paused  []string
+		keys    []TopicKey
+		seen    = map[TopicKey]bool{}
+		waiting map[TopicKey]bool
+	)
+	ok := r.untilStored(ctx, "reading the pauses", func(ctx context.Context) (err error) {
+		paused, err = r.pausedTopics(ctx)
+		return err
+	})
+	if !ok {
+		return nil, false
+	}
+	isPaused := setOf(paused)
+	for _, env := range batch {
+		k := TopicKey{env.Topic, env.Key}
+		if env.Ordered && !isPaused[env.Topic] && !seen[k] {
+			seen[k] = true
+			keys = append(keys, k)
+		}
+	}
+	if len(keys) > 0 {
+		ok := r.untilStored(ctx, "reading the keys waiting in the table", func(ctx context.Context) error {
+			w, err := r.cfg.Store.(StreamStore).KeysWaiting(ctx, keys)
+			waiting = make(map[TopicKey]bool, len(w))
+			for _, k := range w {
+				waiting[k] = true
+			}
+			return err
+		})
+		if !ok {
+			return nil, false
+		}
+	}
+	send, _ := r.heldByDestination(batch)
+	sent := make(map[string]bool, len(send))
+	for _, env := range send {
+		sent[env.ID] = true
+	}
+	for i, env := range batch {
+		held[i] = isPaused[env.Topic] || !sent[env.ID] || (env.Ordered && waiting[TopicKey{env.Topic, env.Key}])
+	}
+	return held, true
+}
+
+// returnToTable writes the events of a streamed batch that were not
+// published back to the table, with their outcomes. It returns false when
+// the relay stopped before the table took them.
+func (r *Relay) returnToTable(ctx context.Context, batch []Envelope, failed []Failure) bool {
+	p := ReturnParams{Failed: failed}
+	ids := setOf(nil)
+	for _, f := range failed {
+		ids[f.ID] = true
+	}
+	for _, env := range batch {
+		if ids[env.ID] {
+			p.Events = append(p.Events, env)
+		}
+	}
+	return r.untilStored(ctx, "writing failed streamed events back to the table", func(ctx context.Context) error {
+		_, err := r.cfg.Store.(StreamStore).Return(ctx, p)
+		return err
+	})
+}
+
+// untilStored runs op until it succeeds. A streamed batch cannot be
+// skipped, or its events would be lost, nor can a later one go first, or
+// a key would lose its order: so op is retried, with a doubling pause,
+// for as long as the database is unreachable. It gives up only once the
+// relay is stopping (ctx ended) and op failed: the batch then stays
+// undone, and comes again from the source on the next start.
+func (r *Relay) untilStored(ctx context.Context, what string, op func(context.Context) error) bool {
+	delay := 50 * time.Millisecond
+	for {
+		opCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.Lease/2)
+		err := op(opCtx)
+		cancel()
+		r.noteDatabase(err)
+		if err == nil {
+			return true
+		}
+		if ctx.Err() != nil {
+			r.log.Warn(what+" failed as the relay stops; the batch will be read again from the change stream",
+				"error", Scrub(err.Error()))
+			return false
+		}
+		r.log.Debug(what+" failed; retrying", "error", Scrub(err.Error()))
+		select {
+		case <-r.cfg.Clock.After(delay):
+		case <-ctx.Done():
+		}
+		delay = min(delay*2, r.cfg.OutageBackoffCap)
+	}
+}
+
+// errNoStreamStore is RelayConfig.validate's reason for refusing a Source
+// on a Store that cannot take events back.
+var errNoStreamStore = errors.New("herald: RelayConfig.Source needs a Store that implements herald.StreamStore (driver/heraldpg)")

@@ -1,0 +1,327 @@
+package herald_test
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/herald-outbox/herald"
+)
+
+// fakeStreamStore is a fakeStore that takes streamed events back: it keeps
+// the keys it was handed, as a table would hold their rows, and reports
+// them waiting.
+type fakeStreamStore struct {
+	fakeStore
+	mu       sync.Mutex
+	returned []herald.ReturnParams
+	waiting  map[herald.TopicKey]bool
+	// ReturnFunc, when set, answers Return before it is recorded; an
+	// error records nothing.
+	ReturnFunc func(p herald.ReturnParams) error
+}
+
+func (f *fakeStreamStore) KeysWaiting(_ context.Context, keys []herald.TopicKey) ([]herald.TopicKey, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []herald.TopicKey
+	for _, k := range keys {
+		if f.waiting[k] {
+			out = append(out, k)
+		}
+	}
+	return out, nil
+}
+
+func (f *fakeStreamStore) Return(_ context.Context, p herald.ReturnParams) (int, error) {
+	if f.ReturnFunc != nil {
+		if err := f.ReturnFunc(p); err != nil {
+			return 0, err
+		}
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.returned = append(f.returned, p)
+	if f.waiting == nil {
+		f.waiting = map[herald.TopicKey]bool{}
+	}
+	for i, env := range p.Events {
+		if p.Failed[i].Outcome != herald.OutcomeDead && env.Key != "" {
+			f.waiting[herald.TopicKey{Topic: env.Topic, Key: env.Key}] = true
+		}
+	}
+	return len(p.Failed), nil
+}
+
+func (f *fakeStreamStore) outcomes() map[string]herald.Outcome {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := map[string]herald.Outcome{}
+	for _, p := range f.returned {
+		for _, fl := range p.Failed {
+			out[fl.ID] = fl.Outcome
+		}
+	}
+	return out
+}
+
+// fakeSource hands out the batches sent on its channel and records, in
+// order, the batches whose Done was called.
+type fakeSource struct {
+	batches chan herald.SourceBatch
+	mu      sync.Mutex
+	done    []int // the batches' numbers, as Done was called
+	n       int
+	doneCh  chan int
+}
+
+func newFakeSource() *fakeSource {
+	return &fakeSource{batches: make(chan herald.SourceBatch, 16), doneCh: make(chan int, 16)}
+}
+
+func (s *fakeSource) send(events ...herald.Envelope) int {
+	s.mu.Lock()
+	s.n++
+	n := s.n
+	s.mu.Unlock()
+	s.batches <- herald.SourceBatch{Events: events, Done: func() {
+		s.mu.Lock()
+		s.done = append(s.done, n)
+		s.mu.Unlock()
+		s.doneCh <- n
+	}}
+	return n
+}
+
+func (s *fakeSource) Next(ctx context.Context, limit int) (herald.SourceBatch, error) {
+	select {
+	case b := <-s.batches:
+		if len(b.Events) > limit {
+			return herald.SourceBatch{}, errors.New("batch over the limit")
+		}
+		return b, nil
+	case <-ctx.Done():
+		return herald.SourceBatch{}, ctx.Err()
+	}
+}
+
+func (s *fakeSource) awaitDone(t *testing.T, n int) {
+	t.Helper()
+	select {
+	case got := <-s.doneCh:
+		require.Equal(t, n, got, "batches are done in the order they were read")
+	case <-time.After(10 * time.Second):
+		t.Fatalf("batch %d was never done", n)
+	}
+}
+
+func streamed(topic, key string) herald.Envelope {
+	return herald.Envelope{Message: herald.Message{ID: herald.NewID(), Topic: topic, Key: key, Payload: []byte("{}")},
+		Attempt: 1, CreatedAt: time.Now()}
+}
+
+func startStreamRelay(t *testing.T, store herald.Store, src herald.Source, pub herald.Publisher) *herald.Relay {
+	t.Helper()
+	relay, err := herald.NewRelay(&herald.RelayConfig{
+		Store: store, Source: src, Publisher: pub, Logger: slog.New(slog.DiscardHandler),
+		IdlePollInterval: time.Hour, PollInterval: time.Millisecond, OutageBackoffCap: 20 * time.Millisecond,
+		Retry: herald.RetryPolicy{Base: time.Minute, Cap: time.Hour},
+	})
+	require.NoError(t, err)
+	require.NoError(t, relay.Start(context.Background()))
+	t.Cleanup(func() { require.NoError(t, relay.Stop(context.Background())) })
+	return relay
+}
+
+// publishedIDs records what a publisher delivered, and fails the events
+// fail names (by id) with an ordinary error; as every publisher must, it
+// holds back the later events of a key whose event failed.
+type publishedIDs struct {
+	mu   sync.Mutex
+	ids  []string
+	fail map[string]bool
+}
+
+func (p *publishedIDs) Publish(_ context.Context, batch []herald.Envelope) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	errs := make([]error, len(batch))
+	failed := false
+	failedKeys := map[string]bool{}
+	for i, env := range batch {
+		if env.Ordered && failedKeys[env.Key] {
+			errs[i] = herald.ErrHeldBack
+			continue
+		}
+		if p.fail[env.ID] {
+			errs[i], failed = errors.New("broker refused it"), true
+			failedKeys[env.Key] = true
+			continue
+		}
+		p.ids = append(p.ids, env.ID)
+	}
+	if failed {
+		return &herald.BatchError{Errs: errs}
+	}
+	return nil
+}
+
+func (p *publishedIDs) got() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]string(nil), p.ids...)
+}
+
+func TestStreamedEventsArePublishedInOrderAndDoneWithNothingWritten(t *testing.T) {
+	t.Parallel()
+	store, src, pub := &fakeStreamStore{}, newFakeSource(), &publishedIDs{}
+	relay := startStreamRelay(t, store, src, pub)
+	var want []string
+	for b := 1; b <= 3; b++ {
+		events := []herald.Envelope{streamed("orders", "k1"), streamed("orders", "k2"), streamed("audit", "")}
+		for _, e := range events {
+			want = append(want, e.ID)
+		}
+		src.send(events...)
+	}
+	for b := 1; b <= 3; b++ {
+		src.awaitDone(t, b)
+	}
+	require.Equal(t, want, pub.got())
+	require.Empty(t, store.outcomes(), "a published streamed event writes nothing to the table")
+	require.Equal(t, int64(9), relay.Stats().Streamed)
+	require.Equal(t, int64(9), relay.Stats().Published)
+}
+
+// A failed event goes to the table with a retry, its key's later events
+// behind it; a later batch's event of that key follows them there, while
+// other keys are published.
+func TestAFailedStreamedEventTakesItsKeyToTheTable(t *testing.T) {
+	t.Parallel()
+	store, src := &fakeStreamStore{}, newFakeSource()
+	k1a, k1b, k2 := streamed("orders", "k1"), streamed("orders", "k1"), streamed("orders", "k2")
+	pub := &publishedIDs{fail: map[string]bool{k1a.ID: true}}
+	startStreamRelay(t, store, src, pub)
+
+	src.send(k1a, k1b, k2)
+	src.awaitDone(t, 1)
+	k1c, k2b, unkeyed := streamed("orders", "k1"), streamed("orders", "k2"), streamed("orders", "")
+	src.send(k1c, k2b, unkeyed)
+	src.awaitDone(t, 2)
+
+	require.Equal(t, []string{k2.ID, k2b.ID, unkeyed.ID}, pub.got())
+	require.Equal(t, map[string]herald.Outcome{
+		k1a.ID: herald.OutcomeRetry, k1b.ID: herald.OutcomeHeldBack, k1c.ID: herald.OutcomeHeldBack,
+	}, store.outcomes())
+	store.mu.Lock()
+	defer store.mu.Unlock()
+	require.Len(t, store.returned, 2)
+	first := store.returned[0]
+	require.Equal(t, []string{k1a.ID, k1b.ID}, []string{first.Events[0].ID, first.Events[1].ID},
+		"the events written back are the failed ones, whole, in commit order")
+	require.Greater(t, first.Failed[0].Delay, time.Duration(0), "a retry waits its backoff")
+	require.Equal(t, "broker refused it", first.Failed[0].Error)
+}
+
+// The source may confirm a batch only once its failures are in the table:
+// while the table is unreachable the batch is not done, and no later batch
+// is read.
+func TestAStreamedBatchIsDoneOnlyOnceItsFailuresAreInTheTable(t *testing.T) {
+	t.Parallel()
+	var (
+		mu    sync.Mutex
+		calls int
+	)
+	store := &fakeStreamStore{ReturnFunc: func(herald.ReturnParams) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if calls++; calls < 4 {
+			return errors.New("connection refused")
+		}
+		return nil
+	}}
+	src := newFakeSource()
+	bad := streamed("orders", "k1")
+	pub := &publishedIDs{fail: map[string]bool{bad.ID: true}}
+	startStreamRelay(t, store, src, pub)
+	src.send(bad)
+	later := streamed("orders", "k9")
+	src.send(later)
+	src.awaitDone(t, 1)
+	mu.Lock()
+	require.Equal(t, 4, calls, "done after the write that went through, not before")
+	mu.Unlock()
+	src.awaitDone(t, 2)
+	require.Equal(t, []string{later.ID}, pub.got())
+}
+
+// A relay that stops while the table cannot take a batch's failures leaves
+// the batch undone (the source hands it out again on the next start), and
+// Stop still returns.
+func TestAStoppingRelayLeavesAnUnsettledStreamedBatchUndone(t *testing.T) {
+	t.Parallel()
+	returning := make(chan struct{}, 1)
+	store := &fakeStreamStore{ReturnFunc: func(herald.ReturnParams) error {
+		select {
+		case returning <- struct{}{}:
+		default:
+		}
+		return errors.New("connection refused")
+	}}
+	src := newFakeSource()
+	bad := streamed("orders", "k1")
+	relay, err := herald.NewRelay(&herald.RelayConfig{
+		Store: store, Source: src, Publisher: &publishedIDs{fail: map[string]bool{bad.ID: true}},
+		Logger: slog.New(slog.DiscardHandler), IdlePollInterval: time.Hour,
+	})
+	require.NoError(t, err)
+	require.NoError(t, relay.Start(context.Background()))
+	src.send(bad)
+	<-returning
+	require.NoError(t, relay.Stop(context.Background()))
+	src.mu.Lock()
+	defer src.mu.Unlock()
+	require.Empty(t, src.done)
+}
+
+func TestUnreadableStreamedRowsAreWrittenDead(t *testing.T) {
+	t.Parallel()
+	store, src, pub := &fakeStreamStore{}, newFakeSource(), &publishedIDs{}
+	startStreamRelay(t, store, src, pub)
+	good := streamed("orders", "k1")
+	badID := herald.NewID()
+	src.batches <- herald.SourceBatch{Events: []herald.Envelope{good},
+		Unreadable: []herald.Failure{{ID: badID, Outcome: herald.OutcomeDead, Error: "headers: not an object of strings"}},
+		Done:       func() { src.doneCh <- 1 }}
+	src.awaitDone(t, 1)
+	require.Equal(t, []string{good.ID}, pub.got())
+	require.Equal(t, map[string]herald.Outcome{badID: herald.OutcomeDead}, store.outcomes())
+}
+
+// A paused topic's streamed events wait in the table, unsent, their
+// attempt refunded, for the claims to deliver once it is resumed.
+func TestStreamedEventsOfAPausedTopicGoToTheTable(t *testing.T) {
+	t.Parallel()
+	store, src, pub := &fakeStreamStore{}, newFakeSource(), &publishedIDs{}
+	store.PausesFunc = func(context.Context) ([]herald.Pause, error) {
+		return []herald.Pause{{Kind: herald.PauseTopic, Name: "held", Paused: true}}, nil
+	}
+	startStreamRelay(t, store, src, pub)
+	a, b, c := streamed("held", "k1"), streamed("held", ""), streamed("orders", "k1")
+	src.send(a, b, c)
+	src.awaitDone(t, 1)
+	require.Equal(t, []string{c.ID}, pub.got())
+	require.Equal(t, map[string]herald.Outcome{a.ID: herald.OutcomeHeldBack, b.ID: herald.OutcomeHeldBack}, store.outcomes())
+}
+
+func TestASourceNeedsAStoreThatTakesEventsBack(t *testing.T) {
+	t.Parallel()
+	_, err := herald.NewRelay(&herald.RelayConfig{Store: &fakeStore{}, Source: newFakeSource(),
+		Publisher: &publishedIDs{}})
+	require.ErrorContains(t, err, "RelayConfig.Source needs a Store that implements herald.StreamStore")
+}

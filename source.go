@@ -1,0 +1,76 @@
+package herald
+
+import "context"
+
+// Source is a change-data-capture source of committed events: instead of
+// claiming rows from the outbox table, the relay reads them, in commit
+// order, from the database's log (driver/heraldcdc for PostgreSQL). Set
+// it as RelayConfig.Source; the relay then publishes the source's events
+// through the same publisher, per-key rules, retry policy and dead
+// letters as claimed ones, and keeps claiming from the table what the
+// stream hands back to it: events that failed, the later events of their
+// key, and rows written for polling.
+//
+// A source's events are never written to the table when they are
+// published: the relay tells the source, by the batch's Done, that every
+// event of the batch was either confirmed by the broker or written back
+// to the table (StreamStore.Return), and only then may the source
+// confirm their position to the database. A crash redelivers at most the
+// batches not yet done.
+type Source interface {
+	// Next waits for committed events and returns between one and limit
+	// of them, in commit order. The relay calls it again only after the
+	// previous batch's Done, so a source that reconnects may restart from
+	// its confirmed position at any call. Its error, other than ctx's, is
+	// logged and Next is called again after a pause.
+	Next(ctx context.Context, limit int) (SourceBatch, error)
+}
+
+// SourceBatch is a run of a Source's events.
+type SourceBatch struct {
+	// Events are in commit order. Attempt is 1 and CreatedAt is the row's;
+	// the relay sets Ordered.
+	Events []Envelope
+	// Unreadable are rows the source could not read as events (a header
+	// value that is not a string, ...), each decided as OutcomeDead with
+	// why: the relay writes them down with StreamStore.Return.
+	Unreadable []Failure
+	// Done tells the source that every event of the batch was published
+	// or written back to the table: their position may be confirmed. The
+	// relay calls it once, never for a batch it gave up (the relay is
+	// stopping and could not write the failures down): those events come
+	// again.
+	Done func()
+}
+
+// StreamStore is what a Store implements so that a relay with a Source
+// can hand events back to the table (driver/heraldpg implements it).
+type StreamStore interface {
+	// KeysWaiting returns those of keys that have rows in the table a
+	// claim delivers before any later event of the key: ready, claimed
+	// or parked. A streamed event of such a key is written back behind
+	// them instead of being published, so that the key keeps its order.
+	KeysWaiting(ctx context.Context, keys []TopicKey) ([]TopicKey, error)
+	// Return writes streamed events back to the table, each as its
+	// Failure says (never OutcomePublished): ready after Delay with the
+	// envelope's attempt spent (OutcomeRetry) or refunded (when
+	// Outcome.Refunded), or dead, parking its key for OutcomeParked;
+	// last_error takes Failure.Error unless Outcome.KeepsLastError. The
+	// row is written with the envelope's id, seq and created_at, so an
+	// event keeps its place in its key even when its row was deleted
+	// meanwhile (retention) or never kept. A row that is no longer
+	// streamed (returned already by an earlier run, or changed by an
+	// operator) is left as it is. A Failure whose ID is not among
+	// p.Events (an unreadable row) changes only a streamed row of that
+	// id. It returns how many rows it wrote.
+	Return(ctx context.Context, p ReturnParams) (int, error)
+}
+
+// TopicKey names one ordered key.
+type TopicKey struct{ Topic, Key string }
+
+// ReturnParams are the arguments of StreamStore.Return.
+type ReturnParams struct {
+	Events []Envelope // the streamed events that were not published
+	Failed []Failure  // their outcomes, by ID, and unreadable rows'
+}
