@@ -72,6 +72,14 @@ const (
 	StateClaimed   State = "claimed"
 	StatePublished State = "published"
 	StateDead      State = "dead"
+	// StateStreamed is a row inserted while a change-data-capture relay
+	// reads the table's inserts from the database's log (herald relay
+	// --source cdc, PostgreSQL only): no claim takes it; the relay
+	// publishes it from the log and writes it back as ready or dead only
+	// if it fails. Status counts these rows on their own; retention
+	// deletes them by age. They are not pending: Status's OldestPending
+	// and Backlog leave them out.
+	StateStreamed State = "streamed"
 )
 
 // EventFilter selects rows for the operator tools. Exactly one of IDs, Topic

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"maps"
 	"net/http"
@@ -221,6 +222,7 @@ type dbRelay struct {
 	waitErr  string
 	failErr  string
 	relay    *herald.Relay
+	source   io.Closer          // the relay's change stream, with --source cdc
 	cancel   context.CancelFunc // ends the current start
 	started  chan struct{}      // closed when the current start has ended
 	previous herald.RelayStats  // the counters of the relays stopped before
@@ -248,7 +250,8 @@ func (d *dbRelay) stats() herald.RelayStats {
 func addStats(a, b herald.RelayStats) herald.RelayStats {
 	return herald.RelayStats{Claimed: a.Claimed + b.Claimed, Published: a.Published + b.Published,
 		Retried: a.Retried + b.Retried, HeldBack: a.HeldBack + b.HeldBack, Dead: a.Dead + b.Dead,
-		Released: a.Released + b.Released, Rescued: a.Rescued + b.Rescued, Deleted: a.Deleted + b.Deleted}
+		Released: a.Released + b.Released, Rescued: a.Rescued + b.Rescued, Deleted: a.Deleted + b.Deleted,
+		Streamed: a.Streamed + b.Streamed}
 }
 
 // fleet runs the relays of every database over one set of destinations.
@@ -259,6 +262,7 @@ type fleet struct {
 	named  bool
 	status *relayStatus
 	owner  string
+	cdc    *cdcSetup // --source cdc; nil when polling
 
 	// ctx ends at shutdown; every start runs under it.
 	ctx context.Context
@@ -350,12 +354,29 @@ func (f *fleet) run(ctx context.Context, d *dbRelay) error {
 	cfg.Store, cfg.Publisher, cfg.Owner = d.store, f.status.publisher(), f.owner
 	// Pausing a destination holds every topic routed to it.
 	cfg.DestinationOf = f.status.destinationOf
+	var source io.Closer
+	if f.cdc != nil {
+		src, err := f.cdc.open(ctx, d)
+		if err != nil {
+			return err
+		}
+		cfg.Source, source = src, src
+	} else if err := refuseStreamedTable(ctx, d); err != nil {
+		return err
+	}
+	closeSource := func() {
+		if source != nil {
+			_ = source.Close()
+		}
+	}
 	relay, err := herald.NewRelay(&cfg)
 	if err != nil {
+		closeSource()
 		return usagef("%s", err)
 	}
 	// Start checks the database again: it may have gone in between.
 	if err := start.wait(ctx, "database", relay.Start); err != nil {
+		closeSource()
 		return err
 	}
 	d.mu.Lock()
@@ -363,9 +384,10 @@ func (f *fleet) run(ctx context.Context, d *dbRelay) error {
 		// Stopped while the relay started: stop lets it finish.
 		d.mu.Unlock()
 		_ = relay.Stop(context.Background())
+		closeSource()
 		return errStoppedStarting
 	}
-	d.state, d.relay, d.waitFor, d.waitErr, d.ran = dbRunning, relay, "", "", true
+	d.state, d.relay, d.source, d.waitFor, d.waitErr, d.ran = dbRunning, relay, source, "", "", true
 	d.mu.Unlock()
 	if d.metrics != nil {
 		d.metrics.Watch(relay)
@@ -384,7 +406,7 @@ func (f *fleet) run(ctx context.Context, d *dbRelay) error {
 // in-flight batches until ctx ends.
 func (f *fleet) stop(ctx context.Context, d *dbRelay) error {
 	d.mu.Lock()
-	cancel, started, relay := d.cancel, d.started, d.relay
+	cancel, started := d.cancel, d.started
 	if d.state == dbStopped {
 		d.mu.Unlock()
 		return nil
@@ -396,14 +418,23 @@ func (f *fleet) stop(ctx context.Context, d *dbRelay) error {
 	if started != nil {
 		<-started
 	}
+	// The relay and its source are read once the start has ended: a start
+	// that ran meanwhile set them.
+	d.mu.Lock()
+	relay, source := d.relay, d.source
+	d.mu.Unlock()
 	var err error
 	if relay != nil {
 		err = relay.Stop(ctx)
 	}
+	if source != nil {
+		// After the relay: its last batch is done, and confirmed.
+		_ = source.Close()
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if relay != nil && d.relay == relay {
-		d.previous, d.relay = addStats(d.previous, relay.Stats()), nil
+		d.previous, d.relay, d.source = addStats(d.previous, relay.Stats()), nil, nil
 	}
 	d.state = dbStopped
 	d.waitFor, d.waitErr = "", ""

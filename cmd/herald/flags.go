@@ -45,6 +45,13 @@ func (f *flagSet) label(name string) string {
 	return "--" + name
 }
 
+// isSet reports whether a flag was given, on the command line or by its
+// variable.
+func (f *flagSet) isSet(name string) bool {
+	_, ok := f.source[name]
+	return ok
+}
+
 // funcValue is a flag.Value that keeps its parse error, worded for the
 // user, on the flag set.
 type funcValue struct {

@@ -258,6 +258,7 @@ func setupRelay(f *flagSet) func(context.Context, *invocation) error {
 	names := f.String("databases", "", "comma-separated database `NAMES` to relay besides --db, each DSN read from "+
 		"HERALD_DB_<NAME> or the file HERALD_DB_<NAME>_FILE names")
 	r := addRelayFlags(f)
+	source := addSourceFlags(f)
 	dests := addDestinationFlags(f)
 	return func(ctx context.Context, inv *invocation) error {
 		// Every input is checked before anything connects.
@@ -277,6 +278,10 @@ func setupRelay(f *flagSet) func(context.Context, *invocation) error {
 			}
 			parsed = append(parsed, db)
 		}
+		cdc, err := source.config(inv, parsed)
+		if err != nil {
+			return err
+		}
 		plan, err := dests.parsePlan(inv, *r.publisher)
 		if err != nil {
 			return err
@@ -292,7 +297,7 @@ func setupRelay(f *flagSet) func(context.Context, *invocation) error {
 		if err := noArgs(inv); err != nil {
 			return err
 		}
-		fl := &fleet{inv: inv, log: log, named: named, owner: ownerName(),
+		fl := &fleet{inv: inv, log: log, named: named, owner: ownerName(), cdc: cdc,
 			reached: make(chan struct{}), connected: make(chan struct{}), fatal: make(chan error, 1)}
 		fl.status = &relayStatus{plan: plan}
 		for i, src := range srcs {

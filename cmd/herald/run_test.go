@@ -19,6 +19,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	runChildIfAsked()
 	heraldtest.Main(m)
 }
 

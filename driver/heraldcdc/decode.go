@@ -51,11 +51,15 @@ func (d *decoder) decode(wal []byte) (tx Transaction, done bool, heartbeat pglog
 		case rel.Namespace != d.schema || rel.RelationName != d.table:
 			return tx, false, 0, nil // another table of the publication
 		}
-		// A row that cannot be read is not the stream's failure: it goes
-		// to the dead letters, saying why, and the stream goes on.
-		if env, bad := envelope(rel, m.Tuple); bad != nil {
+		env, bad := envelope(rel, m.Tuple)
+		switch {
+		case polled(rel, m.Tuple):
+			d.cur.Polled = append(d.cur.Polled, env.ID)
+		case bad != nil:
+			// A row that cannot be read is not the stream's failure: it
+			// goes to the dead letters, saying why, and the stream goes on.
 			d.cur.Unreadable = append(d.cur.Unreadable, herald.Failure{ID: env.ID, Outcome: herald.OutcomeDead, Error: bad.Error()})
-		} else {
+		default:
 			d.cur.Events = append(d.cur.Events, env)
 		}
 	case *pglogrepl.CommitMessage:
@@ -67,6 +71,30 @@ func (d *decoder) decode(wal []byte) (tx Transaction, done bool, heartbeat pglog
 		return tx, true, 0, nil
 	}
 	return tx, false, 0, nil
+}
+
+// streamedState is the state of a row inserted for the change stream
+// (driver/heraldpg's migration 008).
+const streamedState = "streamed"
+
+// polled reports whether an inserted row belongs to the polling path: its
+// state is there and is not streamed. Such a row was inserted ready before
+// the table's default became streamed, or written back by a relay
+// (herald.StreamStore.Return inserts a row that retention deleted
+// meanwhile, as ready or dead): a claim delivers it, or nothing should,
+// and handing it out here too would publish it twice. A table without a
+// state column, or a NULL state, is read as streamed.
+func polled(rel *pglogrepl.RelationMessage, tuple *pglogrepl.TupleData) bool {
+	if tuple == nil {
+		return false
+	}
+	for i, c := range rel.Columns {
+		if c.Name == "state" && i < len(tuple.Columns) {
+			col := tuple.Columns[i]
+			return col.DataType == pglogrepl.TupleDataTypeText && string(col.Data) != streamedState
+		}
+	}
+	return false
 }
 
 // envelope reads an inserted outbox row. Values are in text format: the

@@ -62,11 +62,18 @@ type Transaction struct {
 	Commit pglogrepl.LSN
 	// CommitTime is when it committed.
 	CommitTime time.Time
-	// Events are the inserted rows, as the relay claims them.
+	// Events are the inserted rows in the streamed state, as the relay
+	// claims them.
 	Events []herald.Envelope
-	// Unreadable are the ids of inserted rows that could not be read as
-	// events (headers that are not an object of strings, ...), with why.
+	// Unreadable are the ids of inserted rows in the streamed state that
+	// could not be read as events (headers that are not an object of
+	// strings, ...), with why.
 	Unreadable []herald.Failure
+	// Polled are the ids of inserted rows in another state than streamed
+	// (ready rows written before the table's inserts defaulted to
+	// streamed, rows a relay wrote back): they belong to the polling path,
+	// which claims them, and are not events of the stream.
+	Polled []string
 }
 
 // Stream reads the outbox table's committed inserts from a logical
@@ -98,6 +105,9 @@ type handed struct {
 	end        pglogrepl.LSN
 	commitTime time.Time
 }
+
+// errStreamClosed is Next's error once Close stopped the stream.
+var errStreamClosed = errors.New("heraldcdc: stream closed")
 
 // heartbeatPrefix is the prefix of the stream's heartbeat messages; their
 // content is the slot's name.
@@ -199,7 +209,7 @@ func prepare(ctx context.Context, c Config) (pglogrepl.LSN, error) {
 	}
 	if !pubExists {
 		if !c.CreateSlot {
-			return 0, fmt.Errorf("heraldcdc: publication %s does not exist: create it with CREATE PUBLICATION %s FOR TABLE %s WITH (publish = 'insert'), or start once with Config.CreateSlot",
+			return 0, refuse("heraldcdc: publication %s does not exist: create it with CREATE PUBLICATION %s FOR TABLE %s WITH (publish = 'insert'), or start once with Config.CreateSlot",
 				c.Publication, c.Publication, table)
 		}
 		if _, err := conn.Exec(ctx, `CREATE PUBLICATION `+pgx.Identifier{c.Publication}.Sanitize()+` FOR TABLE `+table+` WITH (publish = 'insert')`); err != nil {
@@ -222,21 +232,31 @@ func prepare(ctx context.Context, c Config) (pglogrepl.LSN, error) {
 		c.Logger.Info("created the replication slot", "slot", c.Slot, "lsn", lsn)
 		return pglogrepl.ParseLSN(lsn)
 	case errors.Is(err, pgx.ErrNoRows):
-		return 0, fmt.Errorf("heraldcdc: replication slot %s does not exist. A slot made now would start at the current WAL position "+
+		return 0, refuse("heraldcdc: replication slot %s does not exist. A slot made now would start at the current WAL position "+
 			"and skip what was committed since the last one: relay that gap by polling first (herald relay without --source cdc) "+
 			"until the outbox is drained, then start once with the slot created", c.Slot)
 	case err != nil:
 		return 0, fmt.Errorf("heraldcdc: reading slot %s: %w", c.Slot, err)
 	case plugin != "pgoutput":
-		return 0, fmt.Errorf("heraldcdc: replication slot %s uses plugin %s, not pgoutput", c.Slot, plugin)
+		return 0, refuse("heraldcdc: replication slot %s uses plugin %s, not pgoutput", c.Slot, plugin)
 	case walStatus == "lost":
-		return 0, fmt.Errorf("heraldcdc: replication slot %s lost WAL it needed (wal_status = lost, max_slot_wal_keep_size): "+
+		return 0, refuse("heraldcdc: replication slot %s lost WAL it needed (wal_status = lost, max_slot_wal_keep_size): "+
 			"events committed while it fell behind cannot be read from it. Drop it, relay the outbox by polling until drained, then create it again", c.Slot)
 	case confirmed == nil:
-		return 0, fmt.Errorf("heraldcdc: replication slot %s has no confirmed position", c.Slot)
+		return 0, refuse("heraldcdc: replication slot %s has no confirmed position", c.Slot)
 	}
 	return pglogrepl.ParseLSN(*confirmed)
 }
+
+// refusal is Open's error for a publication or slot that cannot be
+// streamed from as it is (missing, lost, of another plugin): unlike a
+// connection that failed, waiting does not mend it, so a Source that
+// reconnects reports it instead of retrying.
+type refusal struct{ msg string }
+
+func (r *refusal) Error() string { return r.msg }
+
+func refuse(format string, args ...any) error { return &refusal{fmt.Sprintf(format, args...)} }
 
 // Start is the position the stream started from.
 func (s *Stream) Start() pglogrepl.LSN { return s.start }
@@ -254,6 +274,17 @@ func (s *Stream) Next(ctx context.Context) (Transaction, error) {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		return Transaction{}, s.err
+	}
+}
+
+// poll returns a transaction that is waiting in the buffer already, or
+// false without waiting. Once the stream ended, Next gives its error.
+func (s *Stream) poll() (Transaction, bool) {
+	select {
+	case tx, ok := <-s.out:
+		return tx, ok
+	default:
+		return Transaction{}, false
 	}
 }
 
@@ -301,12 +332,26 @@ func (s *Stream) Heartbeats() int {
 	return s.beats
 }
 
-// Close stops streaming and closes the connection.
+// Close stops streaming, sends the confirmed position one last time and
+// closes the connection.
 func (s *Stream) Close() error {
 	s.stop()
 	<-s.done
 	if s.beating != nil {
 		<-s.beating
+	}
+	// The loop sends what Confirm recorded within 100ms: one confirmed
+	// just before Close would otherwise be lost, and a new stream would
+	// deliver again what was acknowledged. Only on a connection that is
+	// still good: after a failure, pgconn closes it on a goroutine of its
+	// own, which a write here would race with.
+	s.mu.Lock()
+	stopped := errors.Is(s.err, errStreamClosed)
+	s.mu.Unlock()
+	if stopped && !s.conn.IsClosed() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_ = s.sendStatus(ctx)
+		cancel()
 	}
 	return s.conn.Close(context.Background())
 }
@@ -318,7 +363,7 @@ func (s *Stream) loop(ctx context.Context) {
 	err := s.read(ctx)
 	s.mu.Lock()
 	if ctx.Err() != nil {
-		err = errors.New("heraldcdc: stream closed")
+		err = errStreamClosed
 	}
 	s.err = err
 	s.mu.Unlock()

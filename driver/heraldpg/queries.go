@@ -256,15 +256,121 @@ const (
 	leaseOverSQL = `(lease_until < now() OR lease_until IS NULL OR lease_until = 'infinity')`
 
 	// Retention in small batches: each statement locks at most $2 rows,
-	// chosen once in a CTE for the same reason as the rescue.
+	// chosen once in a CTE for the same reason as the rescue: published
+	// rows first, then, up to the same bound, streamed rows created before
+	// the cutoff (change-data-capture; see deleteStreamedSQL). Each kind
+	// is read through its partial index; the streamed one is an empty
+	// probe on a table relayed by polling.
 	deletePublishedSQL = `WITH old AS (
 		SELECT id FROM {{.Table}}
 		WHERE state = 'published' AND published_at < now() - $1 * interval '1 microsecond'
 		ORDER BY published_at
 		LIMIT $2
 		FOR UPDATE SKIP LOCKED
+	), streamed AS (
+		SELECT id FROM {{.Table}}
+		WHERE state = 'streamed' AND created_at < now() - $1 * interval '1 microsecond'
+		ORDER BY created_at
+		LIMIT $2 - (SELECT count(*) FROM old)
+		FOR UPDATE SKIP LOCKED
 	)
-	DELETE FROM {{.Table}} o USING old WHERE o.id = old.id`
+	DELETE FROM {{.Table}} o WHERE o.id = ANY(ARRAY(SELECT id FROM old UNION ALL SELECT id FROM streamed))`
+
+	// Streamed rows past retention, by their age: the relay published them
+	// from the write-ahead log and never writes them again, unless one
+	// fails, when Return writes it back whole (same id, seq and
+	// created_at) whether its row is still here or not. Deleting one is
+	// therefore always safe. The partitioned table's retention drops
+	// whole partitions of them; this deletes those that no drop takes (in
+	// the default partition, or in a partition kept for a pending row).
+	// created_at prunes the partitions newer than the cutoff.
+	deleteStreamedSQL = `WITH old AS (
+		SELECT id FROM {{.Table}}
+		WHERE state = 'streamed' AND created_at < now() - $1 * interval '1 microsecond'
+		ORDER BY created_at
+		LIMIT $2
+		FOR UPDATE SKIP LOCKED
+	)
+	DELETE FROM {{.Table}} o
+	WHERE o.id = ANY(ARRAY(SELECT id FROM old)) AND o.state = 'streamed'
+	  AND o.created_at < now() - $1 * interval '1 microsecond'`
+
+	// Change-data-capture (herald.StreamStore). The keys of a streamed
+	// batch that have rows a claim delivers before any later event of
+	// theirs: ready, claimed or parked. Each key is at most two probes,
+	// of the key index and then of the blocked index. They are scalar
+	// subqueries, not EXISTS: the planner may run an EXISTS as a hashed
+	// subplan, which reads every claimed and parked row once per call.
+	keysWaitingSQL = `SELECT k.topic, k.key
+	FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS k(topic, key, n)
+	WHERE coalesce(
+		(SELECT true FROM {{.Table}} o
+		 WHERE o.state = 'ready' AND o.topic = k.topic AND o.key = k.key LIMIT 1),
+		(SELECT true FROM {{.Table}} b
+		 WHERE (b.state = 'claimed' OR b.parked) AND b.topic = k.topic AND b.key = k.key LIMIT 1),
+		false)
+	ORDER BY k.n`
+
+	// Streamed events written back to the table, in one statement: each
+	// event is inserted whole with the outcome the relay decided (ready
+	// after a delay, or dead, parking its key or not) and the attempt
+	// count it computed, or, when its streamed row is still there,
+	// that row takes the outcome. A row no longer streamed (returned by
+	// an earlier run whose batch was not confirmed, or changed by an
+	// operator) is left as it is. The seq given keeps the event's place
+	// in its key (the column is an identity BY DEFAULT). The second part
+	// writes the outcome of rows the source could not read into their
+	// streamed row, if it is still there: it has no envelope to insert.
+	// {{.Conflict}} is the primary key: id, or (id, created_at) on a
+	// partitioned table.
+	returnSQL = `WITH r AS (
+		SELECT * FROM unnest($1::uuid[], $2::bigint[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[],
+		                     $8::bytea[], $9::text[], $10::timestamptz[], $11::int4[], $12::int8[],
+		                     $13::boolean[], $14::boolean[], $15::int4[], $16::bigint[], $17::text[])
+		     WITH ORDINALITY AS r(id, seq, topic, key, type, aggregate_type, aggregate_id,
+		                          payload, headers, created_at, event_version, aggregate_version,
+		                          dead, park, attempts, delay_us, err, n)
+	), u AS (
+		SELECT * FROM unnest($18::uuid[], $19::boolean[], $20::boolean[], $21::int4[], $22::bigint[], $23::text[])
+		     AS u(id, dead, park, attempts, delay_us, err)
+	), back AS (
+		INSERT INTO {{.Table}} AS o
+		(id, seq, topic, key, type, aggregate_type, aggregate_id, payload, headers, created_at,
+		 event_version, aggregate_version, state, attempts, available_at, dead_at, parked, last_error)
+		SELECT r.id, r.seq, r.topic, r.key, r.type, r.aggregate_type, r.aggregate_id, r.payload, r.headers::jsonb,
+		       coalesce(r.created_at, now()), r.event_version, r.aggregate_version,
+		       CASE WHEN r.dead THEN 'dead' ELSE 'ready' END, r.attempts,
+		       now() + r.delay_us * interval '1 microsecond', CASE WHEN r.dead THEN now() END, r.park, r.err
+		FROM r
+		ORDER BY r.n
+		ON CONFLICT ({{.Conflict}}) DO UPDATE
+		SET state = EXCLUDED.state, attempts = EXCLUDED.attempts, available_at = EXCLUDED.available_at,
+		    dead_at = EXCLUDED.dead_at, parked = EXCLUDED.parked,
+		    last_error = coalesce(EXCLUDED.last_error, o.last_error),
+		    claim_token = NULL, lease_until = NULL, published_at = NULL
+		WHERE o.state = 'streamed'
+		RETURNING 1
+	), unreadable AS (
+		UPDATE {{.Table}} o
+		SET state = CASE WHEN u.dead THEN 'dead' ELSE 'ready' END, attempts = u.attempts,
+		    available_at = now() + u.delay_us * interval '1 microsecond',
+		    dead_at = CASE WHEN u.dead THEN now() END, parked = u.park,
+		    last_error = coalesce(u.err, o.last_error),
+		    claim_token = NULL, lease_until = NULL, published_at = NULL
+		FROM u
+		WHERE o.id = u.id AND o.state = 'streamed'
+		RETURNING 1
+	)
+	SELECT (SELECT count(*) FROM back) + (SELECT count(*) FROM unreadable)`
+
+	// What the state column defaults to: 'ready' (polling) or 'streamed'
+	// (change-data-capture), as pg_get_expr prints it ('ready'::text).
+	insertStateSQL = `SELECT pg_get_expr(ad.adbin, ad.adrelid)
+	FROM pg_attribute a
+	LEFT JOIN pg_attrdef ad ON ad.adrelid = a.attrelid AND ad.adnum = a.attnum
+	WHERE a.attrelid = $1::regclass AND a.attname = 'state' AND NOT a.attisdropped`
+	// {{.State}} is 'ready' or 'streamed', a literal of the driver's.
+	streamInsertsSQL = `ALTER TABLE {{.Table}} ALTER COLUMN state SET DEFAULT '{{.State}}'`
 
 	// The backlog reads each state through its partial index: the ready,
 	// claimed and dead rows, never the published ones. Ages are the
@@ -348,6 +454,11 @@ type queries struct {
 	relayBeat, relayGone, relays                                        string
 	table                                                               string
 
+	// Change-data-capture (stream.go). returnRows is returnPart on a
+	// partitioned table, whose primary key is (id, created_at).
+	keysWaiting, returnRows, returnPart, deleteStreamed string
+	streamOn, streamOff, insertState                    string
+
 	// The same on a partitioned table, whose dead-letter table holds the
 	// dead rows of dropped partitions: counted with the outbox's own.
 	statusPart, backlogPart, dead string
@@ -378,6 +489,13 @@ func newQueries(n names) queries {
 		relayGone:       n.render(relayGoneSQL),
 		relays:          n.render(relaysSQL),
 		table:           n.Qualified,
+		keysWaiting:     n.render(keysWaitingSQL),
+		returnRows:      n.Render(returnSQL, "{{.Conflict}}", "id"),
+		returnPart:      n.Render(returnSQL, "{{.Conflict}}", "id, created_at"),
+		deleteStreamed:  n.render(deleteStreamedSQL),
+		streamOn:        n.Render(streamInsertsSQL, "{{.State}}", stateStreamed),
+		streamOff:       n.Render(streamInsertsSQL, "{{.State}}", stateReady),
+		insertState:     insertStateSQL,
 		statusPart: n.Render(statusSQL, "{{.StatusRows}}", `(SELECT topic, state, created_at FROM `+n.Qualified+
 			` UNION ALL SELECT topic, 'dead', created_at FROM `+n.part().dead+`) r`),
 		backlogPart: n.Render(backlogSQL, "{{.DeadBacklog}}", `

@@ -195,18 +195,29 @@ func (d *Driver) RescueExpired(ctx context.Context, limit int) (int, error) {
 	return int(n), nil
 }
 
-// DeletePublished implements herald.Store.
+// DeletePublished implements herald.Store. It deletes, too, the streamed
+// rows (change-data-capture) created more than olderThan ago, within the
+// same limit, after the published ones.
 //
 // On a partitioned table it runs MaintainPartitions: partitions ahead,
-// drops of the partitions whose rows are all done, and row deletes only
-// where no drop reaches. It returns the rows that went both ways.
+// drops of the partitions whose rows are all done (published, streamed or
+// dead), and row deletes only where no drop reaches. It returns the rows
+// that went both ways.
 func (d *Driver) DeletePublished(ctx context.Context, olderThan time.Duration, limit int) (int, error) {
 	if limit >= 0 {
 		if l, err := d.layout(ctx, d.db); err != nil {
 			return 0, err
 		} else if l.partitioned {
 			rep, err := d.maintain(ctx, time.Time{}, olderThan, limit)
-			return int(rep.DroppedRows) + rep.Deleted, err
+			n := int(rep.DroppedRows) + rep.Deleted
+			if err != nil || olderThan < 0 || rep.Deleted >= limit {
+				return n, err
+			}
+			m, err := d.db.exec(ctx, d.q.deleteStreamed, olderThan.Microseconds(), limit-rep.Deleted)
+			if err != nil {
+				return n, fmt.Errorf("heraldpg: deleting streamed rows: %w", err)
+			}
+			return n + int(m), nil
 		}
 	}
 	n, err := d.db.exec(ctx, d.q.deletePublished, olderThan.Microseconds(), limit)

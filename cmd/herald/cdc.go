@@ -1,0 +1,108 @@
+package main
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/herald-outbox/herald/driver/heraldcdc"
+	"github.com/herald-outbox/herald/driver/heraldpg"
+	"github.com/herald-outbox/herald/internal/sqlstore"
+)
+
+// sourceFlags are herald relay's flags that choose where events come from:
+// claimed from the table (poll), or read from PostgreSQL's write-ahead log
+// (cdc).
+type sourceFlags struct {
+	source, slot, publication *string
+	createSlot                *bool
+}
+
+func addSourceFlags(f *flagSet) *sourceFlags {
+	return &sourceFlags{
+		source: f.String("source", "poll", "where events come from: `poll` claims them from the table; cdc reads them, in commit order, "+
+			"from a logical replication slot (PostgreSQL with wal_level=logical, a role with REPLICATION) and writes only failures back to the table"),
+		slot:        f.String("cdc-slot", "", "the logical replication slot of --source cdc (`name`); defaults to the table's name"),
+		publication: f.String("cdc-publication", "", "the publication of --source cdc (`name`); defaults to the table's name"),
+		createSlot: f.Bool("cdc-create-slot", "create the publication and the slot when they are missing: for the first start of --source cdc only "+
+			"(a slot made later would skip what was committed before it)"),
+	}
+}
+
+// cdcSetup is a checked --source cdc.
+type cdcSetup struct {
+	slot, publication string
+	createSlot        bool
+}
+
+// config checks the flags against the databases; nil means polling.
+func (s *sourceFlags) config(inv *invocation, dbs []*database) (*cdcSetup, error) {
+	label := inv.flags.label
+	switch *s.source {
+	case "poll":
+		for _, name := range []string{"cdc-slot", "cdc-publication"} {
+			if inv.flags.isSet(name) {
+				return nil, usagef("%s is only used with %s cdc", label(name), label("source"))
+			}
+		}
+		if *s.createSlot {
+			return nil, usagef("%s is only used with %s cdc", label("cdc-create-slot"), label("source"))
+		}
+		return nil, nil
+	case "cdc":
+	default:
+		return nil, usagef("%s: %q is not poll or cdc", label("source"), clean(*s.source))
+	}
+	for _, db := range dbs {
+		if db.pool == nil {
+			return nil, usagef("%s cdc needs PostgreSQL: %s is not a postgres:// database", label("source"), db.where)
+		}
+	}
+	for name, v := range map[string]string{"cdc-slot": *s.slot, "cdc-publication": *s.publication} {
+		if v != "" && !sqlstore.Identifier.MatchString(v) {
+			return nil, usagef("%s: %q must match %s", label(name), clean(v), sqlstore.Identifier)
+		}
+	}
+	return &cdcSetup{slot: *s.slot, publication: *s.publication, createSlot: *s.createSlot}, nil
+}
+
+// open checks the slot (creating it with --cdc-create-slot) and starts
+// reading it; then, and only then, the table's inserts default to the
+// streamed state: a row written as streamed before the slot existed would
+// be read by neither path.
+func (c *cdcSetup) open(ctx context.Context, d *dbRelay) (*heraldcdc.Source, error) {
+	pg, ok := d.store.(*heraldpg.Driver)
+	if !ok {
+		return nil, usagef("--source cdc needs PostgreSQL")
+	}
+	src, err := heraldcdc.NewSource(ctx, heraldcdc.Config{
+		ConnString: d.db.pool.ConnString(), Schema: d.db.names.Schema, Table: d.db.names.Table,
+		Slot: c.slot, Publication: c.publication, CreateSlot: c.createSlot, Logger: d.log,
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := pg.StreamInserts(ctx, true); err != nil {
+		_ = src.Close()
+		return nil, fmt.Errorf("making the table's inserts streamed: %w", err)
+	}
+	return src, nil
+}
+
+// refuseStreamedTable refuses to poll a table whose inserts default to the
+// streamed state: a polling relay never claims those rows, so it would
+// publish nothing new while looking healthy.
+func refuseStreamedTable(ctx context.Context, d *dbRelay) error {
+	pg, ok := d.store.(*heraldpg.Driver)
+	if !ok {
+		return nil
+	}
+	state, err := pg.InsertState(ctx)
+	if err != nil {
+		return fmt.Errorf("reading how the table's inserts start: %w", err)
+	}
+	if state == "streamed" {
+		return usagef("table %s is relayed by change-data-capture (its inserts default to the streamed state): "+
+			"run herald relay --source cdc; a polling relay would never see its new events", d.store.Table())
+	}
+	return nil
+}
