@@ -160,9 +160,16 @@ func TestCDCRelayKilledMidTransactionDeliversEverythingInKeyOrder(t *testing.T) 
 	first.kill(t)
 	require.Less(t, w.messages(t), uint64(rows), "killed midway, not after the end")
 
-	second := startChild(t, args...)
+	addr := freeAddr(t)
+	second := startChild(t, append(args, "--admin-addr", addr)...)
 	require.Eventually(t, func() bool { return w.messages(t) >= rows }, 3*time.Minute, 50*time.Millisecond,
 		"the second relay delivers the rest:\n%s", second.out)
+	require.Eventually(t, func() bool {
+		code, body, err := get(addr, "/metrics")
+		return err == nil && code == 200 && strings.Contains(body, `herald_cdc_slot_active{slot="herald_outbox"} 1`) &&
+			strings.Contains(body, `herald_cdc_slot_lag_seconds{slot="herald_outbox"} 0`) &&
+			strings.Contains(body, `herald_cdc_slot_wal_status{slot="herald_outbox",status="reserved"} 1`)
+	}, 30*time.Second, 20*time.Millisecond, "the slot's metrics: it is read, and every transaction is confirmed")
 	require.Equal(t, 0, second.stop(t), second.out.String())
 	require.EqualValues(t, rows, w.messages(t), "the redelivered events were dropped by their ids")
 

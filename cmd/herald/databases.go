@@ -21,6 +21,8 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/herald-outbox/herald"
+	"github.com/herald-outbox/herald/driver/heraldcdc"
+	"github.com/herald-outbox/herald/driver/heraldcdc/heraldcdcprom"
 	"github.com/herald-outbox/herald/heraldprom"
 )
 
@@ -643,4 +645,34 @@ func (m labelledMetrics) Gather() ([]*dto.MetricFamily, error) {
 		out = append(out, byName[name])
 	}
 	return out, errors.Join(errs...)
+}
+
+// OldestUnconfirmed is the commit time of the oldest transaction the
+// database's change stream handed out and has not confirmed, for
+// herald_cdc_slot_lag_seconds; false without one, or while it has none.
+func (d *dbRelay) OldestUnconfirmed() (time.Time, bool) {
+	d.mu.Lock()
+	src, ok := d.source.(heraldcdcprom.Unconfirmed)
+	d.mu.Unlock()
+	if !ok {
+		return time.Time{}, false
+	}
+	return src.OldestUnconfirmed()
+}
+
+// registerSlotMetrics adds the change stream's slot to d's metrics.
+func registerSlotMetrics(d *dbRelay, c *cdcSetup) error {
+	q, ok := d.pool.(heraldcdc.Querier)
+	if !ok {
+		return errors.New("--source cdc needs PostgreSQL")
+	}
+	slot := c.slot
+	if slot == "" {
+		slot = d.db.names.Table
+	}
+	col, err := heraldcdcprom.New(heraldcdcprom.Config{Querier: q, Slot: slot, Stream: d, Logger: d.log})
+	if err != nil {
+		return err
+	}
+	return d.metrics.Registry().Register(col)
 }

@@ -363,6 +363,12 @@ func runRelay(ctx context.Context, fl *fleet, plan *plan, natsCfg *heraldnats.Co
 					return err
 				}
 			}
+			if fl.cdc != nil {
+				// The slot's retained WAL, lag and wal_status.
+				if err := registerSlotMetrics(d, fl.cdc); err != nil {
+					return err
+				}
+			}
 			d.cfg.Observer = d.metrics
 		}
 		plan.timed = fl.dbs[0].metrics.Publisher

@@ -23,15 +23,23 @@ type Config struct {
 	// Slot is the slot's name. Defaults to herald_outbox.
 	Slot string
 	// Stream, when set, gives herald_cdc_slot_lag_seconds: the age of the
-	// oldest transaction it handed out and has not confirmed. Without
-	// it that metric is not exported.
-	Stream *heraldcdc.Stream
+	// oldest transaction it handed out and has not confirmed. A
+	// *heraldcdc.Stream or a *heraldcdc.Source. Without it that metric is
+	// not exported.
+	Stream Unconfirmed
 	// Timeout bounds each scrape's query. Defaults to 5s.
 	Timeout time.Duration
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 	// Now defaults to time.Now.
 	Now func() time.Time
+}
+
+// Unconfirmed is what reads a slot and knows the commit time of the oldest
+// transaction it handed out and has not confirmed, false when it has
+// none.
+type Unconfirmed interface {
+	OldestUnconfirmed() (time.Time, bool)
 }
 
 // Statuses are the wal_status values herald_cdc_slot_wal_status reports,
