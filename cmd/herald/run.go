@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -98,6 +99,15 @@ func runWith(ctx context.Context, sys system, args []string, stdout, stderr io.W
 			return help([]string{"keys"}, stdout, stderr)
 		}
 		name, rest = "keys "+rest[0], rest[1:]
+	case "source":
+		if len(rest) == 0 {
+			fmt.Fprintln(stderr, "herald: source needs a subcommand: poll (see herald help source)")
+			return exitUsage
+		}
+		if rest[0] == "-h" || rest[0] == "--help" || rest[0] == "-help" {
+			return help([]string{"source"}, stdout, stderr)
+		}
+		name, rest = "source "+rest[0], rest[1:]
 	}
 	cmd := lookup(name)
 	if cmd == nil {
@@ -106,6 +116,8 @@ func runWith(ctx context.Context, sys system, args []string, stdout, stderr io.W
 				red.scrub(name[5:]), didYouMean(name[5:], "list", "show", "requeue", "discard"))
 		} else if len(name) > 5 && name[:5] == "keys " {
 			fmt.Fprintf(stderr, "herald: unknown keys subcommand %q: use blocked\n", red.scrub(name[5:]))
+		} else if rest, ok := strings.CutPrefix(name, "source "); ok {
+			fmt.Fprintf(stderr, "herald: unknown source subcommand %q: use poll\n", red.scrub(rest))
 		} else {
 			fmt.Fprintf(stderr, "herald: unknown command %q (%ssee herald help)\n", red.scrub(name), didYouMean(name, topCommands()...))
 		}

@@ -267,10 +267,10 @@ func TestVersionSaysWhichHeraldAndGo(t *testing.T) {
 func TestDidYouMeanOnlySuggestsWhatIsClose(t *testing.T) {
 	t.Parallel()
 	words := topCommands()
-	require.ElementsMatch(t, []string{"help", "version", "migrate", "relay", "status", "dead", "keys", "replay", "pause", "resume"}, words)
+	require.ElementsMatch(t, []string{"help", "version", "migrate", "relay", "status", "dead", "keys", "replay", "pause", "resume", "source"}, words)
 	for typed, want := range map[string]string{
 		"stauts": "status", "STATUS": "status", "migarte": "migrate", "mgirate": "migrate",
-		"relays": "relay", "replya": "replay", "deda": "dead", "kyes": "keys", "vresion": "version", "puase": "pause", "resmue": "resume",
+		"relays": "relay", "replya": "replay", "deda": "dead", "kyes": "keys", "vresion": "version", "puase": "pause", "resmue": "resume", "suorce": "source",
 		"frobnicate": "", "x": "", "publish": "", "de": "", strings.Repeat("status", 40): "",
 	} {
 		got := didYouMean(typed, words...)
