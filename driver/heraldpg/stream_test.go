@@ -236,7 +236,7 @@ func TestReturn(t *testing.T) {
 		require.Equal(t, before.Seq, after.Seq)
 		require.Less(t, after.Seq, later.Seq)
 		require.True(t, before.CreatedAt.Equal(after.CreatedAt))
-		require.Equal(t, before.Envelope.Message, after.Envelope.Message, "the event whole")
+		require.Equal(t, before.Message, after.Message, "the event whole")
 		require.Equal(t, 1, after.Attempt)
 
 		// The identity goes on past the seq given back.
@@ -353,7 +353,7 @@ func TestReturn(t *testing.T) {
 			}})
 		require.NoError(t, err)
 		require.Equal(t, 3, n)
-		require.Equal(t, o.get(gone.ID).Envelope.Message, gone.Message)
+		require.Equal(t, o.get(gone.ID).Message, gone.Message)
 		waiting, err := d.KeysWaiting(t.Context(), []herald.TopicKey{{Topic: "t", Key: "k2"}, {Topic: "t", Key: "k"}})
 		require.NoError(t, err)
 		require.Equal(t, []herald.TopicKey{{Topic: "t", Key: "k"}}, waiting)
