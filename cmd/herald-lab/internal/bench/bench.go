@@ -64,6 +64,7 @@ type options struct {
 	claimConc    int   // relay ClaimConcurrency; 0 is its default
 	natsAtomic   bool  // heraldnats AtomicBatches, on streams with allow_atomic
 	relays       int   // Herald's relays draining together
+	cdc          bool  // also (drain) or instead (latency) run the change-data-capture relay
 }
 
 const usage = `usage: herald-lab bench [producers|drain|latency|all] [flags]
@@ -115,6 +116,13 @@ Flags:
   --nats-atomic          Herald's relay sends to JetStream in atomic batches
                          (heraldnats AtomicBatches), the streams created with
                          allow_atomic; the ceiling is unchanged (drain)
+  --cdc                  also run Herald's change-data-capture relay (heraldcdc:
+                         a publication and a logical replication slot of the
+                         run's own, made and dropped every round; inserts
+                         streamed), a third system beside Herald's polling
+                         relay and the ceiling (drain); run the latency with
+                         it instead of polling (latency). PostgreSQL with
+                         wal_level = logical and a role with REPLICATION
   --delete-on-publish    the relay deletes each row once the broker confirms it
                          instead of keeping it as published (drain, latency)
   --to LIST              drain destinations, comma-separated, of jetstream,
@@ -161,6 +169,7 @@ func parseArgs(args []string) (options, string, error) {
 	fs.IntVar(&o.claimConc, "claim-concurrency", 0, "")
 	fs.BoolVar(&o.natsAtomic, "nats-atomic", false, "")
 	fs.IntVar(&o.relays, "relays", 1, "")
+	fs.BoolVar(&o.cdc, "cdc", false, "")
 
 	parse := func(a []string) error {
 		err := fs.Parse(a)
@@ -247,6 +256,12 @@ func parseArgs(args []string) (options, string, error) {
 		if _, err := parseMySQLURL(o.db); err != nil {
 			return o, "", err
 		}
+		if o.cdc {
+			return o, "", errors.New("--cdc: change-data-capture reads PostgreSQL's write-ahead log: not with --db mysql://")
+		}
+	}
+	if o.cdc && sub == "producers" {
+		return o, "", errors.New("--cdc is for the drain and latency benchmarks")
 	}
 	return o, sub, nil
 }
@@ -357,6 +372,11 @@ func run(ctx context.Context, o options, sub string, out, logOut io.Writer, res 
 	}
 	if err != nil {
 		return err
+	}
+	if o.cdc {
+		if err := e.checkLogicalWAL(ctx); err != nil {
+			return err
+		}
 	}
 	res.Machine.PostgresVersion = e.pgVersion
 	server := "PostgreSQL " + e.pgVersion

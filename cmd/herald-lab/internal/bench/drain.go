@@ -25,7 +25,7 @@ import (
 // DrainTarget is one drain of the backlog to one publisher.
 type DrainTarget struct {
 	Name           string  `json:"name"`
-	System         string  `json:"system"` // herald, or the ceiling it is compared with
+	System         string  `json:"system"` // herald, the ceiling it is compared with, or cdc (--cdc)
 	Round          int     `json:"round"`
 	Events         int     `json:"events"`
 	LoadSeconds    float64 `json:"load_seconds"`
@@ -92,13 +92,18 @@ type DrainResult struct {
 	// Comparisons are Herald's rate as a share of the ceiling's, one per
 	// destination (without --ceiling=false).
 	Comparisons []DrainComparison `json:"vs_ceiling,omitempty"`
+	// CDC compares the change-data-capture relay with the other systems,
+	// one per destination (--cdc).
+	CDC []CDCComparison `json:"cdc,omitempty"`
 }
 
-// The systems a drain measures: Herald's relay, and the ceiling (see
-// ceilingSQL) it is compared with.
+// The systems a drain measures: Herald's relay, the ceiling (see
+// ceilingSQL) it is compared with, and with --cdc Herald's relay reading
+// the write-ahead log (see drainCDC).
 const (
 	systemHerald  = "herald"
 	systemCeiling = "ceiling"
+	systemCDC     = "cdc"
 )
 
 // DrainComparison is Herald's drain rate as a share of the ceiling's to one
@@ -134,6 +139,10 @@ func runDrain(ctx context.Context, e *env, out io.Writer) (*DrainResult, []strin
 	if o.natsAtomic {
 		fmt.Fprintln(out, "  Herald's relay sends to jetstream in atomic batches (--nats-atomic)")
 	}
+	if o.cdc {
+		fmt.Fprintf(out, "  cdc: one relay reading the backlog from logical replication slot %s, made before the load and dropped after each round (--cdc)\n",
+			e.cdcName())
+	}
 	res := &DrainResult{Events: o.events, Keys: o.keys, Ordering: ordering, PayloadSize: o.payloadBytes,
 		BatchSize: o.batchSize, MaxInFlight: o.maxInFlight, Rounds: o.rounds, NATSAtomic: o.natsAtomic,
 		Relays: o.relays}
@@ -147,14 +156,17 @@ func runDrain(ctx context.Context, e *env, out io.Writer) (*DrainResult, []strin
 	if o.ceiling {
 		systems = append(systems, systemCeiling)
 	}
+	if o.cdc {
+		systems = append(systems, systemCDC)
+	}
 	for _, t := range sinks {
 		rates, dbCPU := map[string][]float64{}, map[string][]float64{}
 		for round := range o.rounds {
-			// Each round starts with the other system, so that neither
+			// Each round starts with another system, so that none
 			// always runs first while the machine drifts.
 			for k := range systems {
 				system := systems[(k+round)%len(systems)]
-				r, problems, err := drainTo(ctx, e, t, system)
+				r, problems, err := drainSystem(ctx, e, t, system)
 				if err != nil {
 					return res, failures, fmt.Errorf("%s (%s): %w", t.name, system, err)
 				}
@@ -182,6 +194,9 @@ func runDrain(ctx context.Context, e *env, out io.Writer) (*DrainResult, []strin
 			}
 			res.Comparisons = append(res.Comparisons, c)
 		}
+		if o.cdc {
+			res.CDC = append(res.CDC, compareCDC(out, t.name, o.rounds, rates, dbCPU))
+		}
 	}
 	return res, failures, nil
 }
@@ -201,9 +216,12 @@ func drainTo(ctx context.Context, e *env, t drainSink, system string) (*DrainTar
 	}
 	defer closeSink()
 	var r *DrainTarget
-	if system == systemCeiling {
+	switch system {
+	case systemCeiling:
 		r, err = drainCeiling(ctx, e, t.name, pub)
-	} else {
+	case systemCDC:
+		r, err = drainCDC(ctx, e, t.name, pub)
+	default:
 		r, err = drainOnce(ctx, e, t.name, pub)
 	}
 	if err != nil {
@@ -216,10 +234,14 @@ func drainTo(ctx context.Context, e *env, t drainSink, system string) (*DrainTar
 		problems = append(problems, fmt.Sprintf("acknowledged %d published and %d dead, want %d and 0", r.Published, r.Dead, o.events))
 	}
 	// Herald deleting on publish leaves no row; otherwise every event is
-	// a published row.
+	// a published row. The change-data-capture relay writes nothing for
+	// an event it published: every row is still as inserted, streamed.
 	state, want := string(heraldadmin.StatePublished), o.events
-	if system == systemHerald && o.deleteOnPub {
+	switch {
+	case system == systemHerald && o.deleteOnPub:
 		state, want = "", 0
+	case system == systemCDC:
+		state = string(heraldadmin.StateStreamed)
 	}
 	n, err := e.countState(ctx, state)
 	if err != nil {
@@ -243,10 +265,10 @@ func drainTo(ctx context.Context, e *env, t drainSink, system string) (*DrainTar
 			problems = append(problems, fmt.Sprintf("%s holds %d messages, want %d", t.name, held, o.events))
 		}
 	}
-	// Herald's ordered relays, however many, must deliver each key's
-	// events in the order they were committed. The ceiling does not keep
-	// it (see ceilingSQL).
-	if t.keyOrder != nil && system == systemHerald && !o.unordered {
+	// Herald's ordered relays, however many, polling or not, must deliver
+	// each key's events in the order they were committed. The ceiling
+	// does not keep it (see ceilingSQL).
+	if t.keyOrder != nil && system != systemCeiling && !o.unordered {
 		ko, err := t.keyOrder(ctx, e)
 		if err != nil {
 			return nil, nil, fmt.Errorf("reading back %s: %w", t.name, err)
@@ -277,8 +299,12 @@ func printDrain(out io.Writer, database string, t drainSink, r *DrainTarget, pro
 		fmt.Fprintf(out, "  to %-18s %7.2fs %9s events/s   (%s)\n", name, r.Seconds, fmtRate(r.EventsPerSec), t.note)
 	}
 	b := r.Breakdown
-	fmt.Fprintf(out, "     claim %d x %.1fms (%.0f%% of wall time), publish %d x %.1fms, acknowledge %d x %.1fms\n",
-		b.Claims, b.ClaimMeanMS, b.ClaimBusyPct, b.Publishes, b.PublishMeanMS, b.Completes, b.CompleteMeanMS)
+	read := "claim"
+	if r.System == systemCDC {
+		read = "stream read" // Source.Next; the relay's claims of the table find nothing
+	}
+	fmt.Fprintf(out, "     %s %d x %.1fms (%.0f%% of wall time), publish %d x %.1fms, acknowledge %d x %.1fms\n",
+		read, b.Claims, b.ClaimMeanMS, b.ClaimBusyPct, b.Publishes, b.PublishMeanMS, b.Completes, b.CompleteMeanMS)
 	if r.DatabaseCPUPerEventUS != nil && r.ProcessCPUPerEventUS != nil {
 		fmt.Fprintf(out, "     CPU per event: %s %.1fus, this process %.1fus\n", database, *r.DatabaseCPUPerEventUS, *r.ProcessCPUPerEventUS)
 	}

@@ -36,6 +36,9 @@ type Percentiles struct {
 
 // LatencyResult is commit-to-receive latency at a fixed rate.
 type LatencyResult struct {
+	// Source is where the relay took the events from: poll (claims of
+	// the table) or cdc (a logical replication slot, --cdc).
+	Source          string  `json:"source"`
 	Rate            int     `json:"rate"`
 	DurationSeconds float64 `json:"duration_seconds"`
 	PollIntervalMS  float64 `json:"poll_interval_ms"`
@@ -48,7 +51,9 @@ type LatencyResult struct {
 	// JetStream ordered consumer receiving the event from the stream.
 	CommitToReceive Percentiles `json:"commit_to_receive"`
 	// CommitToClaim runs from tx.Commit returning to the relay's claim
-	// returning the event: poll wait plus the claim statement.
+	// returning the event: poll wait plus the claim statement. With --cdc,
+	// to the change stream's read returning it: the walsender's wait for
+	// the commit to be flushed, its decoding and the stream's.
 	CommitToClaim Percentiles `json:"commit_to_claim"`
 	// CommitToAck runs from tx.Commit returning to the publisher's Publish
 	// returning with the event's PubAck (a batch at a time).
@@ -57,7 +62,7 @@ type LatencyResult struct {
 	TargetMet   bool        `json:"target_met"`
 }
 
-func runLatency(ctx context.Context, e *env, out io.Writer) (*LatencyResult, []string, error) {
+func runLatency(ctx context.Context, e *env, out io.Writer) (res *LatencyResult, failures []string, err error) {
 	o := e.o
 	total := int(int64(o.rate) * int64(o.duration) / int64(time.Second))
 	if total < 1 {
@@ -65,9 +70,13 @@ func runLatency(ctx context.Context, e *env, out io.Writer) (*LatencyResult, []s
 	}
 	// Enough producers that a slow commit does not hold up the schedule.
 	workers := min(max(o.rate/100, 4), 32)
-	fmt.Fprintf(out, "\nlatency: %d events/s for %s, one event per transaction (WriteTx), %d producer goroutines; relay poll interval %s\n",
-		o.rate, o.duration, workers, o.pollInterval)
-	res := &LatencyResult{Rate: o.rate, DurationSeconds: o.duration.Seconds(), PollIntervalMS: ms(o.pollInterval),
+	source := fmt.Sprintf("relay poll interval %s", o.pollInterval)
+	if o.cdc {
+		source = fmt.Sprintf("the relay reads logical replication slot %s, not the table (--cdc)", e.cdcName())
+	}
+	fmt.Fprintf(out, "\nlatency: %d events/s for %s, one event per transaction (WriteTx), %d producer goroutines; %s\n",
+		o.rate, o.duration, workers, source)
+	res = &LatencyResult{Source: "poll", Rate: o.rate, DurationSeconds: o.duration.Seconds(), PollIntervalMS: ms(o.pollInterval),
 		Producers: workers, TargetP99MS: targetLatencyP99Milli}
 	if err := e.truncate(ctx); err != nil {
 		return res, nil, err
@@ -131,12 +140,21 @@ func runLatency(ctx context.Context, e *env, out io.Writer) (*LatencyResult, []s
 		}
 		return err
 	})
-	relay, err := herald.NewRelay(&herald.RelayConfig{
+	cfg := &herald.RelayConfig{
 		Store: store, Publisher: pub, Logger: e.log, Owner: "herald-bench-latency",
 		BatchSize: o.batchSize, MaxInFlight: o.maxInFlight,
 		PollInterval: o.pollInterval, IdlePollInterval: max(250*time.Millisecond, o.pollInterval),
 		DeleteOnPublish: o.deleteOnPub,
-	})
+	}
+	if o.cdc {
+		src, stopCDC, cdcErr := startLatencyCDC(ctx, e, d, total, claimed)
+		if cdcErr != nil {
+			return res, nil, cdcErr
+		}
+		defer func() { err = errors.Join(err, stopCDC()) }() // after the relay stopped
+		res.Source, cfg.Store, cfg.Source = "cdc", d, src
+	}
+	relay, err := herald.NewRelay(cfg)
 	if err != nil {
 		return res, nil, err
 	}
@@ -167,7 +185,6 @@ func runLatency(ctx context.Context, e *env, out io.Writer) (*LatencyResult, []s
 	res.EventsPerSec = round2(float64(nCommitted) / elapsed.Seconds())
 
 	// Wait for the tail to arrive.
-	var failures []string
 	deadline := time.Now().Add(15 * time.Second)
 	for nReceived.Load() < int64(nCommitted) && time.Now().Before(deadline) && ctx.Err() == nil {
 		time.Sleep(10 * time.Millisecond)
@@ -210,7 +227,11 @@ func runLatency(ctx context.Context, e *env, out io.Writer) (*LatencyResult, []s
 	fmt.Fprintf(out, "  commit-to-receive  p50 %6.2fms  p90 %6.2fms  p99 %6.2fms  max %7.2fms   (target p99 <= %.0fms): %s\n",
 		p.P50, p.P90, p.P99, p.Max, targetLatencyP99Milli, verdict(res.TargetMet))
 	p = res.CommitToClaim
-	fmt.Fprintf(out, "  commit-to-claim    p50 %6.2fms  p90 %6.2fms  p99 %6.2fms  max %7.2fms\n", p.P50, p.P90, p.P99, p.Max)
+	claim := "commit-to-claim  "
+	if o.cdc {
+		claim = "commit-to-read   " // from the change stream
+	}
+	fmt.Fprintf(out, "  %s  p50 %6.2fms  p90 %6.2fms  p99 %6.2fms  max %7.2fms\n", claim, p.P50, p.P90, p.P99, p.Max)
 	p = res.CommitToAck
 	fmt.Fprintf(out, "  commit-to-PubAck   p50 %6.2fms  p90 %6.2fms  p99 %6.2fms  max %7.2fms\n", p.P50, p.P90, p.P99, p.Max)
 	for _, f := range failures {
