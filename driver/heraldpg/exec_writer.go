@@ -55,12 +55,5 @@ func (e execInserter) InsertTx(ctx context.Context, tx Execer, msgs []herald.Mes
 	if err := sqlstore.CheckTx(tx); err != nil {
 		return fmt.Errorf("heraldpg: WriteTx: %w", err)
 	}
-	q, args, err := e.statement(msgs)
-	if err != nil {
-		return err
-	}
-	if _, err := tx.ExecContext(ctx, q, args...); err != nil {
-		return fmt.Errorf("heraldpg: writing %d events: %w", len(msgs), err)
-	}
-	return nil
+	return e.execTx(ctx, tx, msgs)
 }

@@ -96,6 +96,26 @@ type Config struct {
 	// table is laid out from the table itself. Defaults to nil: a plain
 	// table, or a partitioned one left as it is.
 	Partition *Partitioning
+	// DeleteAfterInsert makes the writers (NewWriter, NewSQLWriter,
+	// NewExecWriter) delete the rows they insert, in the caller's
+	// transaction, right after the insert: the zero-bloat mode, only for
+	// a table relayed by `herald relay --source cdc`. That relay reads
+	// each insert from the write-ahead log, which keeps it, so the row
+	// itself is not needed; an event that fails to publish is written
+	// back by the relay (same id, seq and created_at) and retried from
+	// the table. Only rows inserted as streamed are deleted: while the
+	// table's inserts default to ready (polling relays; before the switch
+	// to change-data-capture, or after `herald source poll`) the rows
+	// stay for the claims. What operators lose: the table keeps no
+	// streamed history, so herald status and the admin page show only
+	// the events that failed; a Reader (heraldtest.RequireWrittenTx)
+	// finds none of a transaction's events; and a row the relay cannot
+	// read (written by plain SQL) leaves no dead letter. The delete is a
+	// second statement, in the insert's round trip on pgx, a round trip
+	// of its own on database/sql. The driver (New, NewSQL) does not read
+	// it. Defaults to false: rows stay, as streamed history, until
+	// retention.
+	DeleteAfterInsert bool
 }
 
 // names are the validated, quoted identifiers a driver's SQL uses.

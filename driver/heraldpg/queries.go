@@ -23,6 +23,20 @@ const (
 	                          event_version, aggregate_version, n)
 	ORDER BY u.n`
 
+	// Config.DeleteAfterInsert: the rows a writer inserted, deleted in
+	// the same transaction by a second statement. The insert's own
+	// statement cannot do it: every part of a statement sees one
+	// snapshot, so a data-modifying CTE does not find rows another part
+	// inserts. Only streamed rows go: one inserted as ready (the table is
+	// relayed by polling) is the claims' to deliver. created_at = now()
+	// holds for every row the writer inserted (its default, the
+	// transaction's start time), and prunes a partitioned table to the
+	// partition that row went to.
+	deleteOneSQL = `DELETE FROM {{.Table}}
+	WHERE id = $1 AND state = 'streamed' AND created_at = now()`
+	deleteManySQL = `DELETE FROM {{.Table}}
+	WHERE id = ANY($1::uuid[]) AND state = 'streamed' AND created_at = now()`
+
 	// The claim: one index probe for the oldest ready rows, locked with
 	// SKIP LOCKED so concurrent relays take different rows, and marked in
 	// the same statement. The lease ends by the database clock. Rows are
@@ -448,6 +462,7 @@ const (
 
 type queries struct {
 	insertOne, insertMany, claim, walkKeys, claimKeys                   string
+	deleteOne, deleteMany                                               string
 	publish, complete, publishDelete, completeDelete                    string
 	releaseClaim, rescue, deletePublished, status, blockedKeys, backlog string
 	pauses, pause, resume, readyTopics                                  string
@@ -468,6 +483,8 @@ func newQueries(n names) queries {
 	return queries{
 		insertOne:       n.render(insertOneSQL),
 		insertMany:      n.render(insertManySQL),
+		deleteOne:       n.render(deleteOneSQL),
+		deleteMany:      n.render(deleteManySQL),
 		claim:           n.render(claimSQL),
 		walkKeys:        n.render(walkKeysSQL),
 		claimKeys:       n.render(claimKeysSQL),

@@ -42,7 +42,10 @@ func writerConfig(cfg *Config) *herald.WriterConfig {
 	return &herald.WriterConfig{MaxPayloadBytes: cfg.MaxPayloadBytes}
 }
 
-type inserter struct{ one, many string }
+// inserter holds a writer's statements: the insert of one message and of
+// many, and with Config.DeleteAfterInsert the deletes that follow them
+// (empty otherwise).
+type inserter struct{ one, many, delOne, delMany string }
 
 func newInserter(cfg *Config) (inserter, error) {
 	n, err := cfg.names()
@@ -50,7 +53,48 @@ func newInserter(cfg *Config) (inserter, error) {
 		return inserter{}, err
 	}
 	q := newQueries(n)
-	return inserter{one: q.insertOne, many: q.insertMany}, nil
+	in := inserter{one: q.insertOne, many: q.insertMany}
+	if cfg != nil && cfg.DeleteAfterInsert {
+		in.delOne, in.delMany = q.deleteOne, q.deleteMany
+	}
+	return in, nil
+}
+
+// deletion returns the statement that deletes the rows statement inserted
+// for msgs, whose ids herald.Prepare has set, or "" when the writer keeps
+// its rows.
+func (in inserter) deletion(msgs []herald.Message) (string, []any) {
+	if in.delOne == "" {
+		return "", nil
+	}
+	if len(msgs) == 1 {
+		return in.delOne, []any{msgs[0].ID}
+	}
+	ids := make([]string, len(msgs))
+	for i, m := range msgs {
+		ids[i] = m.ID
+	}
+	return in.delMany, []any{ids}
+}
+
+// execTx writes msgs through x, a database/sql transaction or what stands
+// for one: the insert, then the delete if the writer has one (database/sql
+// sends one statement per call, with its arguments, so each is a round
+// trip).
+func (in inserter) execTx(ctx context.Context, x Execer, msgs []herald.Message) error {
+	q, args, err := in.statement(msgs)
+	if err != nil {
+		return err
+	}
+	if _, err := x.ExecContext(ctx, q, args...); err != nil {
+		return fmt.Errorf("heraldpg: writing %d events: %w", len(msgs), err)
+	}
+	if del, delArgs := in.deletion(msgs); del != "" {
+		if _, err := x.ExecContext(ctx, del, delArgs...); err != nil {
+			return fmt.Errorf("heraldpg: deleting the %d events written (Config.DeleteAfterInsert): %w", len(msgs), err)
+		}
+	}
+	return nil
 }
 
 // statement returns the SQL and arguments that insert msgs in one round
@@ -139,8 +183,20 @@ func (p pgxInserter) InsertTx(ctx context.Context, tx pgx.Tx, msgs []herald.Mess
 	if err != nil {
 		return err
 	}
-	if _, err := tx.Exec(ctx, sql, args...); err != nil {
-		return fmt.Errorf("heraldpg: writing %d events: %w", len(msgs), err)
+	del, delArgs := p.deletion(msgs)
+	if del == "" {
+		if _, err := tx.Exec(ctx, sql, args...); err != nil {
+			return fmt.Errorf("heraldpg: writing %d events: %w", len(msgs), err)
+		}
+		return nil
+	}
+	// The insert and its delete in one round trip. Close reads both
+	// results and returns the first error.
+	b := &pgx.Batch{}
+	b.Queue(sql, args...)
+	b.Queue(del, delArgs...)
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		return fmt.Errorf("heraldpg: writing %d events and deleting them (Config.DeleteAfterInsert): %w", len(msgs), err)
 	}
 	return nil
 }
@@ -151,14 +207,7 @@ func (s sqlInserter) InsertTx(ctx context.Context, tx *sql.Tx, msgs []herald.Mes
 	if tx == nil {
 		return fmt.Errorf("heraldpg: WriteTx: tx is nil")
 	}
-	q, args, err := s.statement(msgs)
-	if err != nil {
-		return err
-	}
-	if _, err := tx.ExecContext(ctx, q, args...); err != nil {
-		return fmt.Errorf("heraldpg: writing %d events: %w", len(msgs), err)
-	}
-	return nil
+	return s.execTx(ctx, tx, msgs)
 }
 
 func validUUID(s string) bool {
