@@ -69,6 +69,15 @@ func (s *sourceFlags) config(inv *invocation, dbs []*database) (*cdcSetup, error
 // reading it; then, and only then, the table's inserts default to the
 // streamed state: a row written as streamed before the slot existed would
 // be read by neither path.
+//
+// A slot that another relay streams exists, so that order holds for a
+// standby too: its source waits for the slot (heraldcdc.Source.Active)
+// while its relay claims what the table holds, which is safe beside
+// other relays. When the relay that streams stops, its last batch is done
+// and confirmed before its source closes and releases the slot (fleet.stop),
+// so the standby goes on from there and repeats nothing; one that is
+// killed leaves its unconfirmed batches to the standby, whose repeats the
+// brokers' dedup ids drop.
 func (c *cdcSetup) open(ctx context.Context, d *dbRelay) (*heraldcdc.Source, error) {
 	pg, ok := d.store.(*heraldpg.Driver)
 	if !ok {

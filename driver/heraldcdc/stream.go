@@ -49,6 +49,10 @@ type Config struct {
 	// Buffer is how many committed transactions may wait to be read by
 	// Next. Defaults to 64.
 	Buffer int
+	// StandbyInterval is how often a Source whose slot another reader
+	// streams tries to take it (Source.Active). Each try is one query on
+	// a normal connection. At least 10ms. Defaults to 1s.
+	StandbyInterval time.Duration
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 }
@@ -114,7 +118,8 @@ var errStreamClosed = errors.New("heraldcdc: stream closed")
 const heartbeatPrefix = "herald.heartbeat"
 
 // Open checks the slot, connects for replication and starts streaming
-// from the slot's confirmed position.
+// from the slot's confirmed position. A slot that another reader streams
+// is a *SlotInUseError: Open does not wait for it (NewSource does).
 func Open(ctx context.Context, cfg Config) (*Stream, error) {
 	c, err := cfg.withDefaults()
 	if err != nil {
@@ -144,6 +149,12 @@ func Open(ctx context.Context, cfg Config) (*Stream, error) {
 	err = pglogrepl.StartReplication(ctx, conn, c.Slot, start, pglogrepl.StartReplicationOptions{PluginArgs: args})
 	if err != nil {
 		_ = conn.Close(context.Background())
+		// The fence: PostgreSQL lets one walsender at a time stream a slot.
+		// prepare saw it free, and another reader took it since.
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == sqlstateObjectInUse {
+			return nil, &SlotInUseError{Slot: c.Slot, PID: slotHolder(ctx, c), Err: err}
+		}
 		return nil, fmt.Errorf("heraldcdc: starting replication from slot %s: %w", c.Slot, err)
 	}
 	loopCtx, stop := context.WithCancel(context.Background())
@@ -187,6 +198,12 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Buffer <= 0 {
 		c.Buffer = 64
 	}
+	switch {
+	case c.StandbyInterval == 0:
+		c.StandbyInterval = time.Second
+	case c.StandbyInterval < 10*time.Millisecond:
+		return c, fmt.Errorf("heraldcdc: Config.StandbyInterval %s must be at least 10ms", c.StandbyInterval)
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -195,7 +212,12 @@ func (c Config) withDefaults() (Config, error) {
 
 // prepare makes sure the publication and the slot exist (creating them
 // only with CreateSlot) and that the slot can still stream, and returns
-// the slot's confirmed position.
+// the slot's confirmed position. A slot that another reader streams is a
+// *SlotInUseError, found here without a replication connection: a
+// standby asks every StandbyInterval, and a refused START_REPLICATION
+// would write an error to the server's log each time. That check is only
+// a shortcut (the slot can be taken between it and Open's
+// START_REPLICATION, which is the fence).
 func prepare(ctx context.Context, c Config) (pglogrepl.LSN, error) {
 	conn, err := pgx.Connect(ctx, c.ConnString)
 	if err != nil {
@@ -219,9 +241,11 @@ func prepare(ctx context.Context, c Config) (pglogrepl.LSN, error) {
 	var (
 		plugin, walStatus string
 		confirmed         *string
+		activePID         int
 	)
-	err = conn.QueryRow(ctx, `SELECT plugin, coalesce(wal_status, ''), confirmed_flush_lsn::text FROM pg_replication_slots
-		WHERE slot_name = $1 AND database = current_database()`, c.Slot).Scan(&plugin, &walStatus, &confirmed)
+	err = conn.QueryRow(ctx, `SELECT plugin, coalesce(wal_status, ''), confirmed_flush_lsn::text, coalesce(active_pid, 0)
+		FROM pg_replication_slots WHERE slot_name = $1 AND database = current_database()`, c.Slot).
+		Scan(&plugin, &walStatus, &confirmed, &activePID)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows) && c.CreateSlot:
 		var lsn string
@@ -244,8 +268,24 @@ func prepare(ctx context.Context, c Config) (pglogrepl.LSN, error) {
 			"events committed while it fell behind cannot be read from it. Drop it, relay the outbox by polling until drained, then create it again", c.Slot)
 	case confirmed == nil:
 		return 0, refuse("heraldcdc: replication slot %s has no confirmed position", c.Slot)
+	case activePID != 0:
+		return 0, &SlotInUseError{Slot: c.Slot, PID: activePID}
 	}
 	return pglogrepl.ParseLSN(*confirmed)
+}
+
+// slotHolder is the pid of the walsender that streams the slot, or 0 when
+// it cannot be read: only for SlotInUseError's message.
+func slotHolder(ctx context.Context, c Config) int {
+	conn, err := pgx.Connect(ctx, c.ConnString)
+	if err != nil {
+		return 0
+	}
+	defer conn.Close(context.Background())
+	var pid int
+	_ = conn.QueryRow(ctx, `SELECT coalesce(active_pid, 0) FROM pg_replication_slots
+		WHERE slot_name = $1 AND database = current_database()`, c.Slot).Scan(&pid)
+	return pid
 }
 
 // refusal is Open's error for a publication or slot that cannot be
@@ -257,6 +297,33 @@ type refusal struct{ msg string }
 func (r *refusal) Error() string { return r.msg }
 
 func refuse(format string, args ...any) error { return &refusal{fmt.Sprintf(format, args...)} }
+
+// sqlstateObjectInUse is PostgreSQL's object_in_use, START_REPLICATION's
+// answer for a slot that another walsender streams.
+const sqlstateObjectInUse = "55006"
+
+// SlotInUseError is Open's error for a slot that another reader streams:
+// PostgreSQL lets one walsender at a time read a slot. It passes once that
+// reader closes its stream or its connection ends; a Source waits for it
+// (Source.Active).
+type SlotInUseError struct {
+	Slot string
+	// PID is the walsender's backend pid (pg_replication_slots.active_pid,
+	// pg_stat_replication.pid), 0 when it was not seen.
+	PID int
+	// Err is the server's refusal of START_REPLICATION (a *pgconn.PgError
+	// of SQLSTATE 55006), nil when the slot was seen active before it.
+	Err error
+}
+
+func (e *SlotInUseError) Error() string {
+	if e.PID == 0 {
+		return fmt.Sprintf("heraldcdc: replication slot %s is streamed by another reader", e.Slot)
+	}
+	return fmt.Sprintf("heraldcdc: replication slot %s is streamed by another reader (pid %d)", e.Slot, e.PID)
+}
+
+func (e *SlotInUseError) Unwrap() error { return e.Err }
 
 // Start is the position the stream started from.
 func (s *Stream) Start() pglogrepl.LSN { return s.start }
