@@ -4,6 +4,24 @@ package heraldpg
 // it is filled in once per driver from validated names. Durations travel as
 // microseconds so that every timestamp is computed by the database clock.
 
+// The recovery from a dropped replication slot (RequeueStreamed): the
+// streamed rows written since a time become ready, a batch at a time,
+// through the streamed rows' partial index.
+const requeueStreamedSQL = `WITH s AS (
+	SELECT id, created_at FROM {{.Table}}
+	WHERE state = 'streamed' AND created_at >= $1
+	ORDER BY created_at
+	LIMIT $2
+	FOR UPDATE SKIP LOCKED
+)
+UPDATE {{.Table}} o
+SET state = 'ready', available_at = now(), attempts = 0
+FROM s
+WHERE o.id = s.id AND o.created_at = s.created_at AND o.state = 'streamed'`
+
+// forgetSlotSQL deletes a slot's record of positions (migration 009).
+const forgetSlotSQL = `DELETE FROM {{.Schema}}."{{.Name}}_cdc" WHERE slot = $1`
+
 const (
 	insertOneSQL = `INSERT INTO {{.Table}}
 	(id, topic, key, type, aggregate_type, aggregate_id, payload, headers, available_at,
@@ -473,6 +491,7 @@ type queries struct {
 	// partitioned table, whose primary key is (id, created_at).
 	keysWaiting, returnRows, returnPart, deleteStreamed string
 	streamOn, streamOff, insertState                    string
+	requeueStreamed, forgetSlot                         string
 
 	// The same on a partitioned table, whose dead-letter table holds the
 	// dead rows of dropped partitions: counted with the outbox's own.
@@ -513,6 +532,8 @@ func newQueries(n names) queries {
 		streamOn:        n.Render(streamInsertsSQL, "{{.State}}", stateStreamed),
 		streamOff:       n.Render(streamInsertsSQL, "{{.State}}", stateReady),
 		insertState:     insertStateSQL,
+		requeueStreamed: n.render(requeueStreamedSQL),
+		forgetSlot:      n.render(forgetSlotSQL),
 		statusPart: n.Render(statusSQL, "{{.StatusRows}}", `(SELECT topic, state, created_at FROM `+n.Qualified+
 			` UNION ALL SELECT topic, 'dead', created_at FROM `+n.part().dead+`) r`),
 		backlogPart: n.Render(backlogSQL, "{{.DeadBacklog}}", `

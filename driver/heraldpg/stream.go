@@ -287,3 +287,40 @@ func (d *Driver) InsertState(ctx context.Context) (string, error) {
 	}
 	return "", fmt.Errorf("heraldpg: the state column of %s defaults to %s, neither 'ready' nor 'streamed'", d.names.Qualified, def.String)
 }
+
+// RequeueStreamed makes ready, for the polling relays, every streamed row
+// created at or after since, at most limit of them per statement until none
+// is left, and returns how many. It is the recovery from a replication
+// slot that was dropped (or dropped and created again) while no relay read
+// it: the rows it never handed out are in the table still (unless
+// DeleteAfterInsert or retention removed them), and some of those made
+// ready were published already, which the broker's dedup ids absorb within
+// their window. Their attempts start again from zero.
+func (d *Driver) RequeueStreamed(ctx context.Context, since time.Time, limit int) (int, error) {
+	if limit <= 0 {
+		return 0, fmt.Errorf("heraldpg: RequeueStreamed: limit %d is not positive", limit)
+	}
+	total := 0
+	for {
+		n, err := d.db.exec(ctx, d.q.requeueStreamed, since, limit)
+		if err != nil {
+			return total, fmt.Errorf("heraldpg: making streamed rows ready: %w", err)
+		}
+		total += int(n)
+		if n < int64(limit) {
+			return total, nil
+		}
+	}
+}
+
+// ForgetSlot deletes the record of positions of a change-data-capture
+// slot (migration 009, read by heraldcdc): the next relay that creates a
+// slot of that name starts a new record instead of refusing it as a slot
+// dropped behind Herald's back. It reports whether there was one.
+func (d *Driver) ForgetSlot(ctx context.Context, slot string) (bool, error) {
+	n, err := d.db.exec(ctx, d.q.forgetSlot, slot)
+	if err != nil {
+		return false, fmt.Errorf("heraldpg: forgetting slot %s: %w", slot, err)
+	}
+	return n > 0, nil
+}
