@@ -182,7 +182,20 @@ type databaseJSON struct {
 	Ready       bool    `json:"ready"`
 	Database    string  `json:"database_error,omitempty"`
 	Destination string  `json:"destination_error,omitempty"`
+	// CDC, for a running relay with --source cdc, is active while it
+	// streams the slot and standby while another relay does (or it
+	// reconnects). A standby is ready: it claims what the table holds
+	// (write-backs, rows from before the switch) and takes the slot over
+	// when the active relay goes, so it belongs behind the readiness
+	// probe like the active one.
+	CDC string `json:"cdc,omitempty"`
 }
+
+// The values of databaseJSON.CDC.
+const (
+	cdcActive  = "active"
+	cdcStandby = "standby"
+)
 
 // relayStatus is what the admin server reports of the relay: what it waits
 // for while it starts, then the running relays' health.
@@ -224,6 +237,7 @@ func (s *relayStatus) publisher() herald.Publisher { return s.getDests().pub }
 func (d *dbRelay) ready(connected bool) databaseJSON {
 	d.mu.Lock()
 	state, relay, what, why, failed := d.state, d.relay, d.waitFor, d.waitErr, d.failErr
+	src, cdc := d.source.(slotReader)
 	d.mu.Unlock()
 	dj := databaseJSON{Name: d.name, State: state}
 	switch state {
@@ -241,6 +255,11 @@ func (d *dbRelay) ready(connected bool) databaseJSON {
 		dj.Ready = h.Running && h.Database == "" && h.Destination == ""
 		if !h.Running {
 			dj.State = dbStopped
+		} else if cdc {
+			dj.CDC = cdcStandby
+			if src.Active() {
+				dj.CDC = cdcActive
+			}
 		}
 	}
 	return dj

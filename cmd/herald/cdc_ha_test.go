@@ -34,15 +34,16 @@ const (
 type haPair struct {
 	w      cdcWorld
 	relays map[string]*child
+	admin  map[string]string // each relay's --admin-addr
 }
 
 func startHAPair(t *testing.T, w cdcWorld) haPair {
 	t.Helper()
+	p := haPair{w: w, relays: map[string]*child{}, admin: map[string]string{"relay-a": freeAddr(t), "relay-b": freeAddr(t)}}
 	args := func(name string) []string {
 		return []string{"relay", "--db", w.dsn + "&application_name=" + name, "--publisher", w.nats.URL(),
-			"--source", "cdc", "--batch-size", haBatchSize}
+			"--source", "cdc", "--batch-size", haBatchSize, "--admin-addr", p.admin[name]}
 	}
-	p := haPair{w: w, relays: map[string]*child{}}
 	p.relays["relay-a"] = startChild(t, append(args("relay-a"), "--cdc-create-slot")...)
 	require.Eventually(t, func() bool { return p.holder(t) == "relay-a" }, 60*time.Second, 20*time.Millisecond,
 		"relay-a creates the slot and streams it:\n%s", p.relays["relay-a"].out)
@@ -51,7 +52,42 @@ func startHAPair(t *testing.T, w cdcWorld) haPair {
 		return strings.Contains(p.relays["relay-b"].out.String(), "standing by: slot herald_outbox is streamed by another relay (pid ")
 	}, 60*time.Second, 20*time.Millisecond, "relay-b starts and stands by:\n%s", p.relays["relay-b"].out)
 	require.Equal(t, "relay-a", p.holder(t))
+	p.requireReader(t, "relay-a")
 	return p
+}
+
+// requireReader checks that each relay's admin server tells whether it
+// streams the slot: name says herald_cdc_reader_active 1 and cdc "active"
+// in /readyz, the other (while it runs) 0 and "standby"; both are ready.
+func (p haPair) requireReader(t *testing.T, name string) {
+	t.Helper()
+	for relay, want := range map[string]string{name: cdcActive, p.other(name): cdcStandby} {
+		if c := p.relays[relay]; c.cmd.ProcessState != nil {
+			continue // killed or stopped
+		}
+		gauge := map[string]string{cdcActive: "1", cdcStandby: "0"}[want]
+		require.Eventually(t, func() bool {
+			code, rj := readiness(t, p.admin[relay])
+			return code == 200 && len(rj.Databases) == 1 && rj.Databases[0].CDC == want &&
+				readerActive(t, p.admin[relay]) == gauge
+		}, 30*time.Second, 20*time.Millisecond, "%s: /readyz says cdc %s and herald_cdc_reader_active %s", relay, want, gauge)
+	}
+}
+
+// readerActive is the value of herald_cdc_reader_active on the relay's
+// /metrics, "" when it has none or does not answer.
+func readerActive(t *testing.T, addr string) string {
+	t.Helper()
+	code, body, err := get(addr, "/metrics")
+	if err != nil || code != 200 {
+		return ""
+	}
+	for line := range strings.SplitSeq(body, "\n") {
+		if v, ok := strings.CutPrefix(line, `herald_cdc_reader_active{slot="herald_outbox"} `); ok {
+			return v
+		}
+	}
+	return ""
 }
 
 // holder is the application_name of the relay whose walsender streams the
@@ -144,6 +180,7 @@ func TestCDCStandbyTakesOverFromAKilledRelay(t *testing.T) {
 		"the standby takes the slot:\n%s", standby.out)
 	t.Logf("%s took the slot %s after %s was killed", p.other(active), time.Since(killed), active)
 	require.Equal(t, 1, strings.Count(standby.out.String(), "took over slot herald_outbox"), standby.out.String())
+	p.requireReader(t, p.other(active))
 
 	require.NoError(t, written())
 	require.Eventually(t, func() bool { return w.messages(t) >= haRows }, 3*time.Minute, 50*time.Millisecond,
@@ -195,6 +232,7 @@ func TestCDCGracefulHandoverPublishesNothingTwice(t *testing.T) {
 	require.Eventually(t, func() bool { return p.holder(t) == p.other(active) }, 60*time.Second, 20*time.Millisecond,
 		"the standby takes the slot:\n%s", standby.out)
 	t.Logf("%s took the slot %s after %s got SIGTERM", p.other(active), time.Since(stopped), active)
+	p.requireReader(t, p.other(active))
 
 	require.NoError(t, written())
 	require.Eventually(t, func() bool { return w.messages(t) >= haRows }, 3*time.Minute, 50*time.Millisecond,

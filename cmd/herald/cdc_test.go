@@ -85,6 +85,7 @@ func (c *child) stop(t *testing.T) int {
 // cdcWorld is a private cluster with wal_level=logical, a migrated outbox
 // and an embedded JetStream with a stream of every cdc.> subject.
 type cdcWorld struct {
+	pc     *heraldtest.Cluster // to stop and start the server
 	dsn    string
 	db     *pgx.Conn
 	nats   *heraldtest.NATSServer
@@ -101,7 +102,7 @@ func newCDCWorld(t *testing.T) cdcWorld {
 	t.Cleanup(func() { _ = db.Close(context.Background()) })
 	ns := heraldtest.NATS(t)
 	stream := ns.CreateStreamConfig(t, jetstream.StreamConfig{Name: "CDC", Subjects: []string{"cdc.>"}, Duplicates: 10 * time.Minute})
-	return cdcWorld{dsn: pc.DSN, db: db, nats: ns, stream: stream}
+	return cdcWorld{pc: pc, dsn: pc.DSN, db: db, nats: ns, stream: stream}
 }
 
 func (w cdcWorld) insertState(t *testing.T) string {

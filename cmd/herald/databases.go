@@ -18,6 +18,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/herald-outbox/herald"
@@ -660,7 +661,25 @@ func (d *dbRelay) OldestUnconfirmed() (time.Time, bool) {
 	return src.OldestUnconfirmed()
 }
 
-// registerSlotMetrics adds the change stream's slot to d's metrics.
+// slotReader is a change stream that knows whether it holds its slot
+// (*heraldcdc.Source).
+type slotReader interface{ Active() bool }
+
+// readerActive reports whether the database's change stream holds its
+// slot now (heraldcdc.Source.Active): false while another relay streams
+// it and this one stands by, while it reconnects, and without a relay
+// running.
+func (d *dbRelay) readerActive() bool {
+	d.mu.Lock()
+	src, ok := d.source.(slotReader)
+	d.mu.Unlock()
+	return ok && src.Active()
+}
+
+// registerSlotMetrics adds the change stream's slot to d's metrics, and
+// herald_cdc_reader_active: whether this process streams the slot (1) or
+// stands by (0). The slot's herald_cdc_slot_active says that some reader
+// streams it; this gauge says which relay does.
 func registerSlotMetrics(d *dbRelay, c *cdcSetup) error {
 	q, ok := d.pool.(heraldcdc.Querier)
 	if !ok {
@@ -674,5 +693,17 @@ func registerSlotMetrics(d *dbRelay, c *cdcSetup) error {
 	if err != nil {
 		return err
 	}
-	return d.metrics.Registry().Register(col)
+	if err := d.metrics.Registry().Register(col); err != nil {
+		return err
+	}
+	return d.metrics.Registry().Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name:        "herald_cdc_reader_active",
+		Help:        "1 while this relay streams the change-data-capture slot, 0 while it stands by for another reader (or reconnects).",
+		ConstLabels: prometheus.Labels{"slot": slot},
+	}, func() float64 {
+		if d.readerActive() {
+			return 1
+		}
+		return 0
+	}))
 }
