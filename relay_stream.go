@@ -40,18 +40,38 @@ func (r *Relay) streamLoop(ctx context.Context) {
 			continue
 		}
 		errDelay = r.cfg.PollInterval
-		if !r.streamBatch(ctx, b) {
+		switch r.streamBatch(ctx, b) {
+		case batchStopped:
 			return
+		case batchAbandoned:
+			r.log.Warn("the database does not answer: gave up a change-stream batch unsettled; it comes again once the stream reconnects",
+				"events", len(b.Events))
+			b.Abandon()
 		}
 	}
 }
 
+// batchEnd is how the relay left a batch of its source.
+type batchEnd int
+
+const (
+	batchSettled   batchEnd = iota // every event published or written back, and Done called
+	batchAbandoned                 // the database stopped answering: Abandon is to be called
+	batchStopped                   // the relay stopped first: the batch stays undone
+)
+
+// abandonAfter is how long the database may fail a streamed batch's reads
+// and writes before the relay gives the batch up (when its source can take
+// it back): long enough to ride out a dropped connection, short enough
+// that a database shutting down is not kept waiting for its log reader.
+const abandonAfter = time.Second
+
 // streamBatch publishes one batch of the source and writes back, to the
 // table, every event that was not published; then it tells the source the
-// batch is done. It returns false when the relay stopped before the batch
-// could be settled: the batch is left undone, for the source to hand out
+// batch is done. A batch the relay could not settle (it stopped, or the
+// database stopped answering) is left undone, for the source to hand out
 // again.
-func (r *Relay) streamBatch(ctx context.Context, b SourceBatch) bool {
+func (r *Relay) streamBatch(ctx context.Context, b SourceBatch) batchEnd {
 	c := claimed{token: "stream", batch: b.Events, deadline: r.cfg.Clock.Now().Add(r.cfg.PublishTimeout)}
 	for i := range c.batch {
 		env := &c.batch[i]
@@ -67,16 +87,22 @@ func (r *Relay) streamBatch(ctx context.Context, b SourceBatch) bool {
 		r.cfg.Observer.Claimed(c.batch)
 	}
 
-	held, ok := r.streamHeld(ctx, c.batch)
-	if !ok {
-		return false
+	giveUp := time.Duration(0)
+	if b.Abandon != nil {
+		giveUp = abandonAfter
+	}
+	held, end := r.streamHeld(ctx, c.batch, giveUp)
+	if end != batchSettled {
+		return end
 	}
 	errs, whole := r.sendStreamed(c, held)
 	d := decide(c.batch, errs, r.decideRules(whole))
 	r.logDecision(c, d)
 	failed := slices.Concat(d.Params.Failed, b.Unreadable)
-	if len(failed) > 0 && !r.returnToTable(ctx, c.batch, failed) {
-		return false
+	if len(failed) > 0 {
+		if end := r.returnToTable(ctx, c.batch, failed, giveUp); end != batchSettled {
+			return end
+		}
 	}
 	if b.Done != nil {
 		b.Done()
@@ -91,7 +117,7 @@ func (r *Relay) streamBatch(ctx context.Context, b SourceBatch) bool {
 	if _, none := r.cfg.Observer.(nopObserver); !none {
 		r.cfg.Observer.Acknowledged(acknowledgement(c.batch, d.Params, changed, 0))
 	}
-	return true
+	return batchSettled
 }
 
 // decideRules are the rules decide applies to every batch of this relay;
@@ -140,9 +166,9 @@ func (r *Relay) sendStreamed(c claimed, held []bool) (errs []error, whole error)
 
 // streamHeld says which events of a streamed batch go to the table unsent:
 // those of a paused topic or destination, and the ordered ones whose key
-// has events waiting in the table. It returns false when the relay
-// stopped before the table answered.
-func (r *Relay) streamHeld(ctx context.Context, batch []Envelope) ([]bool, bool) {
+// has events waiting in the table. Its batchEnd says why the table did not
+// answer, if it did not.
+func (r *Relay) streamHeld(ctx context.Context, batch []Envelope, giveUp time.Duration) ([]bool, batchEnd) {
 	held := make([]bool, len(batch))
 	var (
 		paused  []string
@@ -150,12 +176,12 @@ func (r *Relay) streamHeld(ctx context.Context, batch []Envelope) ([]bool, bool)
 		seen    = map[TopicKey]bool{}
 		waiting map[TopicKey]bool
 	)
-	ok := r.untilStored(ctx, "reading the pauses", func(ctx context.Context) (err error) {
+	end := r.untilStored(ctx, giveUp, "reading the pauses", func(ctx context.Context) (err error) {
 		paused, err = r.pausedTopics(ctx)
 		return err
 	})
-	if !ok {
-		return nil, false
+	if end != batchSettled {
+		return nil, end
 	}
 	isPaused := setOf(paused)
 	for _, env := range batch {
@@ -166,7 +192,7 @@ func (r *Relay) streamHeld(ctx context.Context, batch []Envelope) ([]bool, bool)
 		}
 	}
 	if len(keys) > 0 {
-		ok := r.untilStored(ctx, "reading the keys waiting in the table", func(ctx context.Context) error {
+		end := r.untilStored(ctx, giveUp, "reading the keys waiting in the table", func(ctx context.Context) error {
 			w, err := r.cfg.Store.(StreamStore).KeysWaiting(ctx, keys)
 			waiting = make(map[TopicKey]bool, len(w))
 			for _, k := range w {
@@ -174,8 +200,8 @@ func (r *Relay) streamHeld(ctx context.Context, batch []Envelope) ([]bool, bool)
 			}
 			return err
 		})
-		if !ok {
-			return nil, false
+		if end != batchSettled {
+			return nil, end
 		}
 	}
 	send, _ := r.heldByDestination(batch)
@@ -186,13 +212,12 @@ func (r *Relay) streamHeld(ctx context.Context, batch []Envelope) ([]bool, bool)
 	for i, env := range batch {
 		held[i] = isPaused[env.Topic] || !sent[env.ID] || (env.Ordered && waiting[TopicKey{env.Topic, env.Key}])
 	}
-	return held, true
+	return held, batchSettled
 }
 
 // returnToTable writes the events of a streamed batch that were not
-// published back to the table, with their outcomes. It returns false when
-// the relay stopped before the table took them.
-func (r *Relay) returnToTable(ctx context.Context, batch []Envelope, failed []Failure) bool {
+// published back to the table, with their outcomes.
+func (r *Relay) returnToTable(ctx context.Context, batch []Envelope, failed []Failure, giveUp time.Duration) batchEnd {
 	p := ReturnParams{Failed: failed}
 	ids := setOf(nil)
 	for _, f := range failed {
@@ -203,7 +228,7 @@ func (r *Relay) returnToTable(ctx context.Context, batch []Envelope, failed []Fa
 			p.Events = append(p.Events, env)
 		}
 	}
-	return r.untilStored(ctx, "writing failed streamed events back to the table", func(ctx context.Context) error {
+	return r.untilStored(ctx, giveUp, "writing failed streamed events back to the table", func(ctx context.Context) error {
 		_, err := r.cfg.Store.(StreamStore).Return(ctx, p)
 		return err
 	})
@@ -212,23 +237,32 @@ func (r *Relay) returnToTable(ctx context.Context, batch []Envelope, failed []Fa
 // untilStored runs op until it succeeds. A streamed batch cannot be
 // skipped, or its events would be lost, nor can a later one go first, or
 // a key would lose its order: so op is retried, with a doubling pause,
-// for as long as the database is unreachable. It gives up only once the
-// relay is stopping (ctx ended) and op failed: the batch then stays
-// undone, and comes again from the source on the next start.
-func (r *Relay) untilStored(ctx context.Context, what string, op func(context.Context) error) bool {
+// while the database is unreachable. It gives up once the relay is
+// stopping (ctx ended) and op failed, or once op has failed for giveUp
+// (0: never): the batch then stays undone, and comes again from the
+// source.
+func (r *Relay) untilStored(ctx context.Context, giveUp time.Duration, what string, op func(context.Context) error) batchEnd {
 	delay := 50 * time.Millisecond
+	var failingSince time.Time
 	for {
 		opCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.Lease/2)
 		err := op(opCtx)
 		cancel()
 		r.noteDatabase(err)
 		if err == nil {
-			return true
+			return batchSettled
 		}
-		if ctx.Err() != nil {
+		now := r.cfg.Clock.Now()
+		if failingSince.IsZero() {
+			failingSince = now
+		}
+		switch {
+		case ctx.Err() != nil:
 			r.log.Warn(what+" failed as the relay stops; the batch will be read again from the change stream",
 				"error", Scrub(err.Error()))
-			return false
+			return batchStopped
+		case giveUp > 0 && now.Sub(failingSince) >= giveUp:
+			return batchAbandoned
 		}
 		r.log.Debug(what+" failed; retrying", "error", Scrub(err.Error()))
 		select {

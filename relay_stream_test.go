@@ -24,9 +24,16 @@ type fakeStreamStore struct {
 	// ReturnFunc, when set, answers Return before it is recorded; an
 	// error records nothing.
 	ReturnFunc func(p herald.ReturnParams) error
+	// KeysWaitingErr, when set, is KeysWaiting's error.
+	KeysWaitingErr func() error
 }
 
 func (f *fakeStreamStore) KeysWaiting(_ context.Context, keys []herald.TopicKey) ([]herald.TopicKey, error) {
+	if f.KeysWaitingErr != nil {
+		if err := f.KeysWaitingErr(); err != nil {
+			return nil, err
+		}
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	var out []herald.TopicKey
@@ -324,4 +331,44 @@ func TestASourceNeedsAStoreThatTakesEventsBack(t *testing.T) {
 	_, err := herald.NewRelay(&herald.RelayConfig{Store: &fakeStore{}, Source: newFakeSource(),
 		Publisher: &publishedIDs{}})
 	require.ErrorContains(t, err, "RelayConfig.Source needs a Store that implements herald.StreamStore")
+}
+
+// While the database does not answer, a batch whose source can take it
+// back is given up unsettled after a while (a database that shuts down
+// waits for its log readers): Abandon, not Done, and the relay reads on.
+// Once the database answers, the batch handed out again is settled.
+func TestAStreamedBatchIsAbandonedWhileTheDatabaseDoesNotAnswer(t *testing.T) {
+	t.Parallel()
+	var (
+		mu   sync.Mutex
+		down = true
+	)
+	store := &fakeStreamStore{KeysWaitingErr: func() error {
+		mu.Lock()
+		defer mu.Unlock()
+		if down {
+			return errors.New("the database system is shutting down")
+		}
+		return nil
+	}}
+	src, pub := newFakeSource(), &publishedIDs{}
+	startStreamRelay(t, store, src, pub)
+	ev := streamed("orders", "k1")
+	abandoned := make(chan struct{})
+	src.batches <- herald.SourceBatch{Events: []herald.Envelope{ev},
+		Done:    func() { t.Error("an abandoned batch is never done") },
+		Abandon: func() { close(abandoned) }}
+	select {
+	case <-abandoned:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the batch was never abandoned")
+	}
+	require.Empty(t, pub.got(), "nothing of it was published")
+
+	mu.Lock()
+	down = false
+	mu.Unlock()
+	src.send(ev) // the source hands it out again once reconnected
+	src.awaitDone(t, 1)
+	require.Equal(t, []string{ev.ID}, pub.got())
 }

@@ -41,6 +41,16 @@ type SourceBatch struct {
 	// stopping and could not write the failures down): those events come
 	// again.
 	Done func()
+	// Abandon, when set, tells the source that the relay gives the batch
+	// up unsettled because the database stopped answering: the source
+	// drops its connection to the log and hands the batch out again once
+	// it reconnects. PostgreSQL's shutdown waits for its log readers to
+	// confirm what they were sent, so a reader that held on while the
+	// relay cannot write to the table would keep the database from
+	// stopping. The relay calls Next again after it. It is called at most
+	// once, and never with Done. Without it, the relay waits for the
+	// database as long as it takes.
+	Abandon func()
 }
 
 // StreamStore is what a Store implements so that a relay with a Source
