@@ -13,21 +13,33 @@ import (
 	"github.com/herald-outbox/herald/internal/sqlstore"
 )
 
-// decoder turns pgoutput messages into transactions of events.
+// decoder turns pgoutput messages into parts of transactions (see
+// Transaction): a part ends once it holds partRows rows or partBytes
+// bytes, and at the commit.
+//
+// Handing a transaction out before its commit message is safe: without
+// the streaming option (Open does not ask for it), the walsender decodes
+// a transaction's changes in its reorder buffer and sends BEGIN, the
+// changes and COMMIT only once the transaction committed; an aborted one
+// is never sent. So every row is committed when it arrives, and BEGIN
+// carries the commit's position and time already. Only the end of the
+// commit record, the position to confirm, comes with COMMIT.
 type decoder struct {
-	relations     map[uint32]*pglogrepl.RelationMessage
-	schema, table string
-	slot          string
-	cur           *Transaction // between Begin and Commit
+	relations           map[uint32]*pglogrepl.RelationMessage
+	schema, table       string
+	slot                string
+	partRows, partBytes int
+	cur                 *Transaction // the part being filled, between Begin and Commit
 }
 
-// decode reads one message; done is true with a whole transaction at its
-// commit. heartbeat is the position of one of the stream's heartbeat
-// messages (see Config.HeartbeatInterval), zero otherwise.
-func (d *decoder) decode(wal []byte) (tx Transaction, done bool, heartbeat pglogrepl.LSN, err error) {
+// decode reads one message; ready is true with a part to hand out: one
+// that reached the part size, or a transaction's last at its commit.
+// heartbeat is the position of one of the stream's heartbeat messages (see
+// Config.HeartbeatInterval), zero otherwise.
+func (d *decoder) decode(wal []byte) (part Transaction, ready bool, heartbeat pglogrepl.LSN, err error) {
 	msg, err := pglogrepl.Parse(wal)
 	if err != nil {
-		return tx, false, 0, fmt.Errorf("heraldcdc: decoding pgoutput: %w", err)
+		return part, false, 0, fmt.Errorf("heraldcdc: decoding pgoutput: %w", err)
 	}
 	switch m := msg.(type) {
 	case *pglogrepl.LogicalDecodingMessage:
@@ -35,42 +47,86 @@ func (d *decoder) decode(wal []byte) (tx Transaction, done bool, heartbeat pglog
 		// the WAL, between transactions; one of another program (another
 		// prefix) or another slot's stream is no concern of this one.
 		if d.cur == nil && !m.Transactional && m.Prefix == heartbeatPrefix && string(m.Content) == d.slot {
-			return tx, false, m.LSN, nil
+			return part, false, m.LSN, nil
 		}
 	case *pglogrepl.RelationMessage:
 		d.relations[m.RelationID] = m
 	case *pglogrepl.BeginMessage:
-		d.cur = &Transaction{CommitTime: m.CommitTime}
+		d.cur = &Transaction{Commit: m.FinalLSN, CommitTime: m.CommitTime, size: partOverhead}
 	case *pglogrepl.InsertMessage:
 		rel, ok := d.relations[m.RelationID]
 		switch {
 		case !ok:
-			return tx, false, 0, fmt.Errorf("heraldcdc: insert into relation %d, which was never described", m.RelationID)
+			return part, false, 0, fmt.Errorf("heraldcdc: insert into relation %d, which was never described", m.RelationID)
 		case d.cur == nil:
-			return tx, false, 0, fmt.Errorf("heraldcdc: insert outside a transaction")
+			return part, false, 0, fmt.Errorf("heraldcdc: insert outside a transaction")
 		case rel.Namespace != d.schema || rel.RelationName != d.table:
-			return tx, false, 0, nil // another table of the publication
+			return part, false, 0, nil // another table of the publication
 		}
-		env, bad := envelope(rel, m.Tuple)
-		switch {
-		case polled(rel, m.Tuple):
-			d.cur.Polled = append(d.cur.Polled, env.ID)
-		case bad != nil:
-			// A row that cannot be read is not the stream's failure: it
-			// goes to the dead letters, saying why, and the stream goes on.
-			d.cur.Unreadable = append(d.cur.Unreadable, herald.Failure{ID: env.ID, Outcome: herald.OutcomeDead, Error: bad.Error()})
-		default:
-			d.cur.Events = append(d.cur.Events, env)
+		d.add(rel, m.Tuple)
+		if d.cur.rows() >= d.partRows || d.cur.size >= d.partBytes {
+			part, d.cur = *d.cur, &Transaction{Commit: d.cur.Commit, CommitTime: d.cur.CommitTime, Part: d.cur.Part + 1, size: partOverhead}
+			return part, true, 0, nil
 		}
 	case *pglogrepl.CommitMessage:
 		if d.cur == nil {
-			return tx, false, 0, fmt.Errorf("heraldcdc: commit outside a transaction")
+			return part, false, 0, fmt.Errorf("heraldcdc: commit outside a transaction")
 		}
-		tx, d.cur = *d.cur, nil
-		tx.Commit, tx.End = m.CommitLSN, m.TransactionEndLSN
-		return tx, true, 0, nil
+		part, d.cur = *d.cur, nil
+		part.Commit, part.End = m.CommitLSN, m.TransactionEndLSN
+		return part, true, 0, nil
 	}
-	return tx, false, 0, nil
+	return part, false, 0, nil
+}
+
+// add reads an inserted row of the outbox table into the current part.
+func (d *decoder) add(rel *pglogrepl.RelationMessage, tuple *pglogrepl.TupleData) {
+	env, bad := envelope(rel, tuple)
+	switch {
+	case polled(rel, tuple):
+		d.cur.Polled = append(d.cur.Polled, env.ID)
+		d.cur.size += stringOverhead + len(env.ID)
+	case bad != nil:
+		// A row that cannot be read is not the stream's failure: it
+		// goes to the dead letters, saying why, and the stream goes on.
+		f := herald.Failure{ID: env.ID, Outcome: herald.OutcomeDead, Error: bad.Error()}
+		d.cur.Unreadable = append(d.cur.Unreadable, f)
+		d.cur.size += failureOverhead + len(f.ID) + len(f.Error)
+	default:
+		d.cur.Events = append(d.cur.Events, env)
+		d.cur.size += envelopeSize(&env)
+	}
+}
+
+// What a part's rows cost in memory beyond their strings' and payloads'
+// bytes, roughly (measured on 64-bit platforms, a little above): an
+// Envelope is 216 bytes, in a slice that append grows by up to a half
+// again, its strings' allocations rounded up; a map of headers is about
+// 350 bytes before its first entry. partOverhead is a part's own, so that
+// many empty transactions (pgoutput before PostgreSQL 15 sends every
+// transaction, even one without a change of the publication) are bounded
+// too.
+const (
+	envelopeOverhead = 300
+	headersOverhead  = 350
+	headerOverhead   = 40
+	failureOverhead  = 96
+	stringOverhead   = 32
+	partOverhead     = 512
+)
+
+// envelopeSize is what an event read from the stream holds in memory,
+// roughly.
+func envelopeSize(env *herald.Envelope) int {
+	n := envelopeOverhead + len(env.ID) + len(env.Topic) + len(env.Key) + len(env.Type) + len(env.AggregateType) +
+		len(env.AggregateID) + len(env.Payload)
+	if len(env.Headers) > 0 {
+		n += headersOverhead
+	}
+	for k, v := range env.Headers {
+		n += headerOverhead + len(k) + len(v)
+	}
+	return n
 }
 
 // streamedState is the state of a row inserted for the change stream

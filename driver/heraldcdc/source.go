@@ -28,9 +28,12 @@ import (
 // its stream, or its connection ended). A standby confirms nothing, since
 // it reads nothing.
 //
-// Memory: a batch holds at most Next's limit of events, but the Stream
-// reads whole transactions, and buffers up to Config.Buffer of them: a
-// transaction of a million rows is held whole while its batches go out.
+// Memory is bounded in bytes, whatever the size of a transaction: the
+// Stream reads transactions in parts and queues at most
+// Config.BufferBytes of them, and the Source holds, besides the batch it
+// hands out, at most one batch's rows and one part, so a transaction of a
+// million rows goes out in batches as its parts arrive and is never held
+// whole.
 type Source struct {
 	cfg Config // with defaults; CreateSlot only for the first Open
 
@@ -42,18 +45,24 @@ type Source struct {
 	quit    chan struct{} // closed by Close: ends open's waits
 
 	// Next's own, never used concurrently.
-	tracker *Tracker
-	cur     *reading // the transaction partly handed out
+	tracker  *Tracker
+	held     []piece // parts read whose rows are not all handed out, oldest first
+	heldRows int     // their rows not handed out
+	reading  Txn     // the transaction whose last part is still to come, if any
 }
 
 var _ herald.Source = (*Source)(nil)
 
-// reading is a transaction being handed out.
-type reading struct {
-	tx      Transaction
+// piece is a part read from the stream whose rows are being handed out.
+type piece struct {
+	tx      Transaction // Polled dropped: nothing of the Source's
 	txn     Txn
-	ev, bad int // events and unreadable rows handed out so far
+	ev, bad int  // events and unreadable rows handed out so far
+	last    bool // no rows of its transaction follow (its last part was read)
 }
+
+// rows counts the rows of p not handed out yet.
+func (p *piece) rows() int { return len(p.tx.Events) - p.ev + len(p.tx.Unreadable) - p.bad }
 
 // Reconnection backoff: the first attempt at once, then from
 // reconnectMin doubling to reconnectMax.
@@ -132,103 +141,192 @@ func (s *Source) standBy(e *SlotInUseError) {
 // Source stands by), Next waits until it can take it, or ctx ends.
 //
 // A batch holds whole transactions, unless one alone is larger than
-// limit: then it is split, and its batches hold nothing else. So a relay
-// that stops after a batch's Done leaves no transaction partly published,
-// which the next reader would deliver whole again. Next must not be
-// called concurrently.
+// limit: then it is split, and goes out in batches as its parts arrive.
+// So a relay that stops after a batch's Done leaves no transaction
+// partly published, which the next reader would deliver whole again,
+// unless it is larger than a batch. Which rows go out is cut's decision.
+// Next must not be called concurrently.
 func (s *Source) Next(ctx context.Context, limit int) (herald.SourceBatch, error) {
 	limit = max(limit, 1)
-	b := &sourceBatch{logger: s.cfg.Logger}
-	for b.size == 0 {
+	for {
 		st, err := s.open(ctx)
 		if err != nil {
 			return herald.SourceBatch{}, err
 		}
-		if s.cur == nil {
-			tx, err := st.Next(ctx)
-			if err != nil && ctx.Err() != nil {
-				return herald.SourceBatch{}, context.Cause(ctx)
-			}
-			if err == nil {
-				// Taken even if ctx ended meanwhile: it left the stream.
-				err = s.take(st, tx)
-			}
-			if err != nil {
-				if err := s.fail(st, err); err != nil {
-					return herald.SourceBatch{}, err
-				}
-				continue
-			}
-		}
-		b.stream, b.tracker = st, s.tracker
-		for s.fill(b, limit) {
-			tx, ok := st.poll()
+		// Parts read already, while fewer rows than a batch are held: cut
+		// would ask for each (it decides only once limit rows are held or
+		// nothing more is read), and deciding once spares recounting the
+		// held transactions after every part.
+		for s.heldRows < limit && err == nil {
+			part, ok := st.poll()
 			if !ok {
 				break
 			}
-			if err := s.take(st, tx); err != nil {
-				// The batch so far is good; the next call reconnects.
-				_ = s.fail(st, err)
-				break
+			err = s.take(st, part)
+		}
+		if err == nil {
+			n, more := cut(s.spans(), limit)
+			if !more {
+				return s.hand(st, n), nil
+			}
+			// Another part could change the batch: take one read already,
+			// or wait for one when there is nothing to hand out yet.
+			part, ok := st.poll()
+			if !ok && n > 0 {
+				return s.hand(st, n), nil
+			}
+			if !ok {
+				part, err = st.Next(ctx)
+				if err != nil && ctx.Err() != nil {
+					return herald.SourceBatch{}, context.Cause(ctx)
+				}
+			}
+			if err == nil {
+				// Taken even if ctx ended meanwhile: it left the stream.
+				err = s.take(st, part)
+			}
+		}
+		if err != nil {
+			if err := s.fail(st, err); err != nil {
+				return herald.SourceBatch{}, err
 			}
 		}
 	}
-	return herald.SourceBatch{Events: b.events, Unreadable: b.unreadable, Done: b.done}, nil
 }
 
-// take adds a transaction read from st to the tracker, and makes it the
-// one being handed out unless it has nothing to hand out.
-func (s *Source) take(st *Stream, tx Transaction) error {
-	txn, err := s.tracker.Add(tx.End, len(tx.Events)+len(tx.Unreadable))
-	if err != nil {
+// take records a part read from st in the tracker and holds its rows
+// for the batches to come.
+func (s *Source) take(st *Stream, part Transaction) error {
+	if (part.Part == 0) != (s.reading.s == nil) {
+		return fmt.Errorf("heraldcdc: part %d of the transaction committed at %s out of turn", part.Part, part.Commit)
+	}
+	if part.Part == 0 {
+		txn, err := s.tracker.Begin()
+		if err != nil {
+			return err
+		}
+		s.reading = txn
+	}
+	txn, rows := s.reading, len(part.Events)+len(part.Unreadable)
+	if err := s.tracker.Grow(txn, rows); err != nil {
 		return err
 	}
-	if len(tx.Events)+len(tx.Unreadable) == 0 {
-		// Confirm what it completes now (when every earlier transaction
-		// is done; otherwise the batch's Done does): a run of transactions
-		// of polled rows would else hold the slot back until the next
-		// event, and heartbeats cannot pass a transaction handed out and
-		// not confirmed.
-		st.Confirm(s.tracker.Confirmed())
+	last := part.End != 0
+	part.Polled = nil
+	switch {
+	case rows > 0:
+		s.held = append(s.held, piece{tx: part, txn: txn, last: last})
+		s.heldRows += rows
+	case last && len(s.held) > 0 && s.held[len(s.held)-1].txn == txn:
+		s.held[len(s.held)-1].last = true
+	}
+	if !last {
 		return nil
 	}
-	s.cur = &reading{tx: tx, txn: txn}
+	s.reading = Txn{}
+	if err := s.tracker.Finish(txn, part.End); err != nil {
+		return err
+	}
+	// Confirm what finishing completes now (a transaction of polled rows
+	// only, or one whose events were all acknowledged before its end
+	// came, when every earlier one is done; otherwise a batch's Done
+	// does): a run of transactions of polled rows would else hold the
+	// slot back until the next event, and heartbeats cannot pass a
+	// transaction handed out and not confirmed.
+	st.Confirm(s.tracker.Confirmed())
 	return nil
 }
 
-// fill moves what fits of the current transaction into b, and reports
-// whether b has room for another. A transaction that b cannot take whole
-// stays current, for the next batch, unless b is empty.
-func (s *Source) fill(b *sourceBatch, limit int) bool {
-	r := s.cur
-	if r == nil {
-		return b.size < limit
+// span is one transaction's rows held by the Source, for cut: how many
+// are not handed out yet, and whether its last part was read (no more
+// rows come).
+type span struct {
+	rows int
+	last bool
+}
+
+// spans sums up what the Source holds, by transaction, oldest first.
+func (s *Source) spans() []span {
+	var out []span
+	for i := range s.held {
+		p := &s.held[i]
+		if i == 0 || p.txn != s.held[i-1].txn {
+			out = append(out, span{})
+		}
+		out[len(out)-1].rows += p.rows()
+		out[len(out)-1].last = p.last
 	}
-	if b.size > 0 && r.ev+r.bad == 0 && len(r.tx.Events)+len(r.tx.Unreadable) > limit-b.size {
-		return false
+	return out
+}
+
+// cut decides the next batch from the transactions held, oldest first:
+// hand out their first n rows, unless more is true, when another part
+// read could change that (then n is what goes out if none is read yet,
+// and with n zero Next waits for one).
+//
+// The rule: a batch holds whole transactions, as many as fit in limit,
+// unless the first alone holds limit rows or more: then it holds limit
+// rows of it, and the rest goes out later. So the first transaction is
+// waited for until its last part or limit rows of it are read; a later
+// one joins the batch only if its last part is read already and it
+// fits. Next reads a part only while that could change the batch, so the
+// Source holds at most limit rows and one part.
+func cut(txs []span, limit int) (n int, more bool) {
+	if len(txs) == 0 {
+		return 0, true
 	}
-	n := 0
-	for r.ev < len(r.tx.Events) && b.size < limit {
-		env := r.tx.Events[r.ev]
-		env.Attempt, env.Ordered = 1, false // a first delivery; the relay orders
-		b.events = append(b.events, env)
-		r.ev++
-		b.size++
-		n++
+	if txs[0].rows >= limit {
+		return limit, false
 	}
-	for r.bad < len(r.tx.Unreadable) && b.size < limit {
-		b.unreadable = append(b.unreadable, r.tx.Unreadable[r.bad])
-		r.bad++
-		b.size++
-		n++
+	if !txs[0].last {
+		return 0, true
 	}
-	if n > 0 {
-		b.parts = append(b.parts, part{txn: r.txn, n: n})
+	n = txs[0].rows
+	for _, t := range txs[1:] {
+		if n+t.rows > limit {
+			return n, false
+		}
+		if !t.last {
+			return n, true
+		}
+		n += t.rows
 	}
-	if r.ev == len(r.tx.Events) && r.bad == len(r.tx.Unreadable) {
-		s.cur = nil
+	return n, n < limit
+}
+
+// hand makes a batch of the first n rows held, in order.
+func (s *Source) hand(st *Stream, n int) herald.SourceBatch {
+	b := &sourceBatch{logger: s.cfg.Logger, stream: st, tracker: s.tracker}
+	var out herald.SourceBatch
+	for n > 0 {
+		p := &s.held[0]
+		k := 0
+		for ; p.ev < len(p.tx.Events) && k < n; p.ev++ {
+			env := p.tx.Events[p.ev]
+			// Not kept here: the payload is freed with the batch.
+			p.tx.Events[p.ev] = herald.Envelope{}
+			env.Attempt, env.Ordered = 1, false // a first delivery; the relay orders
+			out.Events = append(out.Events, env)
+			k++
+		}
+		for ; p.bad < len(p.tx.Unreadable) && k < n; p.bad++ {
+			out.Unreadable = append(out.Unreadable, p.tx.Unreadable[p.bad])
+			k++
+		}
+		if m := len(b.parts); m > 0 && b.parts[m-1].txn == p.txn {
+			b.parts[m-1].n += k
+		} else {
+			b.parts = append(b.parts, part{txn: p.txn, n: k})
+		}
+		n -= k
+		s.heldRows -= k
+		if p.rows() == 0 {
+			s.held[0] = piece{}
+			s.held = s.held[1:]
+		}
 	}
-	return b.size < limit
+	out.Done = b.done
+	return out
 }
 
 // open returns the stream, opening another if it failed or the Source
@@ -255,7 +353,7 @@ func (s *Source) open(ctx context.Context) (*Stream, error) {
 			}
 			took := s.standby
 			s.stream, s.broken, s.standby = st, false, false
-			s.tracker, s.cur = NewTracker(st.Start()), nil
+			s.tracker, s.held, s.heldRows, s.reading = NewTracker(st.Start()), nil, 0, Txn{}
 			if took {
 				s.cfg.Logger.Info("took over slot "+s.cfg.Slot+": streaming", "slot", s.cfg.Slot, "from", st.Start().String())
 			} else {
@@ -318,7 +416,7 @@ func (s *Source) fail(st *Stream, err error) error {
 		s.broken = true
 	}
 	s.mu.Unlock()
-	s.cur = nil
+	s.held, s.heldRows, s.reading = nil, 0, Txn{}
 	if mine {
 		s.cfg.Logger.Warn("change stream failed; reconnecting", "slot", s.cfg.Slot, "error", herald.Scrub(err.Error()))
 		_ = st.Close()
@@ -372,16 +470,14 @@ func (s *Source) OldestUnconfirmed() (time.Time, bool) {
 	return st.OldestUnconfirmed()
 }
 
-// sourceBatch is a batch being built, then handed out.
+// sourceBatch is what a batch's Done needs: not its events, which the
+// relay lets go of while Done is kept.
 type sourceBatch struct {
-	logger     *slog.Logger
-	stream     *Stream // what was read from, and confirms it
-	tracker    *Tracker
-	parts      []part
-	events     []herald.Envelope
-	unreadable []herald.Failure
-	size       int
-	finished   atomic.Bool
+	logger   *slog.Logger
+	stream   *Stream // what was read from, and confirms it
+	tracker  *Tracker
+	parts    []part
+	finished atomic.Bool
 }
 
 // done acknowledges the batch's part of each transaction and confirms what

@@ -2,6 +2,7 @@ package heraldcdc_test
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"testing"
 	"time"
@@ -14,11 +15,15 @@ import (
 )
 
 // source opens a Source without heartbeats (only Done moves the slot),
-// sending the confirmed position every 100ms.
-func (f fixture) source(t *testing.T, create bool) *heraldcdc.Source {
+// sending the confirmed position every 100ms; opts change its Config.
+func (f fixture) source(t *testing.T, create bool, opts ...func(*heraldcdc.Config)) *heraldcdc.Source {
 	t.Helper()
-	src, err := heraldcdc.NewSource(context.Background(), heraldcdc.Config{ConnString: f.dsn, CreateSlot: create,
-		StatusInterval: 100 * time.Millisecond, HeartbeatInterval: -1, Logger: slog.New(slog.DiscardHandler)})
+	cfg := heraldcdc.Config{ConnString: f.dsn, CreateSlot: create,
+		StatusInterval: 100 * time.Millisecond, HeartbeatInterval: -1, Logger: slog.New(slog.DiscardHandler)}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	src, err := heraldcdc.NewSource(context.Background(), cfg)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = src.Close() })
 	return src
@@ -373,5 +378,72 @@ func TestSourceSurvivesTheLossOfItsConnection(t *testing.T) {
 		require.NoError(t, ctx.Err(), "reported at once, not retried until ctx ends")
 		_, err = src.Next(ctx, 10)
 		require.ErrorContains(t, err, "does not exist", "and again at the next call")
+	})
+}
+
+// Transactions read in parts of 7 rows go out in batches of 10 as whole
+// transactions, unless one alone is larger than 10: it then starts a batch
+// of its own and is split. A transaction whose end comes after every one
+// of its events was acknowledged is confirmed when the end is read.
+func TestSourceKeepsTransactionsWholeAcrossParts(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	src := f.source(t, true, func(c *heraldcdc.Config) { c.PartRows = 7 })
+	sizes := []int{3, 4, 25, 2, 6, 10, 1, 13, 7, 9, 11, 14}
+	txOf := map[string]int{}
+	var want []string
+	for i, n := range sizes {
+		for _, id := range f.insertMany(t, n, fmt.Sprint("k", i)) {
+			txOf[id] = i
+			want = append(want, id)
+		}
+	}
+	end := f.walInsert(t)
+
+	var got []string
+	batchOf := map[string]int{}
+	prev := -1 // the transaction of the previous event
+	for nb := 0; len(got) < len(want); nb++ {
+		b := batch(t, src, 10)
+		ids := eventIDs(b)
+		for j, id := range ids {
+			batchOf[id] = nb
+			if tx := txOf[id]; tx != prev && sizes[tx] > 10 && j > 0 {
+				require.Failf(t, "a transaction larger than a batch starts within one", "batch %d, event %d", nb, j)
+			}
+			prev = txOf[id]
+		}
+		got = append(got, ids...)
+		b.Done()
+	}
+	require.Equal(t, want, got, "every event once, in commit order")
+	first := map[int]string{}
+	for _, id := range want {
+		tx := txOf[id]
+		if _, ok := first[tx]; !ok {
+			first[tx] = id
+		}
+		if sizes[tx] <= 10 {
+			require.Equal(t, batchOf[first[tx]], batchOf[id], "transaction %d of %d rows split across batches", tx, sizes[tx])
+		}
+	}
+	// The last commit is the last WAL written: its end is the insert position.
+	require.Eventually(t, func() bool { return f.slotConfirmed(t) >= end }, 20*time.Second, 20*time.Millisecond)
+
+	t.Run("AnEndReadAfterEveryAck", func(t *testing.T) {
+		// Seven rows fill a part; the commit comes in an empty last part,
+		// which the Source reads only at the next call, after Done.
+		ids := f.insertMany(t, 7, "x")
+		after := f.walInsert(t)
+		b := batch(t, src, 7)
+		require.Equal(t, ids, eventIDs(b))
+		b.Done()
+		f.staysAtOrBefore(t, end, "its end is not read yet")
+		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+		defer cancel()
+		_, err := src.Next(ctx, 7)
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+		require.Eventually(t, func() bool { return f.slotConfirmed(t) >= after }, 20*time.Second, 20*time.Millisecond,
+			"confirmed once its end is read")
 	})
 }

@@ -46,9 +46,19 @@ type Config struct {
 	// negative turns heartbeats off. Heartbeats need PostgreSQL 14 or
 	// later. Defaults to 10s.
 	HeartbeatInterval time.Duration
-	// Buffer is how many committed transactions may wait to be read by
-	// Next. Defaults to 64.
-	Buffer int
+	// PartRows and PartBytes bound the parts in which Next hands out a
+	// transaction: a part ends once it holds PartRows rows or PartBytes
+	// bytes of rows (payloads, headers and the other fields, as held in
+	// memory, roughly), and a transaction's last part at its commit.
+	// PartBytes must not exceed BufferBytes. Default to 1000 and 4 MiB
+	// (BufferBytes when it is less).
+	PartRows, PartBytes int
+	// BufferBytes bounds the memory of the parts read and not yet taken by
+	// Next: the stream stops reading from PostgreSQL (which keeps the rest
+	// of the transaction, on disk if need be, and waits) while taking
+	// another would make them hold more. A part larger than that alone
+	// still passes when nothing else waits. Defaults to 16 MiB.
+	BufferBytes int
 	// StandbyInterval is how often a Source whose slot another reader
 	// streams tries to take it (Source.Active). Each try is one query on
 	// a normal connection. At least 10ms. Defaults to 1s.
@@ -57,15 +67,26 @@ type Config struct {
 	Logger *slog.Logger
 }
 
-// Transaction is one committed transaction's outbox rows, in their order.
+// Transaction is a committed transaction's outbox rows, in their order,
+// or a part of them: Next hands out a transaction in parts of at most
+// Config.PartRows rows and about Config.PartBytes bytes, in order, and
+// the next transaction's only after its last. A small transaction is one
+// part, its last. The rows of every part are committed: without the
+// streaming option, which Open does not ask for, PostgreSQL sends a
+// transaction only once it committed, BEGIN with the commit's position
+// and time; only its End comes later, with COMMIT and the last part.
 type Transaction struct {
 	// End is the end of the transaction's commit record: the position to
-	// confirm once every event is acknowledged (Tracker.Add).
+	// confirm once every event is acknowledged (Tracker.Finish, or
+	// Tracker.Add for a transaction in one part). Zero in every part but
+	// the last: more of the transaction follows.
 	End pglogrepl.LSN
-	// Commit is the commit record's position.
+	// Commit is the commit record's position, the same in every part.
 	Commit pglogrepl.LSN
-	// CommitTime is when it committed.
+	// CommitTime is when it committed, the same in every part.
 	CommitTime time.Time
+	// Part numbers the part in its transaction, from 0.
+	Part int
 	// Events are the inserted rows in the streamed state, as the relay
 	// claims them.
 	Events []herald.Envelope
@@ -78,7 +99,12 @@ type Transaction struct {
 	// streamed, rows a relay wrote back): they belong to the polling path,
 	// which claims them, and are not events of the stream.
 	Polled []string
+
+	size int // what the part holds in memory, roughly: for Config.BufferBytes
 }
+
+// rows counts the part's rows: events, unreadable and polled.
+func (tx *Transaction) rows() int { return len(tx.Events) + len(tx.Unreadable) + len(tx.Polled) }
 
 // Stream reads the outbox table's committed inserts from a logical
 // replication slot, and confirms positions to PostgreSQL.
@@ -86,27 +112,30 @@ type Stream struct {
 	cfg   Config
 	conn  *pgconn.PgConn
 	start pglogrepl.LSN
-	out   chan Transaction
 	done  chan struct{}
 	stop  context.CancelFunc
+	// ready has a token when a part was queued; room when Next took one.
+	ready, room chan struct{}
 	// beating is closed when the heartbeat goroutine ends; nil without
 	// heartbeats.
 	beating chan struct{}
 
-	mu        sync.Mutex
+	mu sync.Mutex
+	// queue are the parts read and not taken by Next, oldest first;
+	// queued the bytes they hold (Transaction.size).
+	queue     []Transaction
+	queued    int
 	confirmed pglogrepl.LSN
-	// unconfirmed are the transactions handed to Next's buffer and not yet
-	// confirmed, oldest first; last is the End of the latest one handed
-	// out (start before any).
+	// unconfirmed are the transactions handed out (queued), even partly,
+	// and not yet confirmed, oldest first.
 	unconfirmed []handed
-	last        pglogrepl.LSN
 	beats       int   // heartbeats confirmed
 	err         error // why the reading loop ended
 }
 
 // handed is a transaction the stream handed out.
 type handed struct {
-	end        pglogrepl.LSN
+	end        pglogrepl.LSN // zero until its last part is handed out
 	commitTime time.Time
 }
 
@@ -158,14 +187,39 @@ func Open(ctx context.Context, cfg Config) (*Stream, error) {
 		return nil, fmt.Errorf("heraldcdc: starting replication from slot %s: %w", c.Slot, err)
 	}
 	loopCtx, stop := context.WithCancel(context.Background())
-	s := &Stream{cfg: c, conn: conn, start: start, confirmed: start, last: start, out: make(chan Transaction, c.Buffer),
-		done: make(chan struct{}), stop: stop}
+	s := &Stream{cfg: c, conn: conn, start: start, confirmed: start, done: make(chan struct{}), stop: stop,
+		ready: make(chan struct{}, 1), room: make(chan struct{}, 1)}
 	go s.loop(loopCtx)
 	if c.HeartbeatInterval > 0 {
 		s.beating = make(chan struct{})
 		go s.heartbeat(loopCtx)
 	}
 	return s, nil
+}
+
+// sizes sets and checks BufferBytes, PartRows and PartBytes.
+func (c *Config) sizes() error {
+	for _, f := range []struct {
+		name string
+		v    int
+	}{{"BufferBytes", c.BufferBytes}, {"PartRows", c.PartRows}, {"PartBytes", c.PartBytes}} {
+		if f.v < 0 {
+			return fmt.Errorf("heraldcdc: Config.%s %d must not be negative", f.name, f.v)
+		}
+	}
+	if c.BufferBytes == 0 {
+		c.BufferBytes = 16 << 20
+	}
+	if c.PartRows == 0 {
+		c.PartRows = 1000
+	}
+	if c.PartBytes == 0 {
+		c.PartBytes = min(4<<20, c.BufferBytes)
+	}
+	if c.PartBytes > c.BufferBytes {
+		return fmt.Errorf("heraldcdc: Config.PartBytes %d must not exceed Config.BufferBytes %d", c.PartBytes, c.BufferBytes)
+	}
+	return nil
 }
 
 func (c Config) withDefaults() (Config, error) {
@@ -195,8 +249,8 @@ func (c Config) withDefaults() (Config, error) {
 	if c.HeartbeatInterval == 0 {
 		c.HeartbeatInterval = 10 * time.Second
 	}
-	if c.Buffer <= 0 {
-		c.Buffer = 64
+	if err := c.sizes(); err != nil {
+		return c, err
 	}
 	switch {
 	case c.StandbyInterval == 0:
@@ -328,30 +382,55 @@ func (e *SlotInUseError) Unwrap() error { return e.Err }
 // Start is the position the stream started from.
 func (s *Stream) Start() pglogrepl.LSN { return s.start }
 
-// Next returns the next committed transaction, in commit order. Its error
-// is the stream's once it ended.
+// Next returns the next part of a committed transaction (see
+// Transaction), in commit order. Its error is the stream's once it ended
+// and every part read before was taken.
 func (s *Stream) Next(ctx context.Context) (Transaction, error) {
-	select {
-	case <-ctx.Done():
-		return Transaction{}, context.Cause(ctx)
-	case tx, ok := <-s.out:
-		if ok {
-			return tx, nil
+	for {
+		tx, ok, err := s.take()
+		if ok || err != nil {
+			return tx, err
 		}
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		return Transaction{}, s.err
+		select {
+		case <-ctx.Done():
+			return Transaction{}, context.Cause(ctx)
+		case <-s.ready:
+		case <-s.done:
+		}
 	}
 }
 
-// poll returns a transaction that is waiting in the buffer already, or
-// false without waiting. Once the stream ended, Next gives its error.
+// poll returns a part that is queued already, or false without waiting.
+// Once the stream ended, Next gives its error.
 func (s *Stream) poll() (Transaction, bool) {
+	tx, ok, _ := s.take()
+	return tx, ok
+}
+
+// take returns the oldest queued part, or false when none is: with the
+// stream's error once it ended.
+func (s *Stream) take() (Transaction, bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.queue) == 0 {
+		return Transaction{}, false, s.err
+	}
+	tx := s.queue[0]
+	s.queue[0] = Transaction{}
+	s.queue = s.queue[1:]
+	s.queued -= tx.size
+	notify(s.room)
+	if len(s.queue) > 0 {
+		notify(s.ready) // for another caller of Next, were there one
+	}
+	return tx, true, nil
+}
+
+// notify leaves a token in c (of capacity 1) unless one is there.
+func notify(c chan struct{}) {
 	select {
-	case tx, ok := <-s.out:
-		return tx, ok
+	case c <- struct{}{}:
 	default:
-		return Transaction{}, false
 	}
 }
 
@@ -365,7 +444,7 @@ func (s *Stream) Confirm(lsn pglogrepl.LSN) {
 	defer s.mu.Unlock()
 	s.confirmed = max(s.confirmed, lsn)
 	i := 0
-	for i < len(s.unconfirmed) && s.unconfirmed[i].end <= s.confirmed {
+	for i < len(s.unconfirmed) && s.unconfirmed[i].end != 0 && s.unconfirmed[i].end <= s.confirmed {
 		i++
 	}
 	s.unconfirmed = append(s.unconfirmed[:0], s.unconfirmed[i:]...)
@@ -379,7 +458,8 @@ func (s *Stream) Confirmed() pglogrepl.LSN {
 }
 
 // OldestUnconfirmed is the commit time of the oldest transaction the
-// stream handed out (to Next's buffer) that is not confirmed yet, and
+// stream handed out (to Next's queue), even partly, that is not confirmed
+// yet, and
 // false when every one is: how far behind the acknowledgements are, as
 // the database's clock saw the commit. SlotStatus gives the same lag in
 // bytes.
@@ -424,7 +504,7 @@ func (s *Stream) Close() error {
 }
 
 // loop owns the replication connection: it reads, decodes and hands out
-// transactions, and sends status updates.
+// parts of transactions, and sends status updates.
 func (s *Stream) loop(ctx context.Context) {
 	defer close(s.done)
 	err := s.read(ctx)
@@ -434,11 +514,11 @@ func (s *Stream) loop(ctx context.Context) {
 	}
 	s.err = err
 	s.mu.Unlock()
-	close(s.out)
 }
 
 func (s *Stream) read(ctx context.Context) error {
-	dec := &decoder{relations: map[uint32]*pglogrepl.RelationMessage{}, schema: s.cfg.Schema, table: s.cfg.Table, slot: s.cfg.Slot}
+	dec := &decoder{relations: map[uint32]*pglogrepl.RelationMessage{}, schema: s.cfg.Schema, table: s.cfg.Table, slot: s.cfg.Slot,
+		partRows: s.cfg.PartRows, partBytes: s.cfg.PartBytes}
 	sent := pglogrepl.LSN(0)
 	nextStatus := time.Now()
 	for {
@@ -494,35 +574,64 @@ func (s *Stream) handle(ctx context.Context, dec *decoder, data []byte, nextStat
 		if err != nil {
 			return fmt.Errorf("heraldcdc: %w", err)
 		}
-		tx, done, beat, err := dec.decode(x.WALData)
+		part, ready, beat, err := dec.decode(x.WALData)
 		if beat != 0 {
 			s.beat(beat)
 		}
-		if err != nil || !done {
+		if err != nil || !ready {
 			return err
 		}
-		s.mu.Lock()
-		s.unconfirmed = append(s.unconfirmed, handed{end: tx.End, commitTime: tx.CommitTime})
-		s.last = tx.End
-		s.mu.Unlock()
-		// While the reader is busy, keep telling PostgreSQL where it stands,
-		// or wal_sender_timeout ends the connection.
-		tick := time.NewTicker(time.Second)
-		defer tick.Stop()
-		for {
-			select {
-			case s.out <- tx:
+		return s.push(ctx, part)
+	}
+	return nil
+}
+
+// push queues a part for Next, waiting while the queue holds too much.
+func (s *Stream) push(ctx context.Context, part Transaction) error {
+	s.mu.Lock()
+	if part.Part == 0 {
+		s.unconfirmed = append(s.unconfirmed, handed{commitTime: part.CommitTime})
+	}
+	if part.End != 0 {
+		s.unconfirmed[len(s.unconfirmed)-1].end = part.End
+	}
+	s.mu.Unlock()
+	if s.enqueue(part) {
+		return nil
+	}
+	// While the reader is busy, keep telling PostgreSQL where it stands,
+	// or wal_sender_timeout ends the connection.
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case <-s.room:
+			if s.enqueue(part) {
 				return nil
-			case <-ctx.Done():
-				return ctx.Err()
-			case <-tick.C:
-				if err := s.sendStatus(ctx); err != nil {
-					return err
-				}
+			}
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
+			if err := s.sendStatus(ctx); err != nil {
+				return err
 			}
 		}
 	}
-	return nil
+}
+
+// enqueue queues part unless the queue would then hold more than
+// Config.BufferBytes; a part alone always passes, so that one larger
+// than the bound is not stuck.
+func (s *Stream) enqueue(part Transaction) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.queue) > 0 && s.queued+part.size > s.cfg.BufferBytes {
+		return false
+	}
+	s.queue = append(s.queue, part)
+	s.queued += part.size
+	notify(s.ready)
+	return true
 }
 
 // sendStatus sends the confirmed position now.
@@ -537,7 +646,7 @@ func (s *Stream) sendStatus(ctx context.Context) error {
 }
 
 // beat confirms the position of a heartbeat read from the slot, when every
-// transaction handed out before it is confirmed.
+// transaction handed out before it, even partly, is confirmed.
 //
 // Why that is safe: a non-transactional message is decoded at its own
 // place in the WAL, so every transaction that committed before it was
@@ -551,11 +660,19 @@ func (s *Stream) sendStatus(ctx context.Context) error {
 // the caller caught up, moves the position instead. The stream reads
 // heartbeats and hands out transactions on one goroutine, so no
 // transaction can be handed out between the check and the move.
+//
+// Parts: a heartbeat is never decoded between two parts of a transaction
+// (the decoder drops one there, and PostgreSQL sends a transaction's
+// changes together at its commit), so when it comes, the transaction
+// handed out last had its last part handed out too, with its end. A
+// transaction whose first part was handed out stays in unconfirmed, with
+// no end, until its last part is, and Confirm keeps it there until a
+// position past its end is confirmed: either way the heartbeat waits.
 func (s *Stream) beat(lsn pglogrepl.LSN) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	// A heartbeat at or before the start was confirmed before a restart.
-	if lsn > s.confirmed && s.confirmed >= s.last {
+	if lsn > s.confirmed && len(s.unconfirmed) == 0 {
 		s.confirmed = lsn
 		s.beats++
 	}

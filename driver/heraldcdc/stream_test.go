@@ -88,7 +88,26 @@ func (f fixture) open(t *testing.T, create bool) *heraldcdc.Stream {
 	return s
 }
 
+// next reads the stream's next transaction whole: its parts put
+// together.
 func next(t *testing.T, s *heraldcdc.Stream) heraldcdc.Transaction {
+	t.Helper()
+	tx := nextPart(t, s)
+	require.Zero(t, tx.Part, "a transaction's first part")
+	for n := 1; tx.End == 0; n++ {
+		part := nextPart(t, s)
+		require.Equal(t, n, part.Part)
+		require.Equal(t, tx.Commit, part.Commit)
+		tx.Events = append(tx.Events, part.Events...)
+		tx.Unreadable = append(tx.Unreadable, part.Unreadable...)
+		tx.Polled = append(tx.Polled, part.Polled...)
+		tx.End, tx.Part = part.End, part.Part
+	}
+	return tx
+}
+
+// nextPart reads the stream's next part of a transaction.
+func nextPart(t *testing.T, s *heraldcdc.Stream) heraldcdc.Transaction {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -220,4 +239,64 @@ func TestStreamRefusesAMissingSlot(t *testing.T) {
 	require.ErrorContains(t, err, "skip what was committed", "the error says why it does not simply make one")
 	_, err = heraldcdc.Open(context.Background(), heraldcdc.Config{ConnString: f.dsn, Slot: "Bad-Name"})
 	require.ErrorContains(t, err, "Config.Slot")
+}
+
+// A transaction larger than a part comes in parts, each with the commit's
+// position and time, only the last with the end to confirm; the stream
+// counts it handed out from its first part, so a heartbeat does not pass
+// it before its end is confirmed.
+func TestStreamHandsOutALargeTransactionInParts(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	s, err := heraldcdc.Open(context.Background(), heraldcdc.Config{ConnString: f.dsn, CreateSlot: true, StatusInterval: 100 * time.Millisecond,
+		HeartbeatInterval: 20 * time.Millisecond, PartRows: 100, Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	defer s.Close()
+	before := f.insert(t, [3]string{"orders", "a", "before"})
+	big := f.insertMany(t, 250, "b")
+	f.busy(t, 5)
+	f.beatNow(t) // between the big transaction and the marker
+	marker := f.insert(t, [3]string{"orders", "c", "marker"})
+
+	first := next(t, s)
+	require.Equal(t, before, ids(first))
+	s.Confirm(first.End)
+	var got []string
+	var parts []heraldcdc.Transaction
+	for len(got) < len(big) {
+		p := nextPart(t, s)
+		parts = append(parts, p)
+		got = append(got, ids(p)...)
+		if len(parts) == 1 {
+			oldest, pending := s.OldestUnconfirmed()
+			require.True(t, pending, "a transaction partly handed out is unconfirmed")
+			require.Equal(t, p.CommitTime, oldest)
+		}
+	}
+	require.Equal(t, big, got)
+	require.Len(t, parts, 3)
+	for i, p := range parts {
+		require.Equal(t, i, p.Part)
+		require.Len(t, p.Events, []int{100, 100, 50}[i])
+		require.Equal(t, parts[0].Commit, p.Commit)
+		require.True(t, parts[0].CommitTime.Equal(p.CommitTime))
+		require.Greater(t, p.Commit, first.End)
+		if i < 2 {
+			require.Zero(t, p.End)
+		}
+	}
+	end := parts[2].End
+	require.Greater(t, end, parts[2].Commit)
+
+	last := next(t, s)
+	require.Equal(t, marker, ids(last))
+	require.Less(t, s.Confirmed(), end, "the heartbeat after the big transaction was dropped")
+	s.Confirm(end)
+	s.Confirm(last.End)
+	f.busy(t, 5)
+	after := f.currentLSN(t)
+	require.Eventually(t, func() bool { return f.slotConfirmed(t) > after }, 20*time.Second, 20*time.Millisecond,
+		"once confirmed, heartbeats move the slot again")
+	_, pending := s.OldestUnconfirmed()
+	require.False(t, pending)
 }
