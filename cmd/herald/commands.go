@@ -33,7 +33,7 @@ var commands = []*command{
 	{name: "keys blocked", args: "[--limit N] [--json]", summary: "keys parked behind a dead event: topic, key, dead event, waiting count, since", setup: setupKeysBlocked},
 	{name: "pause", args: "(--topic T | --destination D) [--reason TEXT]", summary: "stop every relay claiming a topic's events, or those of every topic routed to a destination", setup: setupPause},
 	{name: "resume", args: "(--topic T | --destination D)", summary: "end a pause: the events are claimed again, in order", setup: setupResume},
-	{name: "source poll", args: "[--cdc-slot S] [--wait D]", summary: "switch a table relayed by --source cdc back to polling: new events are polled, then wait until the change stream settled every streamed one", setup: setupSourcePoll},
+	{name: "source poll", args: "[--cdc-slot S] [--wait D | --requeue-since T]", summary: "switch a table relayed by --source cdc back to polling: new events are polled, then wait until the change stream settled every streamed one", setup: setupSourcePoll},
 }
 
 func lookup(name string) *command {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -29,9 +30,19 @@ func setupSourcePoll(f *flagSet) func(context.Context, *invocation) error {
 	d := addDBFlags(f)
 	slot := f.LocalString("cdc-slot", "", "the slot the CDC relay reads (`name`); defaults to the table's name")
 	wait := f.LocalDuration("wait", 5*time.Minute, "wait up to this `duration` for the CDC relay to settle every streamed event")
+	requeue := f.LocalString("requeue-since", "", "recovery from a slot dropped while no relay read it: make the streamed rows written since this `time` "+
+		"(RFC 3339, as the refusal gives it) ready for polling and forget the slot's record, without waiting")
 	return func(ctx context.Context, inv *invocation) error {
 		if err := noArgs(inv); err != nil {
 			return err
+		}
+		var since time.Time
+		if *requeue != "" {
+			t, err := time.Parse(time.RFC3339, strings.TrimSpace(*requeue))
+			if err != nil {
+				return usagef("--requeue-since: %q is not an RFC 3339 time such as 2026-11-27T06:00:00Z", clean(*requeue))
+			}
+			since = t
 		}
 		if *slot != "" && !sqlstore.Identifier.MatchString(*slot) {
 			return usagef("--cdc-slot: %q must match %s", clean(*slot), sqlstore.Identifier)
@@ -52,6 +63,9 @@ func setupSourcePoll(f *flagSet) func(context.Context, *invocation) error {
 		name := *slot
 		if name == "" {
 			name = *d.table
+		}
+		if !since.IsZero() {
+			return recoverSlot(ctx, inv, pg, q, name, since)
 		}
 		if _, err := heraldcdc.SlotStatus(ctx, q, name); err != nil && !errors.Is(err, heraldcdc.ErrNoSlot) {
 			return err
@@ -121,4 +135,33 @@ func awaitConfirmed(ctx context.Context, q heraldcdc.Querier, slot string, lsn p
 		case <-tick.C:
 		}
 	}
+}
+
+// recoverSlot is herald source poll --requeue-since: what the refusal of a
+// dropped slot asks for. New events are polled, the streamed rows written
+// since the time given become ready (some were published already: the
+// broker's dedup ids absorb those within their window), and the slot's
+// record is forgotten, so that a relay may create the slot anew.
+func recoverSlot(ctx context.Context, inv *invocation, pg *heraldpg.Driver, q heraldcdc.Querier, slot string, since time.Time) error {
+	info, err := heraldcdc.SlotStatus(ctx, q, slot)
+	if err == nil && info.Active {
+		return usagef("replication slot %s is being read by a relay: stop it before recovering (herald source poll without --requeue-since switches a running one)", slot)
+	}
+	if err != nil && !errors.Is(err, heraldcdc.ErrNoSlot) {
+		return err
+	}
+	if err := pg.StreamInserts(ctx, false); err != nil {
+		return err
+	}
+	n, err := pg.RequeueStreamed(ctx, since, 10000)
+	if err != nil {
+		return err
+	}
+	if _, err := pg.ForgetSlot(ctx, slot); err != nil {
+		return err
+	}
+	fmt.Fprintf(inv.stdout, "new events are polled; %d streamed rows written since %s are ready for the polling relays; "+
+		"slot %s's record is forgotten: once they are published, herald relay --source cdc --cdc-create-slot starts streaming again\n",
+		n, since.UTC().Format(time.RFC3339), slot)
+	return nil
 }

@@ -85,3 +85,56 @@ func TestSourcePollRefusesWhatItCannotDo(t *testing.T) {
 	require.Equal(t, exitUsage, r.code, r)
 	require.Contains(t, r.stderr, `--cdc-slot: "No-Such" must match`)
 }
+
+// A slot dropped while no relay read it: the CDC relay refuses to start
+// and says how to recover; the recovery makes the streamed rows it never
+// read ready, a polling relay delivers them, and a new slot can be made.
+func TestADroppedSlotIsRefusedAndRecovered(t *testing.T) {
+	w := newCDCWorld(t)
+	cdcArgs := []string{"relay", "--db", w.dsn, "--publisher", w.nats.URL(), "--source", "cdc",
+		"--poll-interval", "2ms", "--idle-poll-interval", "20ms"}
+	cdc := start(t, nil, append(cdcArgs, "--cdc-create-slot")...)
+	require.Eventually(t, func() bool { return strings.Contains(w.insertState(t), "streamed") },
+		60*time.Second, 20*time.Millisecond, "%s", cdc.stderr)
+	const keys = 5
+	w.writeKeyed(t, keys, 1, 10)
+	require.Eventually(t, func() bool { return w.messages(t) >= 10*keys }, time.Minute, 20*time.Millisecond)
+	require.Equal(t, 0, cdc.stop(t).code)
+
+	require.Eventually(t, func() bool {
+		_, err := w.db.Exec(t.Context(), `SELECT pg_drop_replication_slot('herald_outbox')`)
+		return err == nil
+	}, 20*time.Second, 20*time.Millisecond)
+	w.writeKeyed(t, keys, 11, 10) // streamed rows no slot will ever hand out
+
+	for _, args := range [][]string{cdcArgs, append(cdcArgs, "--cdc-create-slot")} {
+		r := cli(t, nil, args...)
+		require.NotEqual(t, 0, r.code, r)
+		require.Contains(t, r.stderr, "replication slot herald_outbox does not exist, but Herald read from it up to")
+	}
+	r := cli(t, nil, cdcArgs...)
+	m := regexp.MustCompile(`--requeue-since (\S+)`).FindStringSubmatch(r.stderr)
+	require.NotNil(t, m, r)
+
+	r = cli(t, nil, "source", "poll", "--db", w.dsn, "--requeue-since", m[1])
+	require.Equal(t, 0, r.code, r)
+	require.Contains(t, r.stdout, "streamed rows written since")
+	poll := start(t, nil, "relay", "--db", w.dsn, "--publisher", w.nats.URL(), "--poll-interval", "2ms", "--idle-poll-interval", "20ms")
+	require.Eventually(t, func() bool { return w.messages(t) >= 20*keys }, time.Minute, 20*time.Millisecond, "%s", poll.stderr)
+	require.Equal(t, 0, poll.stop(t).code)
+	last := map[string]int{}
+	for _, p := range w.payloads(t) {
+		key, n, _ := strings.Cut(p, ":")
+		i, err := strconv.Atoi(n)
+		require.NoError(t, err)
+		require.Equal(t, last[key]+1, i, "key %s: every event, in order, once on the stream (the requeued published ones were dropped by their ids)", key)
+		last[key] = i
+	}
+
+	cdc = start(t, nil, append(cdcArgs, "--cdc-create-slot")...)
+	require.Eventually(t, func() bool { return strings.Contains(w.insertState(t), "streamed") },
+		60*time.Second, 20*time.Millisecond, "a new slot is made once the record is forgotten: %s", cdc.stderr)
+	w.writeKeyed(t, keys, 21, 1)
+	require.Eventually(t, func() bool { return w.messages(t) >= 21*keys }, time.Minute, 20*time.Millisecond)
+	require.Equal(t, 0, cdc.stop(t).code)
+}

@@ -326,8 +326,18 @@ func (s *Source) hand(st *Stream, n int) herald.SourceBatch {
 		}
 	}
 	out.Done = b.done
+	out.Abandon = func() {
+		if !b.finished.Swap(true) {
+			// Next's state is touched on the relay's goroutine, which
+			// calls Next too, never at once.
+			_ = s.fail(st, errAbandoned)
+		}
+	}
 	return out
 }
+
+// errAbandoned is why the stream is closed when the relay gives up a batch.
+var errAbandoned = errors.New("heraldcdc: the relay gave a batch up unsettled (its database does not answer)")
 
 // open returns the stream, opening another if it failed or the Source
 // stands by.

@@ -120,12 +120,24 @@ type Stream struct {
 	// heartbeats.
 	beating chan struct{}
 
+	// pos is the slot's row in the record of positions; recorder's
+	// goroutine writes wanted there before the slot may confirm it, and
+	// recording is closed when that goroutine ends.
+	pos       positions
+	recordNow chan struct{}
+	recording chan struct{}
+
 	mu sync.Mutex
 	// queue are the parts read and not taken by Next, oldest first;
 	// queued the bytes they hold (Transaction.size).
-	queue     []Transaction
-	queued    int
+	queue  []Transaction
+	queued int
+	// wanted is the furthest position that may be confirmed (Confirm, a
+	// heartbeat, a keepalive while caught up); confirmed is what the
+	// slot is told: wanted once it is recorded.
+	wanted    pglogrepl.LSN
 	confirmed pglogrepl.LSN
+	recordErr error // why recording failed; it ends the stream
 	// unconfirmed are the transactions handed out (queued), even partly,
 	// and not yet confirmed, oldest first.
 	unconfirmed []handed
@@ -187,9 +199,11 @@ func Open(ctx context.Context, cfg Config) (*Stream, error) {
 		return nil, fmt.Errorf("heraldcdc: starting replication from slot %s: %w", c.Slot, err)
 	}
 	loopCtx, stop := context.WithCancel(context.Background())
-	s := &Stream{cfg: c, conn: conn, start: start, confirmed: start, done: make(chan struct{}), stop: stop,
-		ready: make(chan struct{}, 1), room: make(chan struct{}, 1)}
+	s := &Stream{cfg: c, conn: conn, start: start, wanted: start, confirmed: start, done: make(chan struct{}), stop: stop,
+		ready: make(chan struct{}, 1), room: make(chan struct{}, 1),
+		pos: newPositions(c), recordNow: make(chan struct{}, 1), recording: make(chan struct{})}
 	go s.loop(loopCtx)
+	go s.recorder(loopCtx)
 	if c.HeartbeatInterval > 0 {
 		s.beating = make(chan struct{})
 		go s.heartbeat(loopCtx)
@@ -292,6 +306,11 @@ func prepare(ctx context.Context, c Config) (pglogrepl.LSN, error) {
 			return 0, fmt.Errorf("heraldcdc: creating publication %s: %w", c.Publication, err)
 		}
 	}
+	pos := newPositions(c)
+	rec, hasRecord, err := pos.recorded(ctx, conn)
+	if err != nil {
+		return 0, err
+	}
 	var (
 		plugin, walStatus string
 		confirmed         *string
@@ -301,6 +320,8 @@ func prepare(ctx context.Context, c Config) (pglogrepl.LSN, error) {
 		FROM pg_replication_slots WHERE slot_name = $1 AND database = current_database()`, c.Slot).
 		Scan(&plugin, &walStatus, &confirmed, &activePID)
 	switch {
+	case errors.Is(err, pgx.ErrNoRows) && hasRecord:
+		return 0, pos.missing(rec)
 	case errors.Is(err, pgx.ErrNoRows) && c.CreateSlot:
 		var lsn string
 		err := conn.QueryRow(ctx, `SELECT lsn::text FROM pg_create_logical_replication_slot($1, 'pgoutput')`, c.Slot).Scan(&lsn)
@@ -308,7 +329,11 @@ func prepare(ctx context.Context, c Config) (pglogrepl.LSN, error) {
 			return 0, fmt.Errorf("heraldcdc: creating slot %s: %w", c.Slot, err)
 		}
 		c.Logger.Info("created the replication slot", "slot", c.Slot, "lsn", lsn)
-		return pglogrepl.ParseLSN(lsn)
+		start, err := pglogrepl.ParseLSN(lsn)
+		if err != nil {
+			return 0, err
+		}
+		return start, pos.record(ctx, conn, start)
 	case errors.Is(err, pgx.ErrNoRows):
 		return 0, refuse("heraldcdc: replication slot %s does not exist. A slot made now would start at the current WAL position "+
 			"and skip what was committed since the last one: relay that gap by polling first (herald relay without --source cdc) "+
@@ -317,6 +342,10 @@ func prepare(ctx context.Context, c Config) (pglogrepl.LSN, error) {
 		return 0, fmt.Errorf("heraldcdc: reading slot %s: %w", c.Slot, err)
 	case plugin != "pgoutput":
 		return 0, refuse("heraldcdc: replication slot %s uses plugin %s, not pgoutput", c.Slot, plugin)
+	case walStatus == "lost" && hasRecord:
+		return 0, refuse("heraldcdc: replication slot %s lost WAL it needed (wal_status = lost, max_slot_wal_keep_size): "+
+			"events committed while it fell behind cannot be read from it. Drop it (SELECT pg_drop_replication_slot('%s')). %s",
+			c.Slot, c.Slot, recovery(c.Slot, rec))
 	case walStatus == "lost":
 		return 0, refuse("heraldcdc: replication slot %s lost WAL it needed (wal_status = lost, max_slot_wal_keep_size): "+
 			"events committed while it fell behind cannot be read from it. Drop it, relay the outbox by polling until drained, then create it again", c.Slot)
@@ -325,7 +354,11 @@ func prepare(ctx context.Context, c Config) (pglogrepl.LSN, error) {
 	case activePID != 0:
 		return 0, &SlotInUseError{Slot: c.Slot, PID: activePID}
 	}
-	return pglogrepl.ParseLSN(*confirmed)
+	at, err := pglogrepl.ParseLSN(*confirmed)
+	if err != nil {
+		return 0, err
+	}
+	return at, pos.check(ctx, conn, at)
 }
 
 // slotHolder is the pid of the walsender that streams the slot, or 0 when
@@ -434,23 +467,26 @@ func notify(c chan struct{}) {
 	}
 }
 
-// Confirm lets PostgreSQL release the WAL up to lsn: the slot's
-// confirmed_flush_lsn moves there with the next status update (at once).
-// A position before the last one confirmed is ignored. Pass only a
+// Confirm lets PostgreSQL release the WAL up to lsn: once the position is
+// written in the record of positions (record.go), the slot's
+// confirmed_flush_lsn moves there with the next status update. A
+// position before the last one confirmed is ignored. Pass only a
 // Transaction's End (Tracker.Confirmed): the stream's heartbeats rely on
 // it to know what was acknowledged.
 func (s *Stream) Confirm(lsn pglogrepl.LSN) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.confirmed = max(s.confirmed, lsn)
+	s.wanted = max(s.wanted, lsn)
 	i := 0
-	for i < len(s.unconfirmed) && s.unconfirmed[i].end != 0 && s.unconfirmed[i].end <= s.confirmed {
+	for i < len(s.unconfirmed) && s.unconfirmed[i].end != 0 && s.unconfirmed[i].end <= s.wanted {
 		i++
 	}
 	s.unconfirmed = append(s.unconfirmed[:0], s.unconfirmed[i:]...)
+	notify(s.recordNow)
 }
 
-// Confirmed is the position last confirmed, by Confirm or a heartbeat.
+// Confirmed is the position last confirmed (recorded, and sent or about
+// to be sent to PostgreSQL), by Confirm, a heartbeat or a keepalive.
 func (s *Stream) Confirmed() pglogrepl.LSN {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -484,6 +520,7 @@ func (s *Stream) Heartbeats() int {
 func (s *Stream) Close() error {
 	s.stop()
 	<-s.done
+	<-s.recording
 	if s.beating != nil {
 		<-s.beating
 	}
@@ -497,7 +534,9 @@ func (s *Stream) Close() error {
 	s.mu.Unlock()
 	if stopped && !s.conn.IsClosed() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		_ = s.sendStatus(ctx)
+		if err := s.flushRecord(ctx, nil); err == nil {
+			_ = s.sendStatus(ctx)
+		}
 		cancel()
 	}
 	return s.conn.Close(context.Background())
@@ -509,11 +548,21 @@ func (s *Stream) loop(ctx context.Context) {
 	defer close(s.done)
 	err := s.read(ctx)
 	s.mu.Lock()
-	if ctx.Err() != nil {
+	switch {
+	case s.recordErr != nil:
+		err = s.recordErr
+	case ctx.Err() != nil:
 		err = errStreamClosed
 	}
 	s.err = err
 	s.mu.Unlock()
+	if !errors.Is(err, errStreamClosed) {
+		// End the walsender now, not at Close: a database shutting down
+		// waits for it, and the reader may not call again for a while.
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_ = s.conn.Close(ctx)
+		cancel()
+	}
 }
 
 func (s *Stream) read(ctx context.Context) error {
@@ -568,6 +617,9 @@ func (s *Stream) handle(ctx context.Context, dec *decoder, data []byte, nextStat
 		}
 		if ka.ReplyRequested {
 			*nextStatus = time.Time{}
+		}
+		if ka.ReplyRequested && dec.cur == nil {
+			s.caughtUp(ka.ServerWALEnd)
 		}
 	case pglogrepl.XLogDataByteID:
 		x, err := pglogrepl.ParseXLogData(data[1:])
@@ -672,9 +724,10 @@ func (s *Stream) beat(lsn pglogrepl.LSN) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	// A heartbeat at or before the start was confirmed before a restart.
-	if lsn > s.confirmed && len(s.unconfirmed) == 0 {
-		s.confirmed = lsn
+	if lsn > s.wanted && len(s.unconfirmed) == 0 {
+		s.wanted = lsn
 		s.beats++
+		notify(s.recordNow)
 	}
 }
 
@@ -716,4 +769,94 @@ func (s *Stream) heartbeat(ctx context.Context) {
 			conn = nil
 		}
 	}
+}
+
+// caughtUp confirms the server's position from a keepalive that asks for
+// a reply (what it has sent), when the decoder is between transactions and
+// everything handed out is confirmed: as with a heartbeat, every
+// transaction that committed before that position was handed out before
+// the keepalive came, and one still running commits past it. PostgreSQL
+// asks for a reply when its shutdown waits for the reader to confirm
+// everything it sent; the record of that position is then refused (the
+// database is going down), which ends the stream and lets the walsender,
+// and the database, stop. Keepalives that ask nothing are not confirmed:
+// each confirmation writes the record, whose WAL would bring the next
+// keepalive, round after round.
+func (s *Stream) caughtUp(sent pglogrepl.LSN) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if sent > s.wanted && len(s.unconfirmed) == 0 {
+		s.wanted = sent
+		notify(s.recordNow)
+	}
+}
+
+// recorder writes wanted into the record of positions, then lets the
+// slot confirm it, until ctx ends. A write that fails ends the stream
+// (its Next reports why): the position cannot be confirmed without it,
+// and a stream that held on to its connection would keep a database that
+// is shutting down waiting (its walsender waits for the reader to
+// confirm what it sent, and the shutdown refuses the record's writes).
+func (s *Stream) recorder(ctx context.Context) {
+	defer close(s.recording)
+	var conn *pgx.Conn
+	defer func() {
+		if conn != nil {
+			_ = conn.Close(context.Background())
+		}
+	}()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-s.recordNow:
+		}
+		if err := s.flushRecord(ctx, &conn); err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			s.mu.Lock()
+			s.recordErr = err
+			s.mu.Unlock()
+			s.stop()
+			return
+		}
+	}
+}
+
+// flushRecord records wanted, if past what is confirmed, and confirms it.
+// conn is the recorder's connection, made on first use; nil: one of its
+// own, for Close.
+func (s *Stream) flushRecord(ctx context.Context, conn **pgx.Conn) error {
+	s.mu.Lock()
+	want, have := s.wanted, s.confirmed
+	s.mu.Unlock()
+	if want <= have {
+		return nil
+	}
+	var own *pgx.Conn
+	if conn == nil {
+		conn = &own
+		defer func() {
+			if own != nil {
+				_ = own.Close(context.Background())
+			}
+		}()
+	}
+	if *conn == nil {
+		c, err := pgx.Connect(ctx, s.cfg.ConnString)
+		if err != nil {
+			return fmt.Errorf("heraldcdc: connecting to record the position of slot %s: %w", s.cfg.Slot, err)
+		}
+		*conn = c
+	}
+	if err := s.pos.record(ctx, *conn, want); err != nil {
+		_ = (*conn).Close(context.Background())
+		*conn = nil
+		return err
+	}
+	s.mu.Lock()
+	s.confirmed = max(s.confirmed, want)
+	s.mu.Unlock()
+	return nil
 }

@@ -1,0 +1,117 @@
+package heraldcdc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// The record of positions (heraldpg's migration 009, <table>_cdc) holds,
+// per slot, the furthest position the stream let the slot confirm, written
+// before PostgreSQL is told. So the slot's confirmed position never passes
+// the record while Herald alone moves it. A slot of the same name that is
+// past the record was not moved by Herald: it was dropped and created
+// again while the relay was stopped (or confirmed by another program), and
+// whatever committed between the record and its start was never read.
+// Open refuses it, and a missing slot that has a record, instead of
+// skipping those events silently.
+
+// positions is one slot's row of the record.
+type positions struct {
+	table string // quoted, schema-qualified
+	slot  string
+}
+
+func newPositions(c Config) positions {
+	return positions{table: pgx.Identifier{c.Schema, c.Table + "_cdc"}.Sanitize(), slot: c.Slot}
+}
+
+// Recorded is a slot's row of the record.
+type Recorded struct {
+	Position pglogrepl.LSN
+	At       time.Time // when it was last raised, by the database clock
+}
+
+// recorded reads the slot's row; ok is false without one.
+func (p positions) recorded(ctx context.Context, q Querier) (r Recorded, ok bool, err error) {
+	var raw string
+	err = q.QueryRow(ctx, `SELECT position::text, updated_at FROM `+p.table+` WHERE slot = $1`, p.slot).Scan(&raw, &r.At)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return r, false, nil
+	case isUndefinedTable(err):
+		return r, false, fmt.Errorf("heraldcdc: %s does not exist: run herald migrate (the change-data-capture relay needs schema version 9)", p.table)
+	case err != nil:
+		return r, false, fmt.Errorf("heraldcdc: reading %s: %w", p.table, err)
+	}
+	r.Position, err = pglogrepl.ParseLSN(raw)
+	return r, true, err
+}
+
+// record raises the slot's recorded position to lsn (never lowers it).
+func (p positions) record(ctx context.Context, q execer, lsn pglogrepl.LSN) error {
+	_, err := q.Exec(ctx, `INSERT INTO `+p.table+` AS r (slot, position) VALUES ($1, $2::pg_lsn)
+		ON CONFLICT (slot) DO UPDATE SET position = greatest(r.position, EXCLUDED.position), updated_at = now()`,
+		p.slot, lsn.String())
+	if err != nil {
+		return fmt.Errorf("heraldcdc: recording the position of slot %s: %w", p.slot, err)
+	}
+	return nil
+}
+
+// execer runs a statement: a *pgx.Conn.
+type execer interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+}
+
+// check compares the slot's confirmed position with the record. A slot
+// without a row (a new record, or one made by CreateSlot just now) is
+// recorded as it stands.
+func (p positions) check(ctx context.Context, conn *pgx.Conn, confirmed pglogrepl.LSN) error {
+	r, ok, err := p.recorded(ctx, conn)
+	switch {
+	case err != nil:
+		return err
+	case !ok:
+		return p.record(ctx, conn, confirmed)
+	case confirmed > r.Position:
+		return &refusal{fmt.Sprintf("heraldcdc: replication slot %s confirms %s, past %s, the furthest position Herald let it confirm "+
+			"(at %s): it was dropped and created again while no relay read it, and what committed in between was never read from it. "+
+			"%s", p.slot, confirmed, r.Position, r.At.UTC().Format(time.RFC3339), recovery(p.slot, r))}
+	}
+	return nil
+}
+
+// missing is the refusal of a slot that does not exist although Herald
+// read from it.
+func (p positions) missing(r Recorded) error {
+	return &refusal{fmt.Sprintf("heraldcdc: replication slot %s does not exist, but Herald read from it up to %s (at %s): "+
+		"it was dropped, and what committed after that was never read. %s",
+		p.slot, r.Position, r.At.UTC().Format(time.RFC3339), recovery(p.slot, r))}
+}
+
+// recovery says how to deliver the events a dropped slot never handed
+// out: make the streamed rows written since the record's time ready, so
+// that polling delivers them (some were published already: the broker's
+// dedup ids drop those within their window), and forget the record.
+func recovery(slot string, r Recorded) string {
+	since := r.At.Add(-RecoveryMargin).UTC().Format(time.RFC3339)
+	return fmt.Sprintf("To recover: herald source poll --cdc-slot %s --requeue-since %s (it makes new events polled and the streamed "+
+		"rows written since then ready, and forgets the slot's record), relay by polling until herald status shows them published, "+
+		"then start herald relay --source cdc --cdc-create-slot again", slot, since)
+}
+
+// RecoveryMargin is how far before a dropped slot's last recorded position
+// the recovery makes streamed rows ready again: a row's created_at is
+// when its transaction began, which may be that long before it committed.
+const RecoveryMargin = time.Hour
+
+func isUndefinedTable(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == "42P01"
+}
