@@ -93,18 +93,27 @@ func (e *env) createCDC(ctx context.Context) error {
 }
 
 // dropCDC undoes createCDC, whatever part of it was done: inserts ready
-// again, then the slot and the publication dropped. It runs even when the
-// run's ctx was cancelled: a slot left behind holds WAL forever.
+// again, then the slot and the publication dropped, and the slot's record
+// of positions forgotten (the next round makes the slot anew, which would
+// otherwise be refused as a slot dropped behind the relay's back). It runs
+// even when the run's ctx was cancelled: a slot left behind holds WAL
+// forever.
 func (e *env) dropCDC() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	var errs []error
-	if d, err := e.newDriver(e.admin); err != nil {
+	d, err := e.newDriver(e.admin)
+	if err != nil {
 		errs = append(errs, err)
 	} else if err := d.StreamInserts(ctx, false); err != nil {
 		errs = append(errs, fmt.Errorf("making the table's inserts ready again: %w", err))
 	}
 	errs = append(errs, e.dropSlot(ctx))
+	if d != nil {
+		if _, err := d.ForgetSlot(ctx, e.cdcName()); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	if _, err := e.admin.Exec(ctx, `DROP PUBLICATION IF EXISTS `+pgx.Identifier{e.cdcName()}.Sanitize()); err != nil {
 		errs = append(errs, fmt.Errorf("dropping publication %s: %w", e.cdcName(), err))
 	}
