@@ -179,8 +179,12 @@ func TestCDCStandbyTakesOverFromAKilledRelay(t *testing.T) {
 	require.Eventually(t, func() bool { return p.holder(t) == p.other(active) }, 60*time.Second, 20*time.Millisecond,
 		"the standby takes the slot:\n%s", standby.out)
 	t.Logf("%s took the slot %s after %s was killed", p.other(active), time.Since(killed), active)
-	require.Equal(t, 1, strings.Count(standby.out.String(), "took over slot herald_outbox"), standby.out.String())
+	// The walsender is there as soon as the slot is taken; the line comes
+	// once the stream is open, a moment later.
+	require.Eventually(t, func() bool { return strings.Contains(standby.out.String(), "took over slot herald_outbox") },
+		30*time.Second, 20*time.Millisecond, "the standby says it took over:\n%s", standby.out)
 	p.requireReader(t, p.other(active))
+	require.Equal(t, 1, strings.Count(standby.out.String(), "took over slot herald_outbox"), standby.out.String())
 
 	require.NoError(t, written())
 	require.Eventually(t, func() bool { return w.messages(t) >= haRows }, 3*time.Minute, 50*time.Millisecond,
