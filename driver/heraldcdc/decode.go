@@ -1,12 +1,19 @@
 package heraldcdc
 
 import (
+	"encoding/base64"
 	"encoding/hex"
+	"encoding/json"
+	"errors"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pglogrepl"
 
 	"github.com/herald-outbox/herald"
@@ -24,12 +31,22 @@ import (
 // is never sent. So every row is committed when it arrives, and BEGIN
 // carries the commit's position and time already. Only the end of the
 // commit record, the position to confirm, comes with COMMIT.
+//
+// Besides the table's inserted rows, a transaction carries the events a
+// producer wrote as transactional logical decoding messages (heraldpg's
+// Config.EmitMessages): pgoutput sends those, when asked (messages
+// 'true'), in their place among the transaction's changes, and only once
+// it committed, like its rows. Their prefix names the table (eventPrefix).
 type decoder struct {
 	relations           map[uint32]*pglogrepl.RelationMessage
 	schema, table       string
 	slot                string
 	partRows, partBytes int
 	cur                 *Transaction // the part being filled, between Begin and Commit
+
+	prefix  string        // eventPrefix(schema, table), once made
+	logger  *slog.Logger  // for the messages that are no events; nil: slog.Default()
+	skipped *atomic.Int64 // counts them; may be nil
 }
 
 // decode reads one message; ready is true with a part to hand out: one
@@ -43,11 +60,23 @@ func (d *decoder) decode(wal []byte) (part Transaction, ready bool, heartbeat pg
 	}
 	switch m := msg.(type) {
 	case *pglogrepl.LogicalDecodingMessage:
-		// Only a non-transactional message is decoded at its own place in
-		// the WAL, between transactions; one of another program (another
-		// prefix) or another slot's stream is no concern of this one.
-		if d.cur == nil && !m.Transactional && m.Prefix == heartbeatPrefix && string(m.Content) == d.slot {
+		// A heartbeat is a non-transactional message, decoded at its own
+		// place in the WAL, between transactions; one of another program
+		// (another prefix) or another slot's stream is no concern of this
+		// one, nor is an event message of another outbox.
+		switch {
+		case d.cur == nil && !m.Transactional && m.Prefix == heartbeatPrefix && string(m.Content) == d.slot:
 			return part, false, m.LSN, nil
+		case m.Prefix != d.eventPrefix():
+		case !m.Transactional || d.cur == nil:
+			// Decoded as it was written, whether its transaction commits or
+			// not: not an event of any transaction.
+			d.skip(m, errors.New("not transactional (pg_logical_emit_message's first argument must be true)"))
+		default:
+			d.addMessage(m)
+			if part, ok := d.split(); ok {
+				return part, true, 0, nil
+			}
 		}
 	case *pglogrepl.RelationMessage:
 		d.relations[m.RelationID] = m
@@ -64,8 +93,7 @@ func (d *decoder) decode(wal []byte) (part Transaction, ready bool, heartbeat pg
 			return part, false, 0, nil // another table of the publication
 		}
 		d.add(rel, m.Tuple)
-		if d.cur.rows() >= d.partRows || d.cur.size >= d.partBytes {
-			part, d.cur = *d.cur, &Transaction{Commit: d.cur.Commit, CommitTime: d.cur.CommitTime, Part: d.cur.Part + 1, size: partOverhead}
+		if part, ok := d.split(); ok {
 			return part, true, 0, nil
 		}
 	case *pglogrepl.CommitMessage:
@@ -77,6 +105,17 @@ func (d *decoder) decode(wal []byte) (part Transaction, ready bool, heartbeat pg
 		return part, true, 0, nil
 	}
 	return part, false, 0, nil
+}
+
+// split hands out the current part once it reached the part size, and
+// starts the next part of its transaction.
+func (d *decoder) split() (Transaction, bool) {
+	if d.cur.rows() < d.partRows && d.cur.size < d.partBytes {
+		return Transaction{}, false
+	}
+	part := *d.cur
+	d.cur = &Transaction{Commit: part.Commit, CommitTime: part.CommitTime, Part: part.Part + 1, size: partOverhead}
+	return part, true
 }
 
 // add reads an inserted row of the outbox table into the current part.
@@ -205,3 +244,232 @@ func envelope(rel *pglogrepl.RelationMessage, tuple *pglogrepl.TupleData) (heral
 	}
 	return env, problem
 }
+
+// messagesOption reports whether the server's pgoutput takes the messages
+// option (PostgreSQL 14 and later), from the server_version a connection
+// reports: "13.4", "15.20 (Debian 15.20-0+deb12u1)", "17beta1". A version
+// that cannot be read is taken as recent.
+func messagesOption(serverVersion string) bool {
+	end := strings.IndexFunc(serverVersion+" ", func(r rune) bool { return r < '0' || r > '9' })
+	major, err := strconv.Atoi(serverVersion[:end])
+	return err != nil || major >= 14
+}
+
+// eventPrefix is the prefix of the logical decoding messages that carry
+// the events of the outbox table schema.table (heraldpg's
+// Config.EmitMessages, which makes the same): the table's name in it keeps
+// the outboxes of one database apart.
+func eventPrefix(schema, table string) string { return "herald.event:" + schema + "." + table }
+
+func (d *decoder) eventPrefix() string {
+	if d.prefix == "" {
+		d.prefix = eventPrefix(d.schema, d.table)
+	}
+	return d.prefix
+}
+
+// addMessage reads an event message of the current transaction into the
+// current part, as an event in its place among the rows. It has no row,
+// so no seq unless the producer drew one (heraldpg's writers do): with
+// none, a write-back gives it a fresh one. A message that is not even an
+// event (no id or topic) is skipped: there is nothing to write back.
+func (d *decoder) addMessage(m *pglogrepl.LogicalDecodingMessage) {
+	env, ok, problem := messageEnvelope(m.Content)
+	if !ok {
+		d.skip(m, problem)
+		return
+	}
+	if problem != nil {
+		markUnreadable(&env, problem)
+	}
+	d.cur.Events = append(d.cur.Events, env)
+	d.cur.size += envelopeSize(&env)
+}
+
+// skip logs a message of the event prefix that is no event, and counts it.
+// It leaves no dead letter: nothing identifies an event to write back.
+func (d *decoder) skip(m *pglogrepl.LogicalDecodingMessage, why error) {
+	if d.skipped != nil {
+		d.skipped.Add(1)
+	}
+	l := d.logger
+	if l == nil {
+		l = slog.Default()
+	}
+	l.Error("change stream: skipped a logical decoding message of the outbox's prefix that is no event; it leaves no dead letter",
+		"slot", d.slot, "prefix", m.Prefix, "lsn", m.LSN.String(), "transactional", m.Transactional,
+		"error", herald.Scrub(why.Error()), "content", preview(m.Content))
+}
+
+// previewBytes bounds the content a log line shows of a message.
+const previewBytes = 256
+
+// preview is the start of a message's content for a log line, scrubbed of
+// secrets (herald.Scrub: no NUL, valid UTF-8, no password) and cut at
+// previewBytes.
+func preview(content []byte) string {
+	s := herald.Scrub(string(content[:min(len(content), 4*previewBytes)]))
+	if len(s) <= previewBytes {
+		if len(content) > 4*previewBytes {
+			return s + "..."
+		}
+		return s
+	}
+	n := previewBytes
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "..."
+}
+
+// unreadablePrefix starts the name of the header markUnreadable adds.
+const unreadablePrefix = "unreadable event message: "
+
+// markUnreadable makes the relay refuse an event read from a message
+// whose fields could not all be read, rather than publish it without
+// them: a header whose name, which says why, is no valid header name
+// (herald.ValidateHeaderName refuses the space). The relay's validation
+// makes the event dead with that reason in its last error, and Return
+// writes it to the table as a dead row, fields and marker as read, which
+// stays dead if requeued. The name is cut to herald.MaxHeaderNameLen,
+// whose excess the validation would report without the name.
+func markUnreadable(env *herald.Envelope, problem error) {
+	name := unreadablePrefix + herald.Scrub(problem.Error())
+	if len(name) > herald.MaxHeaderNameLen {
+		n := herald.MaxHeaderNameLen
+		for n > 0 && !utf8.RuneStart(name[n]) {
+			n--
+		}
+		name = name[:n]
+	}
+	if env.Headers == nil {
+		env.Headers = map[string]string{}
+	}
+	env.Headers[name] = ""
+}
+
+// messageEnvelope reads an event message's content: a JSON object of the
+// envelope's fields (id, seq, topic, key, type, aggregate_type,
+// aggregate_id, payload in base64, headers, event_version,
+// aggregate_version, created_at), as heraldpg's writers emit it. ok is
+// false when it has no id (a UUID) or no topic: no event can be named.
+// Otherwise env holds what could be read and problem says what could
+// not, if anything; strings lose their NUL bytes, which no text column
+// takes. Unknown fields are ignored; a missing or null field is the
+// column's default, except the payload, which is required.
+func messageEnvelope(content []byte) (env herald.Envelope, ok bool, problem error) {
+	env.Attempt, env.EventVersion = 1, 1
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(content, &fields); err != nil {
+		return env, false, fmt.Errorf("content is not a JSON object: %w", err)
+	}
+	note := func(field string, err error) {
+		if err != nil && problem == nil {
+			problem = fmt.Errorf("%s: %w", field, err)
+		}
+	}
+	if !utf8.Valid(content) {
+		note("content", errors.New("not valid UTF-8"))
+	}
+	var id string
+	if err := readField(fields, "id", &id); err != nil || id == "" {
+		return env, false, errors.Join(errors.New("no id"), err)
+	}
+	u, err := uuid.Parse(id)
+	if err != nil {
+		return env, false, fmt.Errorf("id %q is not a UUID: %w", id, err)
+	}
+	env.ID = u.String()
+	for _, f := range []struct {
+		name string
+		v    *string
+	}{{"topic", &env.Topic}, {"key", &env.Key}, {"type", &env.Type}, {"aggregate_type", &env.AggregateType},
+		{"aggregate_id", &env.AggregateID}} {
+		err := readField(fields, f.name, f.v)
+		if f.name == "topic" && (err != nil || strings.Trim(env.Topic, "\x00") == "") {
+			// Not even a topic to write a dead row under.
+			return env, false, errors.Join(errors.New("no topic"), err)
+		}
+		note(f.name, err)
+		if strings.IndexByte(*f.v, 0) >= 0 {
+			note(f.name, errors.New("contains a NUL byte"))
+			*f.v = strings.ReplaceAll(*f.v, "\x00", "")
+		}
+	}
+	// A seq only orders write-backs: one that cannot be read is none.
+	if readField(fields, "seq", &env.Seq) != nil || env.Seq < 0 {
+		env.Seq = 0
+	}
+	var payload *string
+	note("payload", readField(fields, "payload", &payload))
+	if payload == nil {
+		note("payload", errors.New("missing"))
+	} else {
+		env.Payload, err = base64.StdEncoding.DecodeString(*payload)
+		note("payload", err)
+	}
+	note("headers", readHeaders(fields, &env))
+	note("event_version", readField(fields, "event_version", &env.EventVersion))
+	if env.EventVersion < 1 || env.EventVersion > herald.MaxEventVersion {
+		note("event_version", fmt.Errorf("%d is not between 1 and %d", env.EventVersion, herald.MaxEventVersion))
+		env.EventVersion = 1
+	}
+	note("aggregate_version", readField(fields, "aggregate_version", &env.AggregateVersion))
+	if env.AggregateVersion < 0 {
+		note("aggregate_version", fmt.Errorf("%d is negative", env.AggregateVersion))
+		env.AggregateVersion = 0
+	}
+	note("created_at", readField(fields, "created_at", &env.CreatedAt))
+	return env, true, problem
+}
+
+// readField decodes fields[name] into v, leaving v as it is when the field
+// is missing or null.
+func readField[T any](fields map[string]json.RawMessage, name string, v *T) error {
+	raw, ok := fields[name]
+	if !ok || string(raw) == "null" {
+		return nil
+	}
+	var x T
+	if err := json.Unmarshal(raw, &x); err != nil {
+		return err
+	}
+	*v = x
+	return nil
+}
+
+// readHeaders reads the headers field, an object of strings, keeping the
+// entries that are strings.
+func readHeaders(fields map[string]json.RawMessage, env *herald.Envelope) error {
+	var raw map[string]json.RawMessage
+	if err := readField(fields, "headers", &raw); err != nil {
+		return errors.New("not a JSON object of strings")
+	}
+	var problem error
+	for k, v := range raw {
+		var s string
+		if err := json.Unmarshal(v, &s); err != nil {
+			if problem == nil {
+				problem = fmt.Errorf("%q is not a string", k)
+			}
+			continue
+		}
+		if strings.IndexByte(k, 0) >= 0 || strings.IndexByte(s, 0) >= 0 {
+			if problem == nil {
+				problem = fmt.Errorf("%q contains a NUL byte", k)
+			}
+			k, s = strings.ReplaceAll(k, "\x00", ""), strings.ReplaceAll(s, "\x00", "")
+		}
+		if env.Headers == nil {
+			env.Headers = make(map[string]string, len(raw))
+		}
+		env.Headers[k] = s
+	}
+	return problem
+}
+
+// SkippedMessages counts the logical decoding messages of the outbox's
+// event prefix that the stream skipped as no event (not transactional,
+// or without an id or a topic), each logged as an error: they leave no
+// dead letter.
+func (s *Stream) SkippedMessages() int64 { return s.skipped.Load() }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -88,7 +89,8 @@ type Transaction struct {
 	// Part numbers the part in its transaction, from 0.
 	Part int
 	// Events are the inserted rows in the streamed state, as the relay
-	// claims them.
+	// claims them, and the events written as logical decoding messages
+	// (Seq 0 unless the producer drew one), in the transaction's order.
 	Events []herald.Envelope
 	// Unreadable are the ids of inserted rows in the streamed state that
 	// could not be read as events (headers that are not an object of
@@ -143,6 +145,8 @@ type Stream struct {
 	unconfirmed []handed
 	beats       int   // heartbeats confirmed
 	err         error // why the reading loop ended
+
+	skipped atomic.Int64 // SkippedMessages
 }
 
 // handed is a transaction the stream handed out.
@@ -183,8 +187,12 @@ func Open(ctx context.Context, cfg Config) (*Stream, error) {
 	if err != nil {
 		return nil, fmt.Errorf("heraldcdc: connecting for replication: %w", err)
 	}
+	// Messages: the stream's heartbeats, and the events producers write
+	// as logical decoding messages (heraldpg's Config.EmitMessages).
+	// pgoutput has the option from PostgreSQL 14 on; before, it refuses
+	// it, and there are neither.
 	args := []string{"proto_version '1'", "publication_names '" + c.Publication + "'"}
-	if c.HeartbeatInterval > 0 {
+	if messagesOption(conn.ParameterStatus("server_version")) {
 		args = append(args, "messages 'true'")
 	}
 	err = pglogrepl.StartReplication(ctx, conn, c.Slot, start, pglogrepl.StartReplicationOptions{PluginArgs: args})
@@ -567,7 +575,7 @@ func (s *Stream) loop(ctx context.Context) {
 
 func (s *Stream) read(ctx context.Context) error {
 	dec := &decoder{relations: map[uint32]*pglogrepl.RelationMessage{}, schema: s.cfg.Schema, table: s.cfg.Table, slot: s.cfg.Slot,
-		partRows: s.cfg.PartRows, partBytes: s.cfg.PartBytes}
+		partRows: s.cfg.PartRows, partBytes: s.cfg.PartBytes, logger: s.cfg.Logger, skipped: &s.skipped}
 	sent := pglogrepl.LSN(0)
 	nextStatus := time.Now()
 	for {

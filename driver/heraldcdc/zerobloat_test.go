@@ -10,10 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/herald-outbox/herald"
-	"github.com/herald-outbox/herald/driver/heraldcdc"
-	"github.com/herald-outbox/herald/driver/heralddrivertest"
 	"github.com/herald-outbox/herald/driver/heraldpg"
-	kit "github.com/herald-outbox/herald/heraldtest" // the users' test kit (Recorder), not internal/heraldtest
 )
 
 // The zero-bloat write mode (heraldpg.Config.DeleteAfterInsert): the
@@ -25,30 +22,11 @@ func TestZeroBloatWritesArePublishedFromTheLog(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
 	ctx := context.Background()
-	store, err := heraldpg.New(f.pool, &heraldpg.Config{})
-	require.NoError(t, err)
 	w, err := heraldpg.NewWriter(&heraldpg.Config{DeleteAfterInsert: true})
 	require.NoError(t, err)
-	src, err := heraldcdc.NewSource(ctx, heraldcdc.Config{ConnString: f.dsn, CreateSlot: true,
-		StatusInterval: 50 * time.Millisecond, HeartbeatInterval: 20 * time.Millisecond, Logger: heralddrivertest.Logger(t)})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = src.Close() })
-
 	// Key k2's fourth event fails once (an ordinary, retried error).
 	const failing = "k2-03"
-	rec := &kit.Recorder{}
-	rec.Fail(kit.Failure{Match: func(env herald.Envelope) bool { return string(env.Payload) == failing }, Times: 1})
-	r, err := herald.NewRelay(&herald.RelayConfig{Store: store, Source: src, Publisher: rec, Logger: heralddrivertest.Logger(t),
-		BatchSize: 16, PollInterval: 5 * time.Millisecond, IdlePollInterval: 20 * time.Millisecond,
-		Retry:            herald.RetryPolicy{Base: 10 * time.Millisecond, Cap: 50 * time.Millisecond},
-		OutageBackoffCap: 200 * time.Millisecond})
-	require.NoError(t, err)
-	require.NoError(t, r.Start(ctx))
-	t.Cleanup(func() { // before the source closes
-		stop, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		require.NoError(t, r.Stop(stop))
-	})
+	rec := startFailOnceRelay(t, f, failing)
 
 	// Eight transactions, each with two events of each of five keys: the
 	// even ones in one WriteTx (the array insert), the odd ones one
@@ -89,49 +67,19 @@ func TestZeroBloatWritesArePublishedFromTheLog(t *testing.T) {
 	}
 	written := f.walInsert(t)
 
-	wait, cancel := context.WithTimeout(ctx, 60*time.Second)
-	defer cancel()
-	require.NoError(t, rec.WaitUntil(wait, func(results []kit.Result) bool {
-		got := map[string]bool{}
-		for _, res := range results {
-			if res.Err == nil {
-				got[res.Envelope.ID] = true
-			}
-		}
-		for _, id := range order {
-			if !got[id] {
-				return false
-			}
-		}
-		return true
-	}), "every event written is published")
+	waitAllPublished(t, rec, byKey)
 	// Heartbeats carry the slot past the writes only once every batch is
 	// settled: published or written back.
 	require.Eventually(t, func() bool { return f.slotConfirmed(t) >= written }, 60*time.Second, 20*time.Millisecond,
 		"the slot's confirmed position moves past the writes")
 
 	t.Run("EachKeyIsPublishedInCommitOrder", func(t *testing.T) {
-		first := map[string][]string{}
-		seen := map[string]bool{}
-		for _, env := range rec.Published() {
-			if !seen[env.ID] {
-				seen[env.ID] = true
-				first[env.Key] = append(first[env.Key], env.ID)
-			}
-		}
+		first, _ := firstPublishedByKey(rec)
 		require.Equal(t, byKey, first)
 	})
 
 	t.Run("TheFailedEventIsRetriedFromTheTable", func(t *testing.T) {
-		var outcomes []error
-		for _, res := range rec.Results() {
-			if res.Envelope.ID == byName[failing] {
-				outcomes = append(outcomes, res.Err)
-			}
-		}
-		require.Len(t, outcomes, 2)
-		require.ErrorIs(t, outcomes[0], kit.ErrInjected)
-		require.NoError(t, outcomes[1])
+		requireFailedOnceThenPublished(t, rec, byName[failing])
 	})
 
 	// What remains: the failed event, re-inserted by Return and published

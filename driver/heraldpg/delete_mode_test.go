@@ -37,6 +37,14 @@ type deleting struct {
 func setupDeleting(t *testing.T, cfg heraldpg.Config, streamed bool) deleting {
 	t.Helper()
 	cfg.DeleteAfterInsert = true
+	return setupWriting(t, cfg, streamed)
+}
+
+// setupWriting migrates an outbox for cfg, its writers in the write mode
+// cfg says, with its inserts defaulting to the streamed state if
+// streamed.
+func setupWriting(t *testing.T, cfg heraldpg.Config, streamed bool) deleting {
+	t.Helper()
 	o := pgtest.New(t, heraldtest.PostgresPool(t), cfg)
 	if streamed {
 		require.NoError(t, o.Store.StreamInserts(context.Background(), true))
@@ -44,6 +52,31 @@ func setupDeleting(t *testing.T, cfg heraldpg.Config, streamed bool) deleting {
 	db := stdlib.OpenDBFromPool(o.Pool)
 	t.Cleanup(func() { _ = db.Close() })
 	return deleting{bundle: &bundle{Outbox: o, Kit: heralddrivertest.NewKit(t, o.Driver)}, db: db}
+}
+
+// pgxRoundTrips runs, for each n, one transaction in which d's pgx
+// writer writes n messages, on a pool that counts what pgx sends, and
+// returns the statements it sent outside a batch and the batches, per n.
+func pgxRoundTrips(t *testing.T, d deleting, ns ...int) [][2]int64 {
+	t.Helper()
+	ctx := context.Background()
+	var statements, batches atomic.Int64
+	cfg, err := pgxpool.ParseConfig(heraldtest.PostgresDSN(t))
+	require.NoError(t, err)
+	cfg.ConnConfig.Tracer = batchCountingTracer{countingTracer{&statements}, &batches}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(t, err)
+	defer pool.Close()
+	var sent [][2]int64
+	for _, n := range ns {
+		tx, err := pool.Begin(ctx)
+		require.NoError(t, err)
+		s0, b0 := statements.Load(), batches.Load()
+		require.NoError(t, d.Writer.WriteTx(ctx, tx, messages(n)...))
+		sent = append(sent, [2]int64{statements.Load() - s0, batches.Load() - b0})
+		require.NoError(t, tx.Commit(ctx))
+	}
+	return sent
 }
 
 // writeTx is one open transaction of some writer.
@@ -197,23 +230,8 @@ func TestDeleteAfterInsert(t *testing.T) {
 	t.Run("PgxSendsTheInsertAndTheDeleteAsOneBatch", func(t *testing.T) {
 		t.Parallel()
 		d := setupDeleting(t, heraldpg.Config{}, true)
-		ctx := context.Background()
-		var statements, batches atomic.Int64
-		cfg, err := pgxpool.ParseConfig(heraldtest.PostgresDSN(t))
-		require.NoError(t, err)
-		cfg.ConnConfig.Tracer = batchCountingTracer{countingTracer{&statements}, &batches}
-		pool, err := pgxpool.NewWithConfig(ctx, cfg)
-		require.NoError(t, err)
-		defer pool.Close()
-		for _, n := range []int{1, 100} {
-			tx, err := pool.Begin(ctx)
-			require.NoError(t, err)
-			s0, b0 := statements.Load(), batches.Load()
-			require.NoError(t, d.Writer.WriteTx(ctx, tx, messages(n)...))
-			require.Equal(t, [2]int64{0, 1}, [2]int64{statements.Load() - s0, batches.Load() - b0},
-				"%d messages: statements outside a batch, batches", n)
-			require.NoError(t, tx.Commit(ctx))
-		}
+		require.Equal(t, [][2]int64{{0, 1}, {0, 1}}, pgxRoundTrips(t, d, 1, 100),
+			"1 and 100 messages: statements outside a batch, batches")
 		require.Empty(t, d.Counts())
 	})
 }

@@ -116,6 +116,32 @@ type Config struct {
 	// it. Defaults to false: rows stay, as streamed history, until
 	// retention.
 	DeleteAfterInsert bool
+	// EmitMessages makes the writers (NewWriter, NewSQLWriter,
+	// NewExecWriter) write no row at all: each message becomes a
+	// transactional logical decoding message,
+	// pg_logical_emit_message(true, 'herald.event:<schema>.<table>', <the
+	// event as JSON>), in the caller's transaction, which a relay of
+	// `herald relay --source cdc` on this table reads from the
+	// write-ahead log at the transaction's commit, in commit order with
+	// its other changes, and never if it rolls back. The table-less
+	// mode: only for a table relayed that way, on PostgreSQL 14 or later
+	// (pgoutput's messages option). The messages of one WriteTx are one
+	// statement, emitted in the order given. While the
+	// table's inserts default to ready (polling relays; before the switch
+	// to change-data-capture, or after `herald source poll`) that
+	// statement inserts the rows instead, for the claims, since no relay
+	// would read the messages. Each message carries a seq drawn from the
+	// table's sequence, as an insert would: an event that fails to
+	// publish is written back by the relay as a row with that seq, in
+	// its place among its key's events, and retried from the table.
+	// What operators lose, as with DeleteAfterInsert: herald status and
+	// the admin page show only the events that failed, a Reader
+	// (heraldtest.RequireWrittenTx) finds none of a transaction's events,
+	// and a message whose content is not even an event (no id or topic)
+	// leaves no dead letter, only an error in the relay's log. It
+	// excludes DeleteAfterInsert. The driver (New, NewSQL) does not read
+	// it. Defaults to false: the writers insert rows.
+	EmitMessages bool
 }
 
 // names are the validated, quoted identifiers a driver's SQL uses.
@@ -130,6 +156,10 @@ func (c *Config) names() (names, error) {
 		if c.Table != "" {
 			table = c.Table
 		}
+		if c.EmitMessages && c.DeleteAfterInsert {
+			return names{}, errors.New("heraldpg: Config.EmitMessages and Config.DeleteAfterInsert exclude each other: " +
+				"a writer that emits messages inserts no row to delete")
+		}
 		if c.MaxPayloadBytes < 0 {
 			return names{}, errors.New("heraldpg: Config.MaxPayloadBytes must not be negative")
 		}
@@ -142,6 +172,12 @@ func (c *Config) names() (names, error) {
 	n, err := sqlstore.NewNames("heraldpg", schema, table)
 	return names{n}, err
 }
+
+// eventPrefix is the prefix of the logical decoding messages that carry
+// this table's events (Config.EmitMessages): herald.event: and the
+// schema-qualified name, unquoted, so that the outboxes of one database
+// never read each other's. driver/heraldcdc's decoder makes the same.
+func (n names) eventPrefix() string { return "herald.event:" + n.Schema + "." + n.Table }
 
 // render fills a query template's {{.Table}}, {{.Name}} and {{.Schema}}.
 func (n names) render(tmpl string) string { return n.Render(tmpl) }
@@ -224,7 +260,7 @@ func (d *Driver) SchemaVersion(ctx context.Context) (current, latest int, err er
 }
 
 // Validate checks the configuration without connecting: the schema and
-// table names and the payload cap.
+// table names, the payload cap and the write modes.
 func (c *Config) Validate() error {
 	_, err := c.names()
 	return err

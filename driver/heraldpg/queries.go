@@ -55,6 +55,75 @@ const (
 	deleteManySQL = `DELETE FROM {{.Table}}
 	WHERE id = ANY($1::uuid[]) AND state = 'streamed' AND created_at = now()`
 
+	// Config.EmitMessages: a writer's messages as transactional logical
+	// decoding messages, in one statement for any number of them, which
+	// emits them when the table's inserts default to streamed, and
+	// otherwise inserts them as rows (the "kept" part, which inserts
+	// nothing on a streamed table): no relay reads the messages of a
+	// table relayed by polling, so a message written there would be
+	// lost. m holds the messages and whether the table is streamed, read
+	// once (an InitPlan) from the state column's default: a few catalog
+	// index probes. The INSERT names the table, so the statement takes
+	// its lock (ROW EXCLUSIVE, at parse analysis, held to the end of the
+	// transaction, whichever part runs). The switch of the default
+	// (Driver.StreamInserts) needs ACCESS EXCLUSIVE, so it cannot commit
+	// between the check and the producer's commit: a message emitted on a
+	// streamed table commits before the switch back to polling, which
+	// `herald source poll` waits for the relay to read past. The check
+	// reads the catalog with the statement's snapshot, taken after that
+	// lock in READ COMMITTED; a REPEATABLE READ or SERIALIZABLE
+	// transaction reads it with its first snapshot, which misses a switch
+	// that committed while the statement waited for the lock.
+	//
+	// Order: the messages are emitted by the outer query's target list,
+	// one row at a time as they come out of e, a subquery sorted in the
+	// order given (n) and kept a subquery by OFFSET 0. The function is
+	// volatile and parallel unsafe, so the plan is one process's
+	// pipeline, and each call writes its WAL record as it runs
+	// (TestEmitMessagesKeepTheOrderGiven reads them back).
+	//
+	// The content is the envelope as JSON: a seq drawn from the table's
+	// sequence, as an insert's would be (so that an event the relay
+	// writes back keeps its place among its key's rows, see returnSQL),
+	// created_at by the database clock (now(), as the column's default),
+	// the payload in base64, and no field whose value is the column's
+	// default (an empty key, type, aggregate or headers, event_version 1,
+	// no aggregate_version): fewer bytes of WAL. driver/heraldcdc reads
+	// it.
+	emitOneSQL = `WITH m AS (
+		SELECT $1::uuid AS id, $2::text AS topic, $3::text AS key, $4::text AS type, $5::text AS aggregate_type,
+		       $6::text AS aggregate_id, $7::bytea AS payload, $8::text AS headers, $9::timestamptz AS available_at,
+		       $10::int4 AS event_version, $11::int8 AS aggregate_version, 1 AS n, ` + emitStreamedSQL + ` AS streamed
+	)` + emitTailSQL
+	emitManySQL = `WITH m AS (
+		SELECT u.*, ` + emitStreamedSQL + ` AS streamed
+		FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[],
+		            $7::bytea[], $8::text[], $9::timestamptz[], $10::int4[], $11::int8[])
+		     WITH ORDINALITY AS u(id, topic, key, type, aggregate_type, aggregate_id, payload, headers, available_at,
+		                          event_version, aggregate_version, n)
+	)` + emitTailSQL
+	emitStreamedSQL = `coalesce((
+			SELECT pg_get_expr(ad.adbin, ad.adrelid) IN ('''streamed''::text', '''streamed''')
+			FROM pg_attribute a JOIN pg_attrdef ad ON ad.adrelid = a.attrelid AND ad.adnum = a.attnum
+			WHERE a.attrelid = '{{.Table}}'::regclass AND a.attname = 'state' AND NOT a.attisdropped), false)`
+	emitTailSQL = `, kept AS (
+		INSERT INTO {{.Table}}
+		(id, topic, key, type, aggregate_type, aggregate_id, payload, headers, available_at,
+		 event_version, aggregate_version)
+		SELECT m.id, m.topic, m.key, m.type, m.aggregate_type, m.aggregate_id, m.payload,
+		       m.headers::jsonb, coalesce(m.available_at, now()), m.event_version, m.aggregate_version
+		FROM m WHERE NOT m.streamed
+		ORDER BY m.n
+	)
+	SELECT pg_logical_emit_message(true, '{{.EventPrefix}}', json_strip_nulls(json_build_object(
+		'id', e.id, 'seq', nextval((SELECT pg_get_serial_sequence('{{.Table}}', 'seq'))::regclass),
+		'topic', e.topic, 'key', nullif(e.key, ''), 'type', nullif(e.type, ''),
+		'aggregate_type', nullif(e.aggregate_type, ''), 'aggregate_id', nullif(e.aggregate_id, ''),
+		'payload', encode(e.payload, 'base64'), 'headers', nullif(e.headers, '{}')::json,
+		'event_version', nullif(e.event_version, 1), 'aggregate_version', e.aggregate_version,
+		'created_at', now()))::text)
+	FROM (SELECT * FROM m WHERE m.streamed ORDER BY m.n OFFSET 0) e`
+
 	// The claim: one index probe for the oldest ready rows, locked with
 	// SKIP LOCKED so concurrent relays take different rows, and marked in
 	// the same statement. The lease ends by the database clock. Rows are
@@ -349,12 +418,20 @@ const (
 	// count it computed, or, when its streamed row is still there,
 	// that row takes the outcome. A row no longer streamed (returned by
 	// an earlier run whose batch was not confirmed, or changed by an
-	// operator) is left as it is. The seq given keeps the event's place
-	// in its key (the column is an identity BY DEFAULT). The second part
-	// writes the outcome of rows the source could not read into their
-	// streamed row, if it is still there: it has no envelope to insert.
-	// {{.Conflict}} is the primary key: id, or (id, created_at) on a
-	// partitioned table.
+	// operator) is left as it is. The second part writes the outcome of
+	// rows the source could not read into their streamed row, if it is
+	// still there: it has no envelope to insert. {{.Conflict}} is the
+	// primary key: id, or (id, created_at) on a partitioned table.
+	//
+	// Seq: the seq given (the row's) keeps the event's place in its key
+	// (the column is an identity BY DEFAULT). An event without one (0: a
+	// logical decoding message written without a seq, which has no row)
+	// takes a fresh one from the column's sequence, above every seq given
+	// out before, and so does every later event of its key here, so that
+	// the key's events keep the order given, which is their commit
+	// order. The fresh seqs are drawn in that order: by the insert's
+	// target list, as rows come out of a subquery sorted by n (OFFSET 0
+	// keeps it a subquery).
 	returnSQL = `WITH r AS (
 		SELECT * FROM unnest($1::uuid[], $2::bigint[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[],
 		                     $8::bytea[], $9::text[], $10::timestamptz[], $11::int4[], $12::int8[],
@@ -362,6 +439,9 @@ const (
 		     WITH ORDINALITY AS r(id, seq, topic, key, type, aggregate_type, aggregate_id,
 		                          payload, headers, created_at, event_version, aggregate_version,
 		                          dead, park, attempts, delay_us, err, n)
+	), w AS (
+		SELECT r.*, bool_or(r.seq <= 0) OVER (PARTITION BY r.topic, r.key ORDER BY r.n) AS fresh
+		FROM r
 	), u AS (
 		SELECT * FROM unnest($18::uuid[], $19::boolean[], $20::boolean[], $21::int4[], $22::bigint[], $23::text[])
 		     AS u(id, dead, park, attempts, delay_us, err)
@@ -369,14 +449,14 @@ const (
 		INSERT INTO {{.Table}} AS o
 		(id, seq, topic, key, type, aggregate_type, aggregate_id, payload, headers, created_at,
 		 event_version, aggregate_version, state, attempts, available_at, dead_at, parked, last_error)
-		SELECT r.id, r.seq, r.topic, r.key, r.type, r.aggregate_type, r.aggregate_id, r.payload, r.headers::jsonb,
-		       coalesce(r.created_at, now()), r.event_version, r.aggregate_version,
-		       CASE WHEN r.dead THEN 'dead' ELSE 'ready' END, r.attempts,
-		       now() + r.delay_us * interval '1 microsecond', CASE WHEN r.dead THEN now() END, r.park, r.err
-		FROM r
-		ORDER BY r.n
+		SELECT s.id, CASE WHEN s.fresh THEN nextval(pg_get_serial_sequence('{{.Table}}', 'seq')::regclass) ELSE s.seq END,
+		       s.topic, s.key, s.type, s.aggregate_type, s.aggregate_id, s.payload, s.headers::jsonb,
+		       coalesce(s.created_at, now()), s.event_version, s.aggregate_version,
+		       CASE WHEN s.dead THEN 'dead' ELSE 'ready' END, s.attempts,
+		       now() + s.delay_us * interval '1 microsecond', CASE WHEN s.dead THEN now() END, s.park, s.err
+		FROM (SELECT * FROM w ORDER BY w.n OFFSET 0) s
 		ON CONFLICT ({{.Conflict}}) DO UPDATE
-		SET state = EXCLUDED.state, attempts = EXCLUDED.attempts, available_at = EXCLUDED.available_at,
+		SET seq = EXCLUDED.seq, state = EXCLUDED.state, attempts = EXCLUDED.attempts, available_at = EXCLUDED.available_at,
 		    dead_at = EXCLUDED.dead_at, parked = EXCLUDED.parked,
 		    last_error = coalesce(EXCLUDED.last_error, o.last_error),
 		    claim_token = NULL, lease_until = NULL, published_at = NULL
@@ -481,6 +561,7 @@ const (
 type queries struct {
 	insertOne, insertMany, claim, walkKeys, claimKeys                   string
 	deleteOne, deleteMany                                               string
+	emitOne, emitMany                                                   string
 	publish, complete, publishDelete, completeDelete                    string
 	releaseClaim, rescue, deletePublished, status, blockedKeys, backlog string
 	pauses, pause, resume, readyTopics                                  string
@@ -504,6 +585,8 @@ func newQueries(n names) queries {
 		insertMany:      n.render(insertManySQL),
 		deleteOne:       n.render(deleteOneSQL),
 		deleteMany:      n.render(deleteManySQL),
+		emitOne:         n.Render(emitOneSQL, "{{.EventPrefix}}", n.eventPrefix()),
+		emitMany:        n.Render(emitManySQL, "{{.EventPrefix}}", n.eventPrefix()),
 		claim:           n.render(claimSQL),
 		walkKeys:        n.render(walkKeysSQL),
 		claimKeys:       n.render(claimKeysSQL),

@@ -43,8 +43,11 @@ func writerConfig(cfg *Config) *herald.WriterConfig {
 }
 
 // inserter holds a writer's statements: the insert of one message and of
-// many, and with Config.DeleteAfterInsert the deletes that follow them
-// (empty otherwise).
+// many (with Config.EmitMessages, the statements that emit them as
+// logical decoding messages instead, or insert them on a table that is
+// not streamed: emitOneSQL, with the same arguments), and with
+// Config.DeleteAfterInsert the deletes that follow them (empty
+// otherwise).
 type inserter struct{ one, many, delOne, delMany string }
 
 func newInserter(cfg *Config) (inserter, error) {
@@ -54,7 +57,10 @@ func newInserter(cfg *Config) (inserter, error) {
 	}
 	q := newQueries(n)
 	in := inserter{one: q.insertOne, many: q.insertMany}
-	if cfg != nil && cfg.DeleteAfterInsert {
+	switch {
+	case cfg != nil && cfg.EmitMessages:
+		in.one, in.many = q.emitOne, q.emitMany
+	case cfg != nil && cfg.DeleteAfterInsert:
 		in.delOne, in.delMany = q.deleteOne, q.deleteMany
 	}
 	return in, nil
