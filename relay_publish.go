@@ -113,8 +113,8 @@ func (r *Relay) logDecision(c claimed, d decision) {
 			"events", d.OrderBroken, "claim_token", c.token)
 	}
 	var (
-		failed int
-		first  string
+		failed, held int
+		first        string
 	)
 	for _, f := range d.Params.Failed {
 		if f.Outcome == OutcomeReleased {
@@ -124,9 +124,19 @@ func (r *Relay) logDecision(c claimed, d decision) {
 			first = f.Error
 		}
 		failed++
+		if f.Outcome == OutcomeHeldBack {
+			held++
+		}
 	}
 	if failed == 0 {
 		r.clearOutage()
+		return
+	}
+	if held == failed {
+		// Nothing failed: events were kept back unsent, behind an earlier
+		// event of their key, or (from a change stream) for a paused topic
+		// or a delay not over yet.
+		r.log.Debug("events held back", "held", held, "batch_size", len(c.batch))
 		return
 	}
 	// An outage is logged once, when it begins and when it ends; the

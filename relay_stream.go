@@ -165,9 +165,10 @@ func (r *Relay) sendStreamed(c claimed, held []bool) (errs []error, whole error)
 }
 
 // streamHeld says which events of a streamed batch go to the table unsent:
-// those of a paused topic or destination, and the ordered ones whose key
-// has events waiting in the table. Its batchEnd says why the table did not
-// answer, if it did not.
+// those of a paused topic or destination, those not due yet
+// (Message.AvailableAt), and the ordered ones whose key has events waiting
+// in the table or an event not due earlier in the batch. Its batchEnd says
+// why the table did not answer, if it did not.
 func (r *Relay) streamHeld(ctx context.Context, batch []Envelope, giveUp time.Duration) ([]bool, batchEnd) {
 	held := make([]bool, len(batch))
 	var (
@@ -184,6 +185,17 @@ func (r *Relay) streamHeld(ctx context.Context, batch []Envelope, giveUp time.Du
 		return nil, end
 	}
 	isPaused := setOf(paused)
+	now := r.cfg.Clock.Now()
+	notDue := map[TopicKey]bool{} // ordered keys with an event not due
+	for i, env := range batch {
+		k := TopicKey{env.Topic, env.Key}
+		if !due(&env, now) || (env.Ordered && notDue[k]) {
+			held[i] = true
+			if env.Ordered {
+				notDue[k] = true
+			}
+		}
+	}
 	for _, env := range batch {
 		k := TopicKey{env.Topic, env.Key}
 		if env.Ordered && !isPaused[env.Topic] && !seen[k] {
@@ -210,9 +222,20 @@ func (r *Relay) streamHeld(ctx context.Context, batch []Envelope, giveUp time.Du
 		sent[env.ID] = true
 	}
 	for i, env := range batch {
-		held[i] = isPaused[env.Topic] || !sent[env.ID] || (env.Ordered && waiting[TopicKey{env.Topic, env.Key}])
+		held[i] = held[i] || isPaused[env.Topic] || !sent[env.ID] || (env.Ordered && waiting[TopicKey{env.Topic, env.Key}])
 	}
 	return held, batchSettled
+}
+
+// due reports whether a streamed event may be published at now: it was
+// written without a delay (its AvailableAt, if any, is not after its
+// CreatedAt: the column's default is the insert's now(), the database
+// clock, which the relay's clock need not match), or its AvailableAt has
+// passed. An event not due is written back held, keeping its AvailableAt
+// (StreamStore.Return), and a claim publishes it once it is due, as
+// polling would.
+func due(env *Envelope, now time.Time) bool {
+	return env.AvailableAt.IsZero() || !env.AvailableAt.After(env.CreatedAt) || !env.AvailableAt.After(now)
 }
 
 // returnToTable writes the events of a streamed batch that were not

@@ -372,3 +372,39 @@ func TestAStreamedBatchIsAbandonedWhileTheDatabaseDoesNotAnswer(t *testing.T) {
 	src.awaitDone(t, 1)
 	require.Equal(t, []string{ev.ID}, pub.got())
 }
+
+// An event written with a delay (Message.AvailableAt) is not published
+// from the stream before it is due: it goes to the table held, its
+// AvailableAt with it, and its key's later events of the batch follow it
+// there. An event whose AvailableAt is its CreatedAt (the column's
+// default, by a database clock that may run ahead of the relay's) or has
+// passed is published, as is an unkeyed event after one not due.
+func TestAStreamedEventNotDueYetGoesToTheTable(t *testing.T) {
+	t.Parallel()
+	store, src, pub := &fakeStreamStore{}, newFakeSource(), &publishedIDs{}
+	startStreamRelay(t, store, src, pub)
+	now := time.Now()
+	delayed, behind, other := streamed("orders", "k1"), streamed("orders", "k1"), streamed("orders", "k2")
+	delayed.AvailableAt = delayed.CreatedAt.Add(time.Hour)
+	atDefault := streamed("orders", "k3")
+	atDefault.CreatedAt = now.Add(time.Minute)
+	atDefault.AvailableAt = atDefault.CreatedAt
+	passed := streamed("orders", "k4")
+	passed.CreatedAt, passed.AvailableAt = now.Add(-time.Minute), now.Add(-time.Second)
+	unkeyedDelayed, unkeyed := streamed("orders", ""), streamed("orders", "")
+	unkeyedDelayed.AvailableAt = unkeyedDelayed.CreatedAt.Add(time.Hour)
+
+	src.send(delayed, other, behind, atDefault, passed, unkeyedDelayed, unkeyed)
+	src.awaitDone(t, 1)
+
+	require.Equal(t, []string{other.ID, atDefault.ID, passed.ID, unkeyed.ID}, pub.got())
+	require.Equal(t, map[string]herald.Outcome{
+		delayed.ID: herald.OutcomeHeldBack, behind.ID: herald.OutcomeHeldBack, unkeyedDelayed.ID: herald.OutcomeHeldBack,
+	}, store.outcomes())
+	store.mu.Lock()
+	defer store.mu.Unlock()
+	require.Len(t, store.returned, 1)
+	back := store.returned[0].Events
+	require.Equal(t, []string{delayed.ID, behind.ID, unkeyedDelayed.ID}, []string{back[0].ID, back[1].ID, back[2].ID})
+	require.True(t, back[0].AvailableAt.Equal(delayed.AvailableAt), "the event keeps its AvailableAt for the table")
+}

@@ -219,17 +219,20 @@ type dbRelay struct {
 	cfg     herald.RelayConfig // Store, Publisher and Owner are set at each start
 	metrics *heraldprom.Metrics
 
-	mu       sync.Mutex
-	state    dbState
-	waitFor  string // what the start waits for: "database" or "destinations"
-	waitErr  string
-	failErr  string
-	relay    *herald.Relay
-	source   io.Closer          // the relay's change stream, with --source cdc
-	cancel   context.CancelFunc // ends the current start
-	started  chan struct{}      // closed when the current start has ended
-	previous herald.RelayStats  // the counters of the relays stopped before
-	ran      bool               // a relay of it ran
+	mu      sync.Mutex
+	state   dbState
+	waitFor string // what the start waits for: "database" or "destinations"
+	waitErr string
+	failErr string
+	relay   *herald.Relay
+	source  io.Closer // the relay's change stream, with --source cdc
+	// skippedBefore is what the change streams of earlier runs skipped
+	// (SkippedMessages), so that the counter never goes back.
+	skippedBefore int64
+	cancel        context.CancelFunc // ends the current start
+	started       chan struct{}      // closed when the current start has ended
+	previous      herald.RelayStats  // the counters of the relays stopped before
+	ran           bool               // a relay of it ran
 }
 
 // waiting records what the start waits for; it implements waiter.
@@ -437,6 +440,9 @@ func (f *fleet) stop(ctx context.Context, d *dbRelay) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if relay != nil && d.relay == relay {
+		if sk, ok := d.source.(heraldcdcprom.Skipper); ok {
+			d.skippedBefore += sk.SkippedMessages()
+		}
 		d.previous, d.relay, d.source = addStats(d.previous, relay.Stats()), nil, nil
 	}
 	d.state = dbStopped
@@ -661,6 +667,18 @@ func (d *dbRelay) OldestUnconfirmed() (time.Time, bool) {
 	return src.OldestUnconfirmed()
 }
 
+// SkippedMessages counts the event messages the relay's change streams
+// skipped as no event, over every run of this process.
+func (d *dbRelay) SkippedMessages() int64 {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	n := d.skippedBefore
+	if sk, ok := d.source.(heraldcdcprom.Skipper); ok {
+		n += sk.SkippedMessages()
+	}
+	return n
+}
+
 // slotReader is a change stream that knows whether it holds its slot
 // (*heraldcdc.Source).
 type slotReader interface{ Active() bool }
@@ -689,7 +707,7 @@ func registerSlotMetrics(d *dbRelay, c *cdcSetup) error {
 	if slot == "" {
 		slot = d.db.names.Table
 	}
-	col, err := heraldcdcprom.New(heraldcdcprom.Config{Querier: q, Slot: slot, Stream: d, Logger: d.log})
+	col, err := heraldcdcprom.New(heraldcdcprom.Config{Querier: q, Slot: slot, Stream: d, Skipped: d, Logger: d.log})
 	if err != nil {
 		return err
 	}

@@ -231,6 +231,8 @@ func envelope(rel *pglogrepl.RelationMessage, tuple *pglogrepl.TupleData) (heral
 			env.Headers, err = sqlstore.DecodeHeaders(col.Data)
 		case "created_at":
 			env.CreatedAt, err = time.Parse("2006-01-02 15:04:05.999999Z07", v)
+		case "available_at":
+			env.AvailableAt, err = time.Parse("2006-01-02 15:04:05.999999Z07", v)
 		case "attempts":
 			env.Attempt, err = strconv.Atoi(v)
 		}
@@ -351,7 +353,8 @@ func markUnreadable(env *herald.Envelope, problem error) {
 // messageEnvelope reads an event message's content: a JSON object of the
 // envelope's fields (id, seq, topic, key, type, aggregate_type,
 // aggregate_id, payload in base64, headers, event_version,
-// aggregate_version, created_at), as heraldpg's writers emit it. ok is
+// aggregate_version, created_at, available_at), as heraldpg's writers
+// emit it. ok is
 // false when it has no id (a UUID) or no topic: no event can be named.
 // Otherwise env holds what could be read and problem says what could
 // not, if anything; strings lose their NUL bytes, which no text column
@@ -420,6 +423,7 @@ func messageEnvelope(content []byte) (env herald.Envelope, ok bool, problem erro
 		env.AggregateVersion = 0
 	}
 	note("created_at", readField(fields, "created_at", &env.CreatedAt))
+	note("available_at", readField(fields, "available_at", &env.AvailableAt))
 	return env, true, problem
 }
 

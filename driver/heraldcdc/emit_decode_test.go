@@ -36,7 +36,8 @@ func TestDecoderReadsEventMessagesInTheirPlace(t *testing.T) {
 	d := newDecoder(3, 1<<20)
 	m1 := `{"id":"0190a5d0-0000-7000-8000-000000000001","seq":41,"topic":"orders","key":"k","type":"order.placed",` +
 		`"aggregate_type":"order","aggregate_id":"42","payload":"aGVsbG8=","headers":{"X-Tenant":"acme"},` +
-		`"event_version":3,"aggregate_version":7,"created_at":"2026-01-02T03:04:05.123456+00:00"}`
+		`"event_version":3,"aggregate_version":7,"created_at":"2026-01-02T03:04:05.123456+00:00",` +
+		`"available_at":"2031-02-03T04:05:06.789Z"}`
 	// As plain SQL may write it: no seq, key and the rest left out,
 	// PostgreSQL's base64 with a line break.
 	m2 := `{"id":"0190A5D000007000800000000000002A","topic":"orders","payload":"AAEC\nAw=="}`
@@ -61,7 +62,7 @@ func TestDecoderReadsEventMessagesInTheirPlace(t *testing.T) {
 	require.Equal(t, herald.Envelope{
 		Message: herald.Message{ID: "0190a5d0-0000-7000-8000-000000000001", Topic: "orders", Key: "k", Type: "order.placed",
 			AggregateType: "order", AggregateID: "42", Payload: []byte("hello"), Headers: map[string]string{"X-Tenant": "acme"},
-			EventVersion: 3, AggregateVersion: 7},
+			EventVersion: 3, AggregateVersion: 7, AvailableAt: time.Date(2031, 2, 3, 4, 5, 6, 789000000, time.UTC)},
 		Seq: 41, Attempt: 1, CreatedAt: time.Date(2026, 1, 2, 3, 4, 5, 123456000, time.UTC),
 	}, normalized(got[1]))
 	require.Equal(t, herald.Envelope{
@@ -135,18 +136,19 @@ func TestDecoderMarksAnEventMessageWithFieldsThatCannotBeRead(t *testing.T) {
 	t.Parallel()
 	const id = `"id":"0190a5d0-0000-7000-8000-000000000001","topic":"orders"`
 	for what, tc := range map[string]struct{ content, reason string }{
-		"a payload that is not base64": {`{` + id + `,"payload":"{\"total\":4200}"}`, "payload: illegal base64"},
-		"no payload":                   {`{` + id + `}`, "payload: missing"},
-		"headers that are no object":   {`{` + id + `,"payload":"","headers":"x"}`, "headers: not a JSON object of strings"},
-		"a header that is no string":   {`{` + id + `,"payload":"","headers":{"a":"b","n":1}}`, `headers: "n" is not a string`},
-		"a NUL in a header":            {`{` + id + `,"payload":"","headers":{"a":"b\u0000c"}}`, `headers: "a" contains a NUL byte`},
-		"a NUL in the key":             {`{` + id + `,"payload":"","key":"k\u0000"}`, "key: contains a NUL byte"},
-		"a key that is no string":      {`{` + id + `,"payload":"","key":7}`, "key: json: cannot unmarshal"},
-		"an event version of 0":        {`{` + id + `,"payload":"","event_version":0}`, "event_version: 0 is not between"},
-		"a fractional event version":   {`{` + id + `,"payload":"","event_version":1.5}`, "event_version: json"},
-		"a negative aggregate version": {`{` + id + `,"payload":"","aggregate_version":-3}`, "aggregate_version: -3 is negative"},
-		"a created_at that is no time": {`{` + id + `,"payload":"","created_at":"infinity"}`, "created_at:"},
-		"content that is not UTF-8":    {`{` + id + `,"payload":"","type":"` + "\xff" + `"}`, "content: not valid UTF-8"},
+		"a payload that is not base64":    {`{` + id + `,"payload":"{\"total\":4200}"}`, "payload: illegal base64"},
+		"no payload":                      {`{` + id + `}`, "payload: missing"},
+		"headers that are no object":      {`{` + id + `,"payload":"","headers":"x"}`, "headers: not a JSON object of strings"},
+		"a header that is no string":      {`{` + id + `,"payload":"","headers":{"a":"b","n":1}}`, `headers: "n" is not a string`},
+		"a NUL in a header":               {`{` + id + `,"payload":"","headers":{"a":"b\u0000c"}}`, `headers: "a" contains a NUL byte`},
+		"a NUL in the key":                {`{` + id + `,"payload":"","key":"k\u0000"}`, "key: contains a NUL byte"},
+		"a key that is no string":         {`{` + id + `,"payload":"","key":7}`, "key: json: cannot unmarshal"},
+		"an event version of 0":           {`{` + id + `,"payload":"","event_version":0}`, "event_version: 0 is not between"},
+		"a fractional event version":      {`{` + id + `,"payload":"","event_version":1.5}`, "event_version: json"},
+		"a negative aggregate version":    {`{` + id + `,"payload":"","aggregate_version":-3}`, "aggregate_version: -3 is negative"},
+		"a created_at that is no time":    {`{` + id + `,"payload":"","created_at":"infinity"}`, "created_at:"},
+		"an available_at that is no time": {`{` + id + `,"payload":"","available_at":"tomorrow"}`, "available_at:"},
+		"content that is not UTF-8":       {`{` + id + `,"payload":"","type":"` + "\xff" + `"}`, "content: not valid UTF-8"},
 	} {
 		env, ok, problem := messageEnvelope([]byte(tc.content))
 		require.True(t, ok, what)

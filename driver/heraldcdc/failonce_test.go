@@ -8,40 +8,18 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/herald-outbox/herald"
-	"github.com/herald-outbox/herald/driver/heraldcdc"
-	"github.com/herald-outbox/herald/driver/heralddrivertest"
-	"github.com/herald-outbox/herald/driver/heraldpg"
 	kit "github.com/herald-outbox/herald/heraldtest" // the users' test kit (Recorder), not internal/heraldtest
 )
 
-// startFailOnceRelay runs a relay on f's outbox that reads a new change
-// stream (creating the slot) and publishes to a Recorder, which fails the
-// event whose payload is failing once, with an ordinary, retried error.
-// Short pauses and retries keep the write-back's polling path quick. The
-// relay stops, then the source closes, when the test ends.
+// startFailOnceRelay runs a relay (startRelay) on f's outbox that reads
+// a new change stream (cdcSource) and publishes to a Recorder, which
+// fails the event whose payload is failing once, with an ordinary,
+// retried error.
 func startFailOnceRelay(t *testing.T, f fixture, failing string) *kit.Recorder {
 	t.Helper()
-	ctx := context.Background()
-	store, err := heraldpg.New(f.pool, &heraldpg.Config{})
-	require.NoError(t, err)
-	src, err := heraldcdc.NewSource(ctx, heraldcdc.Config{ConnString: f.dsn, CreateSlot: true,
-		StatusInterval: 50 * time.Millisecond, HeartbeatInterval: 20 * time.Millisecond, Logger: heralddrivertest.Logger(t)})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = src.Close() })
-
 	rec := &kit.Recorder{}
 	rec.Fail(kit.Failure{Match: func(env herald.Envelope) bool { return string(env.Payload) == failing }, Times: 1})
-	r, err := herald.NewRelay(&herald.RelayConfig{Store: store, Source: src, Publisher: rec, Logger: heralddrivertest.Logger(t),
-		BatchSize: 16, PollInterval: 5 * time.Millisecond, IdlePollInterval: 20 * time.Millisecond,
-		Retry:            herald.RetryPolicy{Base: 10 * time.Millisecond, Cap: 50 * time.Millisecond},
-		OutageBackoffCap: 200 * time.Millisecond})
-	require.NoError(t, err)
-	require.NoError(t, r.Start(ctx))
-	t.Cleanup(func() { // before the source closes
-		stop, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		require.NoError(t, r.Stop(stop))
-	})
+	startRelay(t, f.driver(t), f.cdcSource(t), rec)
 	return rec
 }
 

@@ -43,6 +43,7 @@ type Source struct {
 	standby bool    // another reader streams the slot: Next waits for it
 	closed  bool
 	quit    chan struct{} // closed by Close: ends open's waits
+	skipped int64         // SkippedMessages of the streams before s.stream
 
 	// Next's own, never used concurrently.
 	tracker  *Tracker
@@ -362,6 +363,9 @@ func (s *Source) open(ctx context.Context) (*Stream, error) {
 				return nil, errSourceClosed
 			}
 			took := s.standby
+			if s.stream != nil {
+				s.skipped += s.stream.SkippedMessages()
+			}
 			s.stream, s.broken, s.standby = st, false, false
 			s.tracker, s.held, s.heldRows, s.reading = NewTracker(st.Start()), nil, 0, Txn{}
 			if took {
@@ -470,6 +474,20 @@ func (s *Source) Confirmed() pglogrepl.LSN {
 // the commit time of the oldest transaction read and not confirmed, for
 // the slot's lag in time (heraldcdcprom). While the source reconnects it
 // is the failed stream's; none before the Source first held the slot.
+// SkippedMessages counts the logical decoding messages of the outbox's
+// event prefix that the Source's streams skipped as no event (not
+// transactional, or without an id or a topic), each logged as an error:
+// they leave no dead letter. It goes on counting across reconnections.
+func (s *Source) SkippedMessages() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := s.skipped
+	if s.stream != nil {
+		n += s.stream.SkippedMessages()
+	}
+	return n
+}
+
 func (s *Source) OldestUnconfirmed() (time.Time, bool) {
 	s.mu.Lock()
 	st := s.stream

@@ -93,6 +93,52 @@ func TestEmitMessages(t *testing.T) {
 		require.Equal(t, want, got)
 	})
 
+	// The rows the fallback inserts hold what an insert's would: every
+	// field, read back from the JSON the writer encodes.
+	t.Run("ReadyInsertsKeepEveryField", func(t *testing.T) {
+		t.Parallel()
+		ctx := context.Background()
+		d := setupEmitting(t, heraldpg.Config{}, false)
+		plainCfg := *d.Config
+		plainCfg.EmitMessages = false
+		plain, err := heraldpg.NewWriter(&plainCfg)
+		require.NoError(t, err)
+		full := herald.Message{Topic: "orders", Key: "k\u00e9<&>", Type: "order.placed", AggregateType: "order",
+			AggregateID: "42", EventVersion: 3, AggregateVersion: 7,
+			Headers:     map[string]string{"X-Tenant": "acme", "X-Quote": `"\`},
+			AvailableAt: time.Date(2031, 2, 3, 4, 5, 6, 789000, time.UTC), Payload: []byte{0, 1, 2, 0xff, '"'}}
+		bare := herald.Message{Topic: "orders", Payload: nil}
+		var ids [2][2]string
+		for i, m := range []herald.Message{full, bare} {
+			for j, w := range []*herald.Writer[pgx.Tx]{d.Writer, plain} {
+				m.ID = herald.NewID()
+				ids[i][j] = m.ID
+				require.NoError(t, pgx.BeginFunc(ctx, d.Pool, func(tx pgx.Tx) error { return w.WriteTx(ctx, tx, m) }))
+			}
+		}
+		row := func(id string) []any {
+			var (
+				topic, key, typ, aggType, aggID, headers, state string
+				payload                                         []byte
+				available                                       time.Time
+				version                                         int
+				aggVersion                                      *int64
+			)
+			require.NoError(t, d.Pool.QueryRow(ctx, `SELECT topic, key, type, aggregate_type, aggregate_id, headers::text,
+				state, payload, available_at, event_version, aggregate_version FROM `+d.Store.Table()+` WHERE id = $1`, id).
+				Scan(&topic, &key, &typ, &aggType, &aggID, &headers, &state, &payload, &available, &version, &aggVersion))
+			if available.After(time.Now().Add(time.Hour)) {
+				return []any{topic, key, typ, aggType, aggID, headers, state, payload, available.UTC(), version, aggVersion}
+			}
+			// Not delayed: now() of its own transaction.
+			return []any{topic, key, typ, aggType, aggID, headers, state, payload, "now", version, aggVersion}
+		}
+		for i := range ids {
+			require.Equal(t, row(ids[i][1]), row(ids[i][0]), "message %d: the emitting writer's row, then the inserting one's", i)
+		}
+		require.Equal(t, full.AvailableAt, row(ids[0][0])[8])
+	})
+
 	// The statement names the table, so it holds the table's lock to the
 	// end of the producer's transaction: the switch back to polling waits
 	// for that transaction, which therefore commits before the switch,
@@ -157,6 +203,7 @@ type emitted struct {
 	EventVersion     int               `json:"event_version"`
 	AggregateVersion *int64            `json:"aggregate_version"`
 	CreatedAt        time.Time         `json:"created_at"`
+	AvailableAt      *time.Time        `json:"available_at"`
 }
 
 // The messages as logical decoding reads them, from a temporary slot of
@@ -200,7 +247,7 @@ func TestEmitMessagesKeepTheOrderGiven(t *testing.T) {
 	}
 	versioned := herald.Message{ID: herald.NewID(), Topic: "orders", Key: "k", Type: "order.placed", AggregateType: "order",
 		AggregateID: "42", EventVersion: 3, AggregateVersion: 7, Headers: map[string]string{"X-Tenant": "acme"},
-		Payload: []byte{0, 1, 2, 0xff}}
+		Payload: []byte{0, 1, 2, 0xff}, AvailableAt: time.Date(2031, 2, 3, 4, 5, 6, 789000, time.UTC)}
 	many := messages(300)
 	for i := range many {
 		many[i].ID = herald.NewID()
@@ -247,7 +294,9 @@ func TestEmitMessagesKeepTheOrderGiven(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, versioned.Payload, payload)
 	require.Positive(t, first.Seq)
-	first.CreatedAt, first.Payload, first.Seq = time.Time{}, "", 0
+	require.NotNil(t, first.AvailableAt)
+	require.True(t, versioned.AvailableAt.Equal(*first.AvailableAt), "available_at: %v", *first.AvailableAt)
+	first.CreatedAt, first.Payload, first.Seq, first.AvailableAt = time.Time{}, "", 0, nil
 	seven := int64(7)
 	require.Equal(t, emitted{ID: versioned.ID, Topic: "orders", Key: "k", Type: "order.placed", AggregateType: "order",
 		AggregateID: "42", Headers: map[string]string{"X-Tenant": "acme"}, EventVersion: 3, AggregateVersion: &seven}, first)
@@ -258,6 +307,7 @@ func TestEmitMessagesKeepTheOrderGiven(t *testing.T) {
 		require.Zero(t, e.EventVersion, "event_version 1")
 		require.Nil(t, e.AggregateVersion, "no aggregate_version")
 		require.Nil(t, e.Headers, "no headers")
+		require.Nil(t, e.AvailableAt, "no available_at")
 		require.Empty(t, e.Type+e.AggregateType+e.AggregateID)
 		require.Equal(t, many[i].Key, e.Key)
 	}

@@ -82,25 +82,24 @@ const (
 	// pipeline, and each call writes its WAL record as it runs
 	// (TestEmitMessagesKeepTheOrderGiven reads them back).
 	//
-	// The content is the envelope as JSON: a seq drawn from the table's
-	// sequence, as an insert's would be (so that an event the relay
-	// writes back keeps its place among its key's rows, see returnSQL),
-	// created_at by the database clock (now(), as the column's default),
-	// the payload in base64, and no field whose value is the column's
-	// default (an empty key, type, aggregate or headers, event_version 1,
-	// no aggregate_version): fewer bytes of WAL. driver/heraldcdc reads
-	// it.
+	// The content is the event as a JSON object (emitBody), which the
+	// writer encodes, payload in base64 and no field whose value is the
+	// column's default; the statement puts two fields in front of it: a
+	// seq drawn from the table's sequence, as an insert's would be (so
+	// that an event the relay writes back keeps its place among its key's
+	// rows, see returnSQL), and created_at by the database clock (now(),
+	// as the column's default; to_json writes ISO 8601 whatever the
+	// session's DateStyle). Splicing text costs the database a few
+	// microseconds per event, less than building the object in SQL or
+	// inserting a row with its index entries (BenchmarkWriteTxCDC). Only
+	// the fallback insert reads the JSON back. driver/heraldcdc decodes
+	// the messages.
 	emitOneSQL = `WITH m AS (
-		SELECT $1::uuid AS id, $2::text AS topic, $3::text AS key, $4::text AS type, $5::text AS aggregate_type,
-		       $6::text AS aggregate_id, $7::bytea AS payload, $8::text AS headers, $9::timestamptz AS available_at,
-		       $10::int4 AS event_version, $11::int8 AS aggregate_version, 1 AS n, ` + emitStreamedSQL + ` AS streamed
+		SELECT $1::text AS body, 1 AS n, ` + emitStreamedSQL + ` AS streamed
 	)` + emitTailSQL
 	emitManySQL = `WITH m AS (
-		SELECT u.*, ` + emitStreamedSQL + ` AS streamed
-		FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[],
-		            $7::bytea[], $8::text[], $9::timestamptz[], $10::int4[], $11::int8[])
-		     WITH ORDINALITY AS u(id, topic, key, type, aggregate_type, aggregate_id, payload, headers, available_at,
-		                          event_version, aggregate_version, n)
+		SELECT b.body, b.n, ` + emitStreamedSQL + ` AS streamed
+		FROM unnest($1::text[]) WITH ORDINALITY AS b(body, n)
 	)` + emitTailSQL
 	emitStreamedSQL = `coalesce((
 			SELECT pg_get_expr(ad.adbin, ad.adrelid) IN ('''streamed''::text', '''streamed''')
@@ -110,19 +109,18 @@ const (
 		INSERT INTO {{.Table}}
 		(id, topic, key, type, aggregate_type, aggregate_id, payload, headers, available_at,
 		 event_version, aggregate_version)
-		SELECT m.id, m.topic, m.key, m.type, m.aggregate_type, m.aggregate_id, m.payload,
-		       m.headers::jsonb, coalesce(m.available_at, now()), m.event_version, m.aggregate_version
-		FROM m WHERE NOT m.streamed
-		ORDER BY m.n
+		SELECT (k.j->>'id')::uuid, k.j->>'topic', coalesce(k.j->>'key', ''), coalesce(k.j->>'type', ''),
+		       coalesce(k.j->>'aggregate_type', ''), coalesce(k.j->>'aggregate_id', ''),
+		       decode(k.j->>'payload', 'base64'), coalesce(k.j->'headers', '{}'),
+		       coalesce((k.j->>'available_at')::timestamptz, now()), coalesce((k.j->>'event_version')::int4, 1),
+		       (k.j->>'aggregate_version')::int8
+		FROM (SELECT m.n, m.body::jsonb AS j FROM m WHERE NOT m.streamed) k
+		ORDER BY k.n
 	)
-	SELECT pg_logical_emit_message(true, '{{.EventPrefix}}', json_strip_nulls(json_build_object(
-		'id', e.id, 'seq', nextval((SELECT pg_get_serial_sequence('{{.Table}}', 'seq'))::regclass),
-		'topic', e.topic, 'key', nullif(e.key, ''), 'type', nullif(e.type, ''),
-		'aggregate_type', nullif(e.aggregate_type, ''), 'aggregate_id', nullif(e.aggregate_id, ''),
-		'payload', encode(e.payload, 'base64'), 'headers', nullif(e.headers, '{}')::json,
-		'event_version', nullif(e.event_version, 1), 'aggregate_version', e.aggregate_version,
-		'created_at', now()))::text)
-	FROM (SELECT * FROM m WHERE m.streamed ORDER BY m.n OFFSET 0) e`
+	SELECT pg_logical_emit_message(true, '{{.EventPrefix}}',
+		'{"seq":' || nextval((SELECT pg_get_serial_sequence('{{.Table}}', 'seq'))::regclass) ||
+		',"created_at":' || to_json(now())::text || ',' || substr(e.body, 2))
+	FROM (SELECT m.body FROM m WHERE m.streamed ORDER BY m.n OFFSET 0) e`
 
 	// The claim: one index probe for the oldest ready rows, locked with
 	// SKIP LOCKED so concurrent relays take different rows, and marked in
@@ -423,6 +421,11 @@ const (
 	// still there: it has no envelope to insert. {{.Conflict}} is the
 	// primary key: id, or (id, created_at) on a partitioned table.
 	//
+	// available_at: after the delay the outcome asks for, and never
+	// before the event's own (Message.AvailableAt; NULL when it has none,
+	// which greatest ignores): an event the relay held because it was not
+	// due yet waits in the table until it is.
+	//
 	// Seq: the seq given (the row's) keeps the event's place in its key
 	// (the column is an identity BY DEFAULT). An event without one (0: a
 	// logical decoding message written without a seq, which has no row)
@@ -435,10 +438,10 @@ const (
 	returnSQL = `WITH r AS (
 		SELECT * FROM unnest($1::uuid[], $2::bigint[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[],
 		                     $8::bytea[], $9::text[], $10::timestamptz[], $11::int4[], $12::int8[],
-		                     $13::boolean[], $14::boolean[], $15::int4[], $16::bigint[], $17::text[])
+		                     $13::boolean[], $14::boolean[], $15::int4[], $16::bigint[], $17::text[], $24::timestamptz[])
 		     WITH ORDINALITY AS r(id, seq, topic, key, type, aggregate_type, aggregate_id,
 		                          payload, headers, created_at, event_version, aggregate_version,
-		                          dead, park, attempts, delay_us, err, n)
+		                          dead, park, attempts, delay_us, err, available_at, n)
 	), w AS (
 		SELECT r.*, bool_or(r.seq <= 0) OVER (PARTITION BY r.topic, r.key ORDER BY r.n) AS fresh
 		FROM r
@@ -453,7 +456,8 @@ const (
 		       s.topic, s.key, s.type, s.aggregate_type, s.aggregate_id, s.payload, s.headers::jsonb,
 		       coalesce(s.created_at, now()), s.event_version, s.aggregate_version,
 		       CASE WHEN s.dead THEN 'dead' ELSE 'ready' END, s.attempts,
-		       now() + s.delay_us * interval '1 microsecond', CASE WHEN s.dead THEN now() END, s.park, s.err
+		       greatest(now() + s.delay_us * interval '1 microsecond', s.available_at),
+		       CASE WHEN s.dead THEN now() END, s.park, s.err
 		FROM (SELECT * FROM w ORDER BY w.n OFFSET 0) s
 		ON CONFLICT ({{.Conflict}}) DO UPDATE
 		SET seq = EXCLUDED.seq, state = EXCLUDED.state, attempts = EXCLUDED.attempts, available_at = EXCLUDED.available_at,

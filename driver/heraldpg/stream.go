@@ -90,7 +90,7 @@ type returnWrites struct {
 	ids, topics, keys, types, aggTypes, aggIDs, headers []string
 	seqs                                                []int64
 	payloads                                            [][]byte
-	created                                             []*time.Time
+	created, available                                  []*time.Time
 	versions                                            []int32
 	aggVers                                             []*int64
 	events                                              outcomeColumns
@@ -199,6 +199,7 @@ func (w *returnWrites) addEvent(env *herald.Envelope, f herald.Failure) error {
 	w.payloads, w.headers, w.created = append(w.payloads, payload(env.Payload)), append(w.headers, h), append(w.created, created)
 	w.versions = append(w.versions, eventVersion(env.EventVersion))
 	w.aggVers = append(w.aggVers, aggregateVersion(env.AggregateVersion))
+	w.available = append(w.available, availableAt(env.AvailableAt))
 	return nil
 }
 
@@ -211,6 +212,7 @@ func (w returnWrites) args() []any {
 		nonNil(w.payloads), nonNil(w.headers), nonNil(w.created), nonNil(w.versions), nonNil(w.aggVers),
 		nonNil(e.dead), nonNil(e.park), nonNil(e.attempts), nonNil(e.delayUS), nonNil(e.err),
 		nonNil(w.unreadableIDs), nonNil(u.dead), nonNil(u.park), nonNil(u.attempts), nonNil(u.delayUS), nonNil(u.err),
+		nonNil(w.available),
 	}
 }
 

@@ -3,6 +3,7 @@ package heraldpg
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 
 	"fmt"
 	"time"
@@ -43,12 +44,15 @@ func writerConfig(cfg *Config) *herald.WriterConfig {
 }
 
 // inserter holds a writer's statements: the insert of one message and of
-// many (with Config.EmitMessages, the statements that emit them as
-// logical decoding messages instead, or insert them on a table that is
-// not streamed: emitOneSQL, with the same arguments), and with
-// Config.DeleteAfterInsert the deletes that follow them (empty
+// many (with Config.EmitMessages, emit set, the statements that emit them
+// as logical decoding messages instead, or insert them on a table that is
+// not streamed: emitOneSQL, whose argument is the events as JSON), and
+// with Config.DeleteAfterInsert the deletes that follow them (empty
 // otherwise).
-type inserter struct{ one, many, delOne, delMany string }
+type inserter struct {
+	one, many, delOne, delMany string
+	emit                       bool
+}
 
 func newInserter(cfg *Config) (inserter, error) {
 	n, err := cfg.names()
@@ -59,7 +63,7 @@ func newInserter(cfg *Config) (inserter, error) {
 	in := inserter{one: q.insertOne, many: q.insertMany}
 	switch {
 	case cfg != nil && cfg.EmitMessages:
-		in.one, in.many = q.emitOne, q.emitMany
+		in.one, in.many, in.emit = q.emitOne, q.emitMany, true
 	case cfg != nil && cfg.DeleteAfterInsert:
 		in.delOne, in.delMany = q.deleteOne, q.deleteMany
 	}
@@ -107,6 +111,9 @@ func (in inserter) execTx(ctx context.Context, x Execer, msgs []herald.Message) 
 // trip: a plain VALUES insert for one message (the common case, cheapest to
 // plan), arrays for more.
 func (in inserter) statement(msgs []herald.Message) (string, []any, error) {
+	if in.emit {
+		return in.emitStatement(msgs)
+	}
 	if len(msgs) == 1 {
 		m := msgs[0]
 		h, err := encodeHeaders(m.Headers)
@@ -136,6 +143,49 @@ func (in inserter) statement(msgs []herald.Message) (string, []any, error) {
 		versions[i], aggVers[i] = eventVersion(m.EventVersion), aggregateVersion(m.AggregateVersion)
 	}
 	return in.many, []any{ids, topics, keys, types, aggTypes, aggIDs, payloads, headers, avail, versions, aggVers}, nil
+}
+
+// emitBody is the content of an event's logical decoding message
+// (Config.EmitMessages) as the writer encodes it: the README's fields, but
+// for the seq and created_at that emitOneSQL puts in front; none whose
+// value is the column's default.
+type emitBody struct {
+	ID               string            `json:"id"`
+	Topic            string            `json:"topic"`
+	Key              string            `json:"key,omitempty"`
+	Type             string            `json:"type,omitempty"`
+	AggregateType    string            `json:"aggregate_type,omitempty"`
+	AggregateID      string            `json:"aggregate_id,omitempty"`
+	Payload          []byte            `json:"payload"` // base64
+	Headers          map[string]string `json:"headers,omitempty"`
+	EventVersion     int32             `json:"event_version,omitempty"` // omitted when 1
+	AggregateVersion int64             `json:"aggregate_version,omitempty"`
+	AvailableAt      *time.Time        `json:"available_at,omitempty"`
+}
+
+// emitStatement returns the statement that emits msgs, validated by
+// herald.Prepare (valid UTF-8 and no NUL in every string, so JSON carries
+// them unchanged), with the events as JSON: one for one message, an
+// array for more.
+func (in inserter) emitStatement(msgs []herald.Message) (string, []any, error) {
+	bodies := make([]string, len(msgs))
+	for i, m := range msgs {
+		b := emitBody{ID: m.ID, Topic: m.Topic, Key: m.Key, Type: m.Type, AggregateType: m.AggregateType,
+			AggregateID: m.AggregateID, Payload: payload(m.Payload), Headers: m.Headers,
+			AggregateVersion: max(m.AggregateVersion, 0), AvailableAt: availableAt(m.AvailableAt)}
+		if v := eventVersion(m.EventVersion); v != 1 {
+			b.EventVersion = v
+		}
+		enc, err := json.Marshal(b)
+		if err != nil {
+			return "", nil, fmt.Errorf("heraldpg: encoding event %s: %w", m.ID, err)
+		}
+		bodies[i] = string(enc)
+	}
+	if len(msgs) == 1 {
+		return in.one, []any{bodies[0]}, nil
+	}
+	return in.many, []any{bodies}, nil
 }
 
 // eventVersion is the event_version column's value: 1 for a message that

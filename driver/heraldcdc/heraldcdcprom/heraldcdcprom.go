@@ -27,6 +27,11 @@ type Config struct {
 	// *heraldcdc.Stream or a *heraldcdc.Source. Without it that metric is
 	// not exported.
 	Stream Unconfirmed
+	// Skipped, when set, gives herald_cdc_skipped_messages_total: the
+	// messages of the outbox's event prefix the stream skipped as no
+	// event, which leave no dead letter. A *heraldcdc.Stream or a
+	// *heraldcdc.Source. Without it that metric is not exported.
+	Skipped Skipper
 	// Timeout bounds each scrape's query. Defaults to 5s.
 	Timeout time.Duration
 	// Logger defaults to slog.Default().
@@ -42,6 +47,11 @@ type Unconfirmed interface {
 	OldestUnconfirmed() (time.Time, bool)
 }
 
+// Skipper counts the event messages a stream skipped.
+type Skipper interface {
+	SkippedMessages() int64
+}
+
 // Statuses are the wal_status values herald_cdc_slot_wal_status reports,
 // one series each: PostgreSQL's four and missing, for a slot that does
 // not exist.
@@ -51,7 +61,7 @@ var Statuses = []string{"reserved", "extended", "unreserved", "lost", "missing"}
 type Collector struct {
 	cfg                                     Config
 	retained, lag, lagSeconds, active, safe *prometheus.Desc
-	status                                  *prometheus.Desc
+	status, skipped                         *prometheus.Desc
 }
 
 // New returns a Collector.
@@ -80,12 +90,14 @@ func New(cfg Config) (*Collector, error) {
 		active:     prometheus.NewDesc("herald_cdc_slot_active", "1 while a stream reads the slot.", nil, l),
 		safe:       prometheus.NewDesc("herald_cdc_slot_safe_wal_bytes", "WAL that may still be written before the slot is in danger of being lost (max_slot_wal_keep_size); absent when unlimited.", nil, l),
 		status:     prometheus.NewDesc("herald_cdc_slot_wal_status", "1 for the slot's wal_status, 0 for the others.", []string{"status"}, l),
+		skipped: prometheus.NewDesc("herald_cdc_skipped_messages_total",
+			"Logical decoding messages of the outbox's event prefix skipped as no event (not transactional, or no id or topic); each is logged and leaves no dead letter.", nil, l),
 	}, nil
 }
 
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.retained, c.lag, c.lagSeconds, c.active, c.safe, c.status} {
+	for _, d := range []*prometheus.Desc{c.retained, c.lag, c.lagSeconds, c.active, c.safe, c.status, c.skipped} {
 		ch <- d
 	}
 }
@@ -100,6 +112,9 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 			lag = max(0, c.cfg.Now().Sub(t).Seconds())
 		}
 		ch <- prometheus.MustNewConstMetric(c.lagSeconds, prometheus.GaugeValue, lag)
+	}
+	if c.cfg.Skipped != nil {
+		ch <- prometheus.MustNewConstMetric(c.skipped, prometheus.CounterValue, float64(c.cfg.Skipped.SkippedMessages()))
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.Timeout)
 	defer cancel()

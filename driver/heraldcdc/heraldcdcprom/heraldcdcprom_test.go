@@ -34,6 +34,9 @@ func gauge(t *testing.T, reg *prometheus.Registry, name string, labels map[strin
 					continue next
 				}
 			}
+			if m.GetCounter() != nil {
+				return m.GetCounter().GetValue(), true
+			}
 			return m.GetGauge().GetValue(), true
 		}
 	}
@@ -68,7 +71,7 @@ func TestCollectorFollowsTheSlot(t *testing.T) {
 	require.NoError(t, err)
 	defer s.Close()
 	now := time.Now()
-	c, err := heraldcdcprom.New(heraldcdcprom.Config{Querier: pool, Stream: s, Logger: slog.New(slog.DiscardHandler), Now: func() time.Time { return now }})
+	c, err := heraldcdcprom.New(heraldcdcprom.Config{Querier: pool, Stream: s, Skipped: s, Logger: slog.New(slog.DiscardHandler), Now: func() time.Time { return now }})
 	require.NoError(t, err)
 	require.NoError(t, reg.Register(c))
 
@@ -103,11 +106,19 @@ func TestCollectorFollowsTheSlot(t *testing.T) {
 	s.Confirm(tx.End)
 	v, _ = gauge(t, reg, "herald_cdc_slot_lag_seconds", nil)
 	require.Zero(t, v, "nothing unconfirmed")
+	v, _ = gauge(t, reg, "herald_cdc_skipped_messages_total", nil)
+	require.Zero(t, v)
+	// A message of the event prefix that is no event (not transactional),
+	// then an insert: once the insert is read, the message was skipped.
+	_, err = pool.Exec(ctx, `SELECT pg_logical_emit_message(false, 'herald.event:public.herald_outbox', 'x')`)
+	require.NoError(t, err)
 	_, err = pool.Exec(ctx, `INSERT INTO herald_outbox (topic, payload) VALUES ('orders', 'y')`)
 	require.NoError(t, err)
 	tx, err = s.Next(nctx)
 	require.NoError(t, err)
 	s.Confirm(tx.End)
+	v, _ = gauge(t, reg, "herald_cdc_skipped_messages_total", nil)
+	require.Equal(t, 1.0, v, "the skipped message is counted")
 	// The slot's restart_lsn moves to a point PostgreSQL logs at
 	// checkpoints once a confirmation passes it: checkpoint, and confirm
 	// one more transaction, until it has.
