@@ -470,10 +470,6 @@ func (s *Source) Confirmed() pglogrepl.LSN {
 	return st.Confirmed()
 }
 
-// OldestUnconfirmed is Stream.OldestUnconfirmed of the current stream:
-// the commit time of the oldest transaction read and not confirmed, for
-// the slot's lag in time (heraldcdcprom). While the source reconnects it
-// is the failed stream's; none before the Source first held the slot.
 // SkippedMessages counts the logical decoding messages of the outbox's
 // event prefix that the Source's streams skipped as no event (not
 // transactional, or without an id or a topic), each logged as an error:
@@ -488,6 +484,10 @@ func (s *Source) SkippedMessages() int64 {
 	return n
 }
 
+// OldestUnconfirmed is Stream.OldestUnconfirmed of the current stream:
+// the commit time of the oldest transaction read and not confirmed, for
+// the slot's lag in time (heraldcdcprom). While the source reconnects it
+// is the failed stream's; none before the Source first held the slot.
 func (s *Source) OldestUnconfirmed() (time.Time, bool) {
 	s.mu.Lock()
 	st := s.stream
