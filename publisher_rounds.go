@@ -38,24 +38,25 @@ func SendInRounds(ctx context.Context, batch []Envelope, perKey int, send RoundF
 	perKey = max(perKey, 1)
 	errs := make([]error, len(batch))
 	sent := make([]bool, len(batch))
-	closed := map[string]string{} // ordered key -> id of its failed event
+	closed := map[TopicKey]string{} // ordered key -> id of its failed event
 	round := make([]int, 0, len(batch))
+	taken := map[TopicKey]int{}
 	for first := true; ; first = false {
 		round = round[:0]
-		taken := map[string]int{}
+		clear(taken)
 		for i := range batch {
 			env := &batch[i]
-			k := orderKey(env)
+			k, ordered := orderKey(env)
 			switch {
 			case sent[i]:
-			case k == "" && !first:
+			case !ordered && !first:
 				// Unordered events all went in the first round.
-			case k != "" && closed[k] != "":
+			case ordered && closed[k] != "":
 				errs[i], sent[i] = fmt.Errorf("herald: event %s not sent after event %s of its key failed: %w",
 					env.ID, closed[k], ErrHeldBack), true
-			case k != "" && taken[k] >= perKey:
+			case ordered && taken[k] >= perKey:
 			default:
-				if k != "" {
+				if ordered {
 					taken[k]++
 				}
 				round = append(round, i)
@@ -80,7 +81,7 @@ func SendInRounds(ctx context.Context, batch []Envelope, perKey int, send RoundF
 			return notSent(errs, sent, stop)
 		}
 		for _, i := range round {
-			if k := orderKey(&batch[i]); k != "" && errs[i] != nil && closed[k] == "" {
+			if k, ordered := orderKey(&batch[i]); ordered && errs[i] != nil && closed[k] == "" {
 				closed[k] = batch[i].ID
 			}
 		}

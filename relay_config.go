@@ -126,8 +126,12 @@ type RelayConfig struct {
 	// relay publishes the events it reads from the database's log, in
 	// commit order, and writes to the table only those that fail and the
 	// later events of their key, which it claims from there as usual
-	// (see Source). The Store must implement StreamStore. Defaults to
-	// nil: the relay claims every event from the table.
+	// (see Source). It publishes one batch of the source at a time (which
+	// keeps each key in order across batches), so a batch of it holds up
+	// to BatchSize × MaxInFlight events: what the claim path keeps in
+	// flight in several batches (the source may bound a batch's bytes:
+	// heraldcdc's BufferBytes). The Store must implement StreamStore.
+	// Defaults to nil: the relay claims every event from the table.
 	Source Source
 }
 

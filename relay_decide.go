@@ -101,14 +101,14 @@ type decision struct {
 func decide(batch []Envelope, errs []error, r decideRules) decision {
 	var (
 		d          decision
-		failedKeys map[string]bool
+		failedKeys map[TopicKey]bool
 		outageWait time.Duration
 	)
 	d.Params.Published = make([]string, 0, len(batch))
 	for i := range batch {
 		env, e := &batch[i], errs[i]
-		k := orderKey(env)
-		behind := k != "" && failedKeys[k]
+		k, ordered := orderKey(env)
+		behind := ordered && failedKeys[k]
 		if e == nil {
 			if behind {
 				d.OrderBroken++
@@ -125,9 +125,9 @@ func decide(batch []Envelope, errs []error, r decideRules) decision {
 		default:
 			f.Error = Scrub(e.Error())
 			f.Outcome, f.Delay = r.failure(env, e, &d, &outageWait)
-			if k != "" {
+			if ordered {
 				if failedKeys == nil {
-					failedKeys = map[string]bool{}
+					failedKeys = map[TopicKey]bool{}
 				}
 				failedKeys[k] = true
 			}
@@ -188,11 +188,13 @@ func (r decideRules) born(env *Envelope) time.Time {
 	return env.CreatedAt
 }
 
-// orderKey returns the key that orders env, or "" when the relay keeps no
-// order for it (an unordered topic or relay, an empty key).
-func orderKey(env *Envelope) string {
+// orderKey returns the key that orders env, and false when the relay
+// keeps no order for it (an unordered topic or relay, an empty key). A
+// TopicKey, not a joined string: the publish path asks it several times
+// per event, and it allocates nothing.
+func orderKey(env *Envelope) (TopicKey, bool) {
 	if !env.Ordered || env.Key == "" {
-		return ""
+		return TopicKey{}, false
 	}
-	return env.Topic + "\x00" + env.Key
+	return TopicKey{env.Topic, env.Key}, true
 }

@@ -44,21 +44,21 @@ func (r *Relay) process(c claimed, sent func()) {
 func (r *Relay) send(c claimed) (errs []error, whole error) {
 	errs = make([]error, len(c.batch))
 	var (
-		invalidKeys map[string]bool
+		invalidKeys map[TopicKey]bool
 		sent        []int // indexes into c.batch of the events handed to the publisher
 	)
 	for i := range c.batch {
 		env := &c.batch[i]
-		k := orderKey(env)
-		if k != "" && invalidKeys[k] {
+		k, ordered := orderKey(env)
+		if ordered && invalidKeys[k] {
 			errs[i] = ErrHeldBack
 			continue
 		}
 		if err := validate(i, &env.Message, maxStoredPayload); err != nil {
 			errs[i] = Permanent(fmt.Errorf("invalid row: %w", err))
-			if k != "" {
+			if ordered {
 				if invalidKeys == nil {
-					invalidKeys = map[string]bool{}
+					invalidKeys = map[TopicKey]bool{}
 				}
 				invalidKeys[k] = true
 			}

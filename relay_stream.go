@@ -25,7 +25,9 @@ func (r *Relay) streamLoop(ctx context.Context) {
 		if wait := r.outageWait(); wait > 0 && !r.sleep(ctx, wait) {
 			return
 		}
-		b, err := r.cfg.Source.Next(ctx, r.cfg.BatchSize)
+		// One batch in flight, as large as the claims' batches in flight
+		// together (RelayConfig.Source).
+		b, err := r.cfg.Source.Next(ctx, r.cfg.BatchSize*r.cfg.MaxInFlight)
 		if ctx.Err() != nil {
 			// A batch read as the relay stops is not done: the source hands
 			// it out again on the next start.
@@ -216,13 +218,17 @@ func (r *Relay) streamHeld(ctx context.Context, batch []Envelope, giveUp time.Du
 			return nil, end
 		}
 	}
-	send, _ := r.heldByDestination(batch)
-	sent := make(map[string]bool, len(send))
-	for _, env := range send {
-		sent[env.ID] = true
+	send, byDestination := r.heldByDestination(batch)
+	var sent map[string]bool // nil when no destination holds any
+	if len(byDestination) > 0 {
+		sent = make(map[string]bool, len(send))
+		for _, env := range send {
+			sent[env.ID] = true
+		}
 	}
 	for i, env := range batch {
-		held[i] = held[i] || isPaused[env.Topic] || !sent[env.ID] || (env.Ordered && waiting[TopicKey{env.Topic, env.Key}])
+		held[i] = held[i] || isPaused[env.Topic] || (sent != nil && !sent[env.ID]) ||
+			(env.Ordered && waiting[TopicKey{env.Topic, env.Key}])
 	}
 	return held, batchSettled
 }

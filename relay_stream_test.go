@@ -408,3 +408,35 @@ func TestAStreamedEventNotDueYetGoesToTheTable(t *testing.T) {
 	require.Equal(t, []string{delayed.ID, behind.ID, unkeyedDelayed.ID}, []string{back[0].ID, back[1].ID, back[2].ID})
 	require.True(t, back[0].AvailableAt.Equal(delayed.AvailableAt), "the event keeps its AvailableAt for the table")
 }
+
+// limitSource records the limits the relay asks its batches for.
+type limitSource struct{ limits chan int }
+
+func (s limitSource) Next(ctx context.Context, limit int) (herald.SourceBatch, error) {
+	select {
+	case s.limits <- limit:
+	default:
+	}
+	<-ctx.Done()
+	return herald.SourceBatch{}, ctx.Err()
+}
+
+// The relay publishes one batch of its source at a time, so it asks for
+// batches as large as the claims keep in flight together.
+func TestAStreamedBatchHoldsWhatTheClaimsKeepInFlight(t *testing.T) {
+	t.Parallel()
+	src := limitSource{limits: make(chan int, 1)}
+	relay, err := herald.NewRelay(&herald.RelayConfig{
+		Store: &fakeStreamStore{}, Source: src, Publisher: &publishedIDs{}, Logger: slog.New(slog.DiscardHandler),
+		BatchSize: 10, MaxInFlight: 3, IdlePollInterval: time.Hour,
+	})
+	require.NoError(t, err)
+	require.NoError(t, relay.Start(context.Background()))
+	t.Cleanup(func() { require.NoError(t, relay.Stop(context.Background())) })
+	select {
+	case limit := <-src.limits:
+		require.Equal(t, 30, limit)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the relay never asked its source for a batch")
+	}
+}

@@ -1,6 +1,7 @@
 package heraldcdc
 
 import (
+	"bytes"
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
@@ -204,37 +205,38 @@ func envelope(rel *pglogrepl.RelationMessage, tuple *pglogrepl.TupleData) (heral
 		if col.DataType != pglogrepl.TupleDataTypeText {
 			continue // NULL, or an unchanged TOAST value (never in an insert)
 		}
-		v := string(col.Data)
+		// Each value is made a string only where a field takes it: a row
+		// has a score of columns, most of them the relay's own.
 		var err error
 		switch rel.Columns[i].Name {
 		case "id":
-			env.ID = v
+			env.ID = string(col.Data)
 		case "seq":
-			env.Seq, err = strconv.ParseInt(v, 10, 64)
+			env.Seq, err = strconv.ParseInt(string(col.Data), 10, 64)
 		case "topic":
-			env.Topic = v
+			env.Topic = string(col.Data)
 		case "key":
-			env.Key = v
+			env.Key = string(col.Data)
 		case "type":
-			env.Type = v
+			env.Type = string(col.Data)
 		case "aggregate_type":
-			env.AggregateType = v
+			env.AggregateType = string(col.Data)
 		case "aggregate_id":
-			env.AggregateID = v
+			env.AggregateID = string(col.Data)
 		case "event_version":
-			env.EventVersion, err = strconv.Atoi(v)
+			env.EventVersion, err = strconv.Atoi(string(col.Data))
 		case "aggregate_version": // NULL, none, is skipped above
-			env.AggregateVersion, err = strconv.ParseInt(v, 10, 64)
+			env.AggregateVersion, err = strconv.ParseInt(string(col.Data), 10, 64)
 		case "payload":
-			env.Payload, err = hex.DecodeString(strings.TrimPrefix(v, `\x`))
+			env.Payload, err = decodeBytea(col.Data)
 		case "headers":
 			env.Headers, err = sqlstore.DecodeHeaders(col.Data)
 		case "created_at":
-			env.CreatedAt, err = time.Parse("2006-01-02 15:04:05.999999Z07", v)
+			env.CreatedAt, err = time.Parse("2006-01-02 15:04:05.999999Z07", string(col.Data))
 		case "available_at":
-			env.AvailableAt, err = time.Parse("2006-01-02 15:04:05.999999Z07", v)
+			env.AvailableAt, err = time.Parse("2006-01-02 15:04:05.999999Z07", string(col.Data))
 		case "attempts":
-			env.Attempt, err = strconv.Atoi(v)
+			env.Attempt, err = strconv.Atoi(string(col.Data))
 		}
 		if err != nil && problem == nil {
 			problem = fmt.Errorf("column %s: %w", rel.Columns[i].Name, err)
@@ -245,6 +247,15 @@ func envelope(rel *pglogrepl.RelationMessage, tuple *pglogrepl.TupleData) (heral
 		env.EventVersion = 1 // a table from before the versions' migration
 	}
 	return env, problem
+}
+
+// decodeBytea reads a bytea in the hex output format (\x and two hex
+// digits a byte), which the replication connection sets.
+func decodeBytea(text []byte) ([]byte, error) {
+	text = bytes.TrimPrefix(text, []byte(`\x`))
+	out := make([]byte, hex.DecodedLen(len(text)))
+	n, err := hex.Decode(out, text)
+	return out[:n], err
 }
 
 // messagesOption reports whether the server's pgoutput takes the messages

@@ -9,6 +9,8 @@ import (
 
 	"github.com/jackc/pglogrepl"
 	"github.com/stretchr/testify/require"
+
+	"github.com/herald-outbox/herald"
 )
 
 // pgoutput builds pgoutput messages (protocol version 1) for the decoder.
@@ -204,7 +206,7 @@ func TestCutKeepsTransactionsWholeUnlessOneAloneExceedsTheLimit(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			n, more := cut(c.held, 10)
+			n, more := cut(c.held, 10, 1<<30, 10)
 			require.Equal(t, c.n, n, "rows")
 			require.Equal(t, c.more, more, "more")
 		})
@@ -227,4 +229,56 @@ func TestConfigSizes(t *testing.T) {
 	require.ErrorContains(t, err, "Config.PartRows")
 	_, err = Config{ConnString: "x", BufferBytes: 1 << 20, PartBytes: 2 << 20}.withDefaults()
 	require.ErrorContains(t, err, "Config.PartBytes 2097152 must not exceed Config.BufferBytes 1048576")
+}
+
+// cut's byte bound: transactions join a batch while their rows' memory
+// fits in maxBytes; a first one that reaches it alone goes out as the
+// rows of it that fit (fit), at least one.
+func TestCutKeepsABatchWithinItsBytes(t *testing.T) {
+	t.Parallel()
+	whole := func(rows, bytes int) span { return span{rows: rows, bytes: bytes, last: true} }
+	for _, c := range []struct {
+		name string
+		held []span
+		fit  int
+		n    int
+		more bool
+	}{
+		{"OneThatWouldPassTheBytesWaits", []span{whole(3, 60), whole(2, 50)}, 3, 3, false},
+		{"ExactlyTheBytes", []span{whole(2, 40), whole(3, 60)}, 2, 5, false},
+		{"RoomLeftLooksForMore", []span{whole(2, 40)}, 2, 2, true},
+		{"AFirstOneOverTheBytesGoesOutAsTheRowsThatFit", []span{whole(4, 130)}, 3, 3, false},
+		{"AFirstOneStillComingOverTheBytesToo", []span{{rows: 2, bytes: 120}}, 1, 1, false},
+		{"ARowLargerThanTheBytesGoesAlone", []span{whole(1, 500), whole(1, 10)}, 1, 1, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			n, more := cut(c.held, 10, 100, c.fit)
+			require.Equal(t, c.n, n, "rows")
+			require.Equal(t, c.more, more, "more")
+		})
+	}
+}
+
+// fit counts the first transaction's rows, across its parts, from the
+// first not handed out, while their memory stays within the bound.
+func TestFitCountsTheFirstTransactionsRowsWithinTheBytes(t *testing.T) {
+	t.Parallel()
+	events := func(n int) []herald.Envelope {
+		out := make([]herald.Envelope, n)
+		for i := range out {
+			out[i].Payload = make([]byte, 1000-envelopeOverhead) // envelopeSize 1000
+		}
+		return out
+	}
+	first, second := Txn{s: &txnState{}}, Txn{s: &txnState{}}
+	s := &Source{held: []piece{
+		{tx: Transaction{Events: events(3)}, txn: first, ev: 1}, // one handed out already
+		{tx: Transaction{Events: events(2), Unreadable: []herald.Failure{{ID: "x"}}}, txn: first},
+		{tx: Transaction{Events: events(5)}, txn: second},
+	}}
+	require.Equal(t, 2, s.fit(2500))
+	require.Equal(t, 1, s.fit(500), "at least one")
+	require.Equal(t, 4, s.fit(4000), "not the unreadable row past the bound")
+	require.Equal(t, 5, s.fit(1<<20), "only the first transaction's")
 }

@@ -49,6 +49,7 @@ type Source struct {
 	tracker  *Tracker
 	held     []piece // parts read whose rows are not all handed out, oldest first
 	heldRows int     // their rows not handed out
+	heldSize int     // their parts' sizes (Transaction.size), whole until a part is all handed out
 	reading  Txn     // the transaction whose last part is still to come, if any
 }
 
@@ -141,8 +142,11 @@ func (s *Source) standBy(e *SlotInUseError) {
 // next call tries again. While another reader streams the slot (the
 // Source stands by), Next waits until it can take it, or ctx ends.
 //
-// A batch holds whole transactions, unless one alone is larger than
-// limit: then it is split, and goes out in batches as its parts arrive.
+// A batch holds whole transactions, at most limit rows and
+// Config.BufferBytes of memory (a row larger than that goes out alone),
+// unless one alone is larger than that: then it is split, and goes out in
+// batches as its parts arrive. With the stream's own buffer, the Source
+// holds at most about twice BufferBytes of events, whatever limit is.
 // So a relay that stops after a batch's Done leaves no transaction
 // partly published, which the next reader would deliver whole again,
 // unless it is larger than a batch. Which rows go out is cut's decision.
@@ -158,7 +162,7 @@ func (s *Source) Next(ctx context.Context, limit int) (herald.SourceBatch, error
 		// would ask for each (it decides only once limit rows are held or
 		// nothing more is read), and deciding once spares recounting the
 		// held transactions after every part.
-		for s.heldRows < limit && err == nil {
+		for s.heldRows < limit && s.heldSize < s.cfg.BufferBytes && err == nil {
 			part, ok := st.poll()
 			if !ok {
 				break
@@ -166,7 +170,7 @@ func (s *Source) Next(ctx context.Context, limit int) (herald.SourceBatch, error
 			err = s.take(st, part)
 		}
 		if err == nil {
-			n, more := cut(s.spans(), limit)
+			n, more := cut(s.spans(), limit, s.cfg.BufferBytes, s.fit(s.cfg.BufferBytes))
 			if !more {
 				return s.hand(st, n), nil
 			}
@@ -218,6 +222,7 @@ func (s *Source) take(st *Stream, part Transaction) error {
 	case rows > 0:
 		s.held = append(s.held, piece{tx: part, txn: txn, last: last})
 		s.heldRows += rows
+		s.heldSize += part.size
 	case last && len(s.held) > 0 && s.held[len(s.held)-1].txn == txn:
 		s.held[len(s.held)-1].last = true
 	}
@@ -239,11 +244,11 @@ func (s *Source) take(st *Stream, part Transaction) error {
 }
 
 // span is one transaction's rows held by the Source, for cut: how many
-// are not handed out yet, and whether its last part was read (no more
-// rows come).
+// are not handed out yet and what they hold in memory (envelopeSize),
+// and whether its last part was read (no more rows come).
 type span struct {
-	rows int
-	last bool
+	rows, bytes int
+	last        bool
 }
 
 // spans sums up what the Source holds, by transaction, oldest first.
@@ -255,9 +260,50 @@ func (s *Source) spans() []span {
 			out = append(out, span{})
 		}
 		out[len(out)-1].rows += p.rows()
+		out[len(out)-1].bytes += p.bytes(p.rows())
 		out[len(out)-1].last = p.last
 	}
 	return out
+}
+
+// bytes is what the next n rows of p not handed out hold in memory.
+func (p *piece) bytes(n int) int {
+	b := 0
+	for k := range min(n, p.rows()) {
+		b += p.rowBytes(k)
+	}
+	return b
+}
+
+// rowBytes is what p's k-th row not handed out holds in memory: its
+// events come first, then its unreadable rows.
+func (p *piece) rowBytes(k int) int {
+	if i := p.ev + k; i < len(p.tx.Events) {
+		return envelopeSize(&p.tx.Events[i])
+	}
+	f := &p.tx.Unreadable[p.bad+k-(len(p.tx.Events)-p.ev)]
+	return failureOverhead + len(f.ID) + len(f.Error)
+}
+
+// fit counts the rows of the first transaction held, from the first not
+// handed out, that hold at most maxBytes together; at least one, when
+// any is held, so that a row larger than maxBytes still goes out alone.
+func (s *Source) fit(maxBytes int) int {
+	n, b := 0, 0
+	for i := range s.held {
+		p := &s.held[i]
+		if p.txn != s.held[0].txn {
+			break
+		}
+		for k := range p.rows() {
+			b += p.rowBytes(k)
+			if b > maxBytes && n > 0 {
+				return n
+			}
+			n++
+		}
+	}
+	return n
 }
 
 // cut decides the next batch from the transactions held, oldest first:
@@ -265,34 +311,36 @@ func (s *Source) spans() []span {
 // read could change that (then n is what goes out if none is read yet,
 // and with n zero Next waits for one).
 //
-// The rule: a batch holds whole transactions, as many as fit in limit,
-// unless the first alone holds limit rows or more: then it holds limit
-// rows of it, and the rest goes out later. So the first transaction is
-// waited for until its last part or limit rows of it are read; a later
-// one joins the batch only if its last part is read already and it
-// fits. Next reads a part only while that could change the batch, so the
-// Source holds at most limit rows and one part.
-func cut(txs []span, limit int) (n int, more bool) {
+// The rule: a batch holds whole transactions, as many as fit in limit
+// rows and maxBytes of memory, unless the first alone holds limit rows
+// or maxBytes or more: then it holds as many rows of it as fit in both
+// (fit is how many of its rows fit in maxBytes, at least one), and the
+// rest goes out later. So the first transaction is waited for until its
+// last part, limit rows or maxBytes of it are read; a later one joins the
+// batch only if its last part is read already and it fits. Next reads a
+// part only while that could change the batch, so the Source holds at
+// most limit rows or maxBytes, and one part.
+func cut(txs []span, limit, maxBytes, fit int) (n int, more bool) {
 	if len(txs) == 0 {
 		return 0, true
 	}
-	if txs[0].rows >= limit {
-		return limit, false
+	if txs[0].rows >= limit || txs[0].bytes >= maxBytes {
+		return min(limit, fit, txs[0].rows), false
 	}
 	if !txs[0].last {
 		return 0, true
 	}
-	n = txs[0].rows
+	n, b := txs[0].rows, txs[0].bytes
 	for _, t := range txs[1:] {
-		if n+t.rows > limit {
+		if n+t.rows > limit || b+t.bytes > maxBytes {
 			return n, false
 		}
 		if !t.last {
 			return n, true
 		}
-		n += t.rows
+		n, b = n+t.rows, b+t.bytes
 	}
-	return n, n < limit
+	return n, n < limit && b < maxBytes
 }
 
 // hand makes a batch of the first n rows held, in order.
@@ -322,6 +370,7 @@ func (s *Source) hand(st *Stream, n int) herald.SourceBatch {
 		n -= k
 		s.heldRows -= k
 		if p.rows() == 0 {
+			s.heldSize -= p.tx.size
 			s.held[0] = piece{}
 			s.held = s.held[1:]
 		}
@@ -367,7 +416,7 @@ func (s *Source) open(ctx context.Context) (*Stream, error) {
 				s.skipped += s.stream.SkippedMessages()
 			}
 			s.stream, s.broken, s.standby = st, false, false
-			s.tracker, s.held, s.heldRows, s.reading = NewTracker(st.Start()), nil, 0, Txn{}
+			s.tracker, s.held, s.heldRows, s.heldSize, s.reading = NewTracker(st.Start()), nil, 0, 0, Txn{}
 			if took {
 				s.cfg.Logger.Info("took over slot "+s.cfg.Slot+": streaming", "slot", s.cfg.Slot, "from", st.Start().String())
 			} else {
@@ -430,7 +479,7 @@ func (s *Source) fail(st *Stream, err error) error {
 		s.broken = true
 	}
 	s.mu.Unlock()
-	s.held, s.heldRows, s.reading = nil, 0, Txn{}
+	s.held, s.heldRows, s.heldSize, s.reading = nil, 0, 0, Txn{}
 	if mine {
 		s.cfg.Logger.Warn("change stream failed; reconnecting", "slot", s.cfg.Slot, "error", herald.Scrub(err.Error()))
 		_ = st.Close()

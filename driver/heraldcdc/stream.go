@@ -58,7 +58,8 @@ type Config struct {
 	// Next: the stream stops reading from PostgreSQL (which keeps the rest
 	// of the transaction, on disk if need be, and waits) while taking
 	// another would make them hold more. A part larger than that alone
-	// still passes when nothing else waits. Defaults to 16 MiB.
+	// still passes when nothing else waits. A Source's batch holds at most
+	// as much too (Source.Next). Defaults to 16 MiB.
 	BufferBytes int
 	// StandbyInterval is how often a Source whose slot another reader
 	// streams tries to take it (Source.Active). Each try is one query on

@@ -400,9 +400,19 @@ const (
 	// of the key index and then of the blocked index. They are scalar
 	// subqueries, not EXISTS: the planner may run an EXISTS as a hashed
 	// subplan, which reads every claimed and parked row once per call.
+	// First, once per call (an InitPlan, a one-time filter), two probes
+	// say whether any row waits at all: while none does, as when nothing
+	// failed, a batch of thousands of keys costs those two probes only.
+	// Their ORDER BY is the indexes' order, so that the first entry of
+	// each partial index answers, whatever the statistics guess of how
+	// many rows match (a LIMIT 1 scan of the table could read it whole).
 	keysWaitingSQL = `SELECT k.topic, k.key
 	FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS k(topic, key, n)
 	WHERE coalesce(
+		(SELECT true FROM {{.Table}} o WHERE o.state = 'ready' ORDER BY o.topic, o.key, o.seq LIMIT 1),
+		(SELECT true FROM {{.Table}} b WHERE b.state = 'claimed' OR b.parked ORDER BY b.topic, b.key LIMIT 1),
+		false)
+	  AND coalesce(
 		(SELECT true FROM {{.Table}} o
 		 WHERE o.state = 'ready' AND o.topic = k.topic AND o.key = k.key LIMIT 1),
 		(SELECT true FROM {{.Table}} b

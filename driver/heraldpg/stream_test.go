@@ -130,6 +130,33 @@ func TestKeysWaiting(t *testing.T) {
 		require.Nil(t, got)
 	})
 
+	// The call's first check, whether any row waits at all, finds each
+	// kind of waiting row alone; with none, no key waits.
+	t.Run("KeysWaitingFindsEachKindAlone", func(t *testing.T) {
+		t.Parallel()
+		for _, c := range []struct{ key, cols, vals string }{
+			{"ready", "", ""},
+			{"claimed", "state, claim_token, lease_until", "'claimed', gen_random_uuid(), now() + interval '1 minute'"},
+			{"parked", "state, dead_at, parked", "'dead', now(), true"},
+			{"", "", ""},
+		} {
+			o := newStreamOutbox(t)
+			o.insert("t", "streamed", "state", "'streamed'")
+			o.insert("t", "published", "state, published_at", "'published', now()")
+			o.insert("t", "dead", "state, dead_at", "'dead', now()")
+			keys := []herald.TopicKey{{Topic: "t", Key: "streamed"}, {Topic: "t", Key: "published"}, {Topic: "t", Key: "dead"}}
+			var want []herald.TopicKey
+			if c.key != "" {
+				o.insert("t", c.key, c.cols, c.vals)
+				keys = append(keys, herald.TopicKey{Topic: "t", Key: c.key})
+				want = []herald.TopicKey{{Topic: "t", Key: c.key}}
+			}
+			got, err := o.d.KeysWaiting(t.Context(), keys)
+			require.NoError(t, err)
+			require.Equal(t, want, got, "a %q row alone", c.key)
+		}
+	})
+
 	t.Run("KeysWaitingIsIndexProbesWhateverThePlan", func(t *testing.T) {
 		t.Parallel()
 		o := newStreamOutbox(t)
