@@ -129,6 +129,34 @@ func TestCDC(t *testing.T) {
 	})
 }
 
+// The producers benchmark with --cdc adds the two write modes of a table
+// relayed by change-data-capture: WriteTx on the streamed table, and with
+// EmitMessages (no row), with the second's rate against the first's.
+func TestCDCProducersCompareTheWriteModes(t *testing.T) {
+	cluster := heraldtest.PrivateCluster(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var stdout, stderr bytes.Buffer
+	code := bench.Main(ctx, []string{"producers", "--db", cluster.DSN, "--json", "--cdc",
+		"--duration", "1s", "--producers", "2"}, &stdout, &stderr)
+	require.Equal(t, 0, code, "stderr:\n%s", stderr.String())
+	var res struct {
+		OK        bool                  `json:"ok"`
+		Producers bench.ProducersResult `json:"producers"`
+	}
+	require.NoError(t, json.Unmarshal(stdout.Bytes(), &res), stdout.String())
+	require.True(t, res.OK)
+	var names []string
+	for _, s := range res.Producers.Shapes {
+		names = append(names, s.Name)
+		require.Positive(t, s.TxPerSec, s.Name)
+	}
+	require.Equal(t, []string{"business_only", "hand_insert", "writetx", "hand_insert_notify", "writetx_streamed", "writetx_emit"}, names)
+	require.Positive(t, res.Producers.EmitRatio)
+	require.Regexp(t, `(?m)^  \+ WriteTx EmitMessages, no row \(cdc\) +[\d,]+ tx/s +\d\.\d{3} of WriteTx on the streamed table`, stderr.String())
+	requireNoSlotLeft(ctx, t, cluster.DSN)
+}
+
 // requireNoSlotLeft checks that the runs dropped their slots, publications
 // and schemas.
 func requireNoSlotLeft(ctx context.Context, t *testing.T, dsn string) {
@@ -183,7 +211,6 @@ func TestCDCRefusedWithoutLogicalWAL(t *testing.T) {
 // --cdc where it cannot run is a usage error.
 func TestCDCFlagIsRefusedWhereItCannotRun(t *testing.T) {
 	for _, args := range [][]string{
-		{"producers", "--cdc"},
 		{"drain", "--cdc", "--db", "mysql://root@127.0.0.1:3306/test"},
 	} {
 		var stdout, stderr bytes.Buffer

@@ -66,15 +66,21 @@ type ProducersResult struct {
 	WriteTxTarget float64       `json:"writetx_vs_insert_target"`
 	WriteTxMet    bool          `json:"writetx_target_met"`
 	NotifyRatio   float64       `json:"notify_vs_insert_ratio"`
+	// EmitRatio (--cdc): WriteTx with EmitMessages, which writes no row,
+	// against WriteTx on the same streamed table.
+	EmitRatio float64 `json:"emit_vs_streamed_writetx_ratio,omitempty"`
 }
 
 type shape struct {
 	name, desc string
+	// streamed: the table's inserts default to streamed while it runs,
+	// as under a change-data-capture relay.
+	streamed bool
 	// extra runs after the business insert, in the same transaction.
 	extra func(ctx context.Context, tx pgx.Tx, orderID int64, customer string) error
 }
 
-func producerShapes(e *env, w *herald.Writer[pgx.Tx]) []shape {
+func producerShapes(e *env, w, emit *herald.Writer[pgx.Tx]) []shape {
 	handSQL := `INSERT INTO ` + e.outbox + ` (id, topic, key, type, aggregate_type, aggregate_id, payload, headers)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`
 	hand := func(ctx context.Context, tx pgx.Tx, orderID int64, customer string) error {
@@ -83,16 +89,19 @@ func producerShapes(e *env, w *herald.Writer[pgx.Tx]) []shape {
 			payload(orderID, customer), headersJSON)
 		return err
 	}
-	return []shape{
-		{name: "business_only", desc: "business insert only"},
-		{name: "hand_insert", desc: "+ hand-written outbox INSERT", extra: hand},
-		{name: "writetx", desc: "+ heraldpg WriteTx", extra: func(ctx context.Context, tx pgx.Tx, orderID int64, customer string) error {
+	writeTx := func(w *herald.Writer[pgx.Tx]) func(ctx context.Context, tx pgx.Tx, orderID int64, customer string) error {
+		return func(ctx context.Context, tx pgx.Tx, orderID int64, customer string) error {
 			aggID := strconv.FormatInt(orderID, 10)
 			return w.WriteTx(ctx, tx, herald.Message{
 				Topic: drainSubject, Type: eventType, AggregateType: aggregateType, AggregateID: aggID,
 				Payload: payload(orderID, customer), Headers: eventHeaders,
 			})
-		}},
+		}
+	}
+	shapes := []shape{
+		{name: "business_only", desc: "business insert only"},
+		{name: "hand_insert", desc: "+ hand-written outbox INSERT", extra: hand},
+		{name: "writetx", desc: "+ heraldpg WriteTx", extra: writeTx(w)},
 		{name: "hand_insert_notify", desc: "+ hand-written INSERT + pg_notify", extra: func(ctx context.Context, tx pgx.Tx, orderID int64, customer string) error {
 			if err := hand(ctx, tx, orderID, customer); err != nil {
 				return err
@@ -101,6 +110,12 @@ func producerShapes(e *env, w *herald.Writer[pgx.Tx]) []shape {
 			return err
 		}},
 	}
+	if emit != nil {
+		shapes = append(shapes,
+			shape{name: "writetx_streamed", desc: "+ WriteTx, streamed table (cdc)", streamed: true, extra: writeTx(w)},
+			shape{name: "writetx_emit", desc: "+ WriteTx EmitMessages, no row (cdc)", streamed: true, extra: writeTx(emit)})
+	}
+	return shapes
 }
 
 func runProducers(ctx context.Context, e *env, out io.Writer) (*ProducersResult, error) {
@@ -110,13 +125,34 @@ func runProducers(ctx context.Context, e *env, out io.Writer) (*ProducersResult,
 	if err != nil {
 		return nil, err
 	}
+	// --cdc: the two write modes of a table relayed by change-data-capture,
+	// a row kept as history and a logical decoding message, on the table
+	// with its inserts streamed while they run (no slot reads them: the
+	// producers' cost alone).
+	var emit *herald.Writer[pgx.Tx]
+	var d *heraldpg.Driver
+	if o.cdc {
+		cfg := *e.pgCfg
+		cfg.EmitMessages = true
+		if emit, err = heraldpg.NewWriter(&cfg); err != nil {
+			return nil, err
+		}
+		if d, err = e.newDriver(e.admin); err != nil {
+			return nil, err
+		}
+		defer func() {
+			if err := d.StreamInserts(context.WithoutCancel(ctx), false); err != nil {
+				fmt.Fprintf(out, "  making the table's inserts ready again: %v\n", err)
+			}
+		}()
+	}
 	pool, err := e.newPool(ctx, o.producers)
 	if err != nil {
 		return nil, err
 	}
 	defer e.closePool(pool)
 
-	shapes := producerShapes(e, w)
+	shapes := producerShapes(e, w, emit)
 	res := &ProducersResult{Producers: o.producers, Rounds: o.rounds, Shapes: make([]ShapeResult, len(shapes)),
 		WriteTxTarget: targetWriteTxRatio}
 	for i, s := range shapes {
@@ -130,6 +166,11 @@ func runProducers(ctx context.Context, e *env, out io.Writer) (*ProducersResult,
 			i := (k + round) % len(shapes)
 			if err := e.truncate(ctx); err != nil {
 				return res, err
+			}
+			if d != nil {
+				if err := d.StreamInserts(ctx, shapes[i].streamed); err != nil {
+					return res, fmt.Errorf("%s: switching the table's inserts: %w", shapes[i].name, err)
+				}
 			}
 			e.checkpoint(ctx)
 			n, secs, err := measureShape(ctx, pool, e.orders, shapes[i], o.producers, o.duration, &orderID)
@@ -156,6 +197,9 @@ func runProducers(ctx context.Context, e *env, out io.Writer) (*ProducersResult,
 		res.NotifyRatio = round(notify/hand, 4)
 	}
 	res.WriteTxMet = res.WriteTxRatio >= targetWriteTxRatio
+	if len(res.Shapes) == 6 && res.Shapes[4].TxPerSec > 0 {
+		res.EmitRatio = round(res.Shapes[5].TxPerSec/res.Shapes[4].TxPerSec, 4)
+	}
 	for i, s := range res.Shapes {
 		fmt.Fprintf(out, "  %-36s %8s tx/s", s.Description, fmtRate(s.TxPerSec))
 		switch i {
@@ -163,6 +207,8 @@ func runProducers(ctx context.Context, e *env, out io.Writer) (*ProducersResult,
 			fmt.Fprintf(out, "   %.3f of hand-written INSERT (target >= %.2f): %s", res.WriteTxRatio, targetWriteTxRatio, verdict(res.WriteTxMet))
 		case 3:
 			fmt.Fprintf(out, "   %.3f of hand-written INSERT: the cost of NOTIFY in the producer's transaction", res.NotifyRatio)
+		case 5:
+			fmt.Fprintf(out, "   %.3f of WriteTx on the streamed table", res.EmitRatio)
 		}
 		if len(s.RoundsTxSec) > 1 {
 			fmt.Fprintf(out, "   rounds %v", s.RoundsTxSec)
