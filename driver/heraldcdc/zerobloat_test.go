@@ -33,7 +33,6 @@ func TestZeroBloatWritesArePublishedFromTheLog(t *testing.T) {
 	// WriteTx per event (the single-row insert).
 	const keys, txs, perTx = 5, 8, 2
 	var (
-		order   []string                // ids in commit order
 		byKey   = map[string][]string{} // key -> ids in commit order
 		byName  = map[string]string{}   // payload -> id
 		counter = map[string]int{}
@@ -61,7 +60,6 @@ func TestZeroBloatWritesArePublishedFromTheLog(t *testing.T) {
 			return nil
 		}))
 		for _, m := range msgs {
-			order = append(order, m.ID)
 			byKey[m.Key] = append(byKey[m.Key], m.ID)
 		}
 	}
