@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/herald-outbox/herald/driver/heraldcdc"
 	"github.com/herald-outbox/herald/driver/heraldpg"
@@ -15,7 +16,16 @@ import (
 type sourceFlags struct {
 	source, slot, publication *string
 	createSlot                *bool
+	bufferBytes               *int
+	standbyInterval           *time.Duration
 }
+
+// The range --cdc-buffer-bytes takes, and the shortest
+// --cdc-standby-interval (heraldcdc's own floor).
+const (
+	minCDCBuffer, maxCDCBuffer = 64 << 10, 1 << 30
+	minCDCStandbyInterval      = 10 * time.Millisecond
+)
 
 func addSourceFlags(f *flagSet) *sourceFlags {
 	return &sourceFlags{
@@ -25,6 +35,10 @@ func addSourceFlags(f *flagSet) *sourceFlags {
 		publication: f.String("cdc-publication", "", "the publication of --source cdc (`name`); defaults to the table's name"),
 		createSlot: f.Bool("cdc-create-slot", "create the publication and the slot when they are missing: for the first start of --source cdc only "+
 			"(a slot made later would skip what was committed before it)"),
+		bufferBytes: f.Int("cdc-buffer-bytes", 16<<20, "with --source cdc, hold at most `N` bytes of events read from the slot and not yet published "+
+			"(and as much in one batch); the stream stops reading while full, PostgreSQL waits (64 KiB to 1 GiB)"),
+		standbyInterval: f.Duration("cdc-standby-interval", time.Second, "with --source cdc, how often a relay whose slot another relay streams "+
+			"tries to take it over (`duration`, at least 10ms)"),
 	}
 }
 
@@ -32,6 +46,8 @@ func addSourceFlags(f *flagSet) *sourceFlags {
 type cdcSetup struct {
 	slot, publication string
 	createSlot        bool
+	bufferBytes       int
+	standbyInterval   time.Duration
 }
 
 // config checks the flags against the databases; nil means polling.
@@ -39,7 +55,7 @@ func (s *sourceFlags) config(inv *invocation, dbs []*database) (*cdcSetup, error
 	label := inv.flags.label
 	switch *s.source {
 	case "poll":
-		for _, name := range []string{"cdc-slot", "cdc-publication"} {
+		for _, name := range []string{"cdc-slot", "cdc-publication", "cdc-buffer-bytes", "cdc-standby-interval"} {
 			if inv.flags.isSet(name) {
 				return nil, usagef("%s is only used with %s cdc", label(name), label("source"))
 			}
@@ -62,7 +78,14 @@ func (s *sourceFlags) config(inv *invocation, dbs []*database) (*cdcSetup, error
 			return nil, usagef("%s: %q must match %s", label(name), clean(v), sqlstore.Identifier)
 		}
 	}
-	return &cdcSetup{slot: *s.slot, publication: *s.publication, createSlot: *s.createSlot}, nil
+	if *s.bufferBytes < minCDCBuffer || *s.bufferBytes > maxCDCBuffer {
+		return nil, usagef("%s: %d is not between %d and %d", label("cdc-buffer-bytes"), *s.bufferBytes, minCDCBuffer, maxCDCBuffer)
+	}
+	if *s.standbyInterval < minCDCStandbyInterval {
+		return nil, usagef("%s: %s is less than %s", label("cdc-standby-interval"), *s.standbyInterval, minCDCStandbyInterval)
+	}
+	return &cdcSetup{slot: *s.slot, publication: *s.publication, createSlot: *s.createSlot,
+		bufferBytes: *s.bufferBytes, standbyInterval: *s.standbyInterval}, nil
 }
 
 // open checks the slot (creating it with --cdc-create-slot) and starts
@@ -86,6 +109,7 @@ func (c *cdcSetup) open(ctx context.Context, d *dbRelay) (*heraldcdc.Source, err
 	src, err := heraldcdc.NewSource(ctx, heraldcdc.Config{
 		ConnString: d.db.pool.ConnString(), Schema: d.db.names.Schema, Table: d.db.names.Table,
 		Slot: c.slot, Publication: c.publication, CreateSlot: c.createSlot, Logger: d.log,
+		BufferBytes: c.bufferBytes, StandbyInterval: c.standbyInterval,
 	})
 	if err != nil {
 		return nil, err

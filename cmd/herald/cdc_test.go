@@ -208,6 +208,12 @@ func TestCDCFlagsAreChecked(t *testing.T) {
 		{[]string{"--cdc-slot", "s"}, "--cdc-slot is only used with --source cdc"},
 		{[]string{"--cdc-create-slot"}, "--cdc-create-slot is only used with --source cdc"},
 		{[]string{"--source", "cdc", "--cdc-slot", "Bad-Name"}, `--cdc-slot: "Bad-Name" must match`},
+		{[]string{"--cdc-buffer-bytes", "1048576"}, "--cdc-buffer-bytes is only used with --source cdc"},
+		{[]string{"--cdc-standby-interval", "2s"}, "--cdc-standby-interval is only used with --source cdc"},
+		{[]string{"--source", "cdc", "--cdc-buffer-bytes", "1000"}, "--cdc-buffer-bytes: 1000 is not between 65536 and 1073741824"},
+		{[]string{"--source", "cdc", "--cdc-buffer-bytes", "2147483648"}, "--cdc-buffer-bytes: 2147483648 is not between"},
+		{[]string{"--source", "cdc", "--cdc-buffer-bytes", "lots"}, "--cdc-buffer-bytes"},
+		{[]string{"--source", "cdc", "--cdc-standby-interval", "1ms"}, "--cdc-standby-interval: 1ms is less than 10ms"},
 	} {
 		r := cli(t, nil, append([]string{"relay", "--db", "postgres://u@127.0.0.1:1/db", "--publisher", "nats://127.0.0.1:1"}, tc.args...)...)
 		require.Equal(t, exitUsage, r.code, r)
