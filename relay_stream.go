@@ -172,13 +172,7 @@ func (r *Relay) sendStreamed(c claimed, held []bool) (errs []error, whole error)
 // in the table or an event not due earlier in the batch. Its batchEnd says
 // why the table did not answer, if it did not.
 func (r *Relay) streamHeld(ctx context.Context, batch []Envelope, giveUp time.Duration) ([]bool, batchEnd) {
-	held := make([]bool, len(batch))
-	var (
-		paused  []string
-		keys    []TopicKey
-		seen    = map[TopicKey]bool{}
-		waiting map[TopicKey]bool
-	)
+	var paused []string
 	end := r.untilStored(ctx, giveUp, "reading the pauses", func(ctx context.Context) (err error) {
 		paused, err = r.pausedTopics(ctx)
 		return err
@@ -187,37 +181,11 @@ func (r *Relay) streamHeld(ctx context.Context, batch []Envelope, giveUp time.Du
 		return nil, end
 	}
 	isPaused := setOf(paused)
-	now := r.cfg.Clock.Now()
-	notDue := map[TopicKey]bool{} // ordered keys with an event not due
-	for i, env := range batch {
-		k := TopicKey{env.Topic, env.Key}
-		if !due(&env, now) || (env.Ordered && notDue[k]) {
-			held[i] = true
-			if env.Ordered {
-				notDue[k] = true
-			}
-		}
+	waiting, end := r.keysWaiting(ctx, batch, isPaused, giveUp)
+	if end != batchSettled {
+		return nil, end
 	}
-	for _, env := range batch {
-		k := TopicKey{env.Topic, env.Key}
-		if env.Ordered && !isPaused[env.Topic] && !seen[k] {
-			seen[k] = true
-			keys = append(keys, k)
-		}
-	}
-	if len(keys) > 0 {
-		end := r.untilStored(ctx, giveUp, "reading the keys waiting in the table", func(ctx context.Context) error {
-			w, err := r.cfg.Store.(StreamStore).KeysWaiting(ctx, keys)
-			waiting = make(map[TopicKey]bool, len(w))
-			for _, k := range w {
-				waiting[k] = true
-			}
-			return err
-		})
-		if end != batchSettled {
-			return nil, end
-		}
-	}
+	held := notDue(batch, r.cfg.Clock.Now())
 	send, byDestination := r.heldByDestination(batch)
 	var sent map[string]bool // nil when no destination holds any
 	if len(byDestination) > 0 {
@@ -231,6 +199,53 @@ func (r *Relay) streamHeld(ctx context.Context, batch []Envelope, giveUp time.Du
 			(env.Ordered && waiting[TopicKey{env.Topic, env.Key}])
 	}
 	return held, batchSettled
+}
+
+// keysWaiting asks the table which ordered keys of the batch, of topics
+// not paused, have events waiting there (StreamStore.KeysWaiting).
+func (r *Relay) keysWaiting(ctx context.Context, batch []Envelope, isPaused map[string]bool, giveUp time.Duration) (map[TopicKey]bool, batchEnd) {
+	var (
+		keys    []TopicKey
+		seen    = map[TopicKey]bool{}
+		waiting map[TopicKey]bool
+	)
+	for _, env := range batch {
+		k := TopicKey{env.Topic, env.Key}
+		if env.Ordered && !isPaused[env.Topic] && !seen[k] {
+			seen[k] = true
+			keys = append(keys, k)
+		}
+	}
+	if len(keys) == 0 {
+		return nil, batchSettled
+	}
+	end := r.untilStored(ctx, giveUp, "reading the keys waiting in the table", func(ctx context.Context) error {
+		w, err := r.cfg.Store.(StreamStore).KeysWaiting(ctx, keys)
+		waiting = make(map[TopicKey]bool, len(w))
+		for _, k := range w {
+			waiting[k] = true
+		}
+		return err
+	})
+	return waiting, end
+}
+
+// notDue marks the events of the batch that are not due at now, and the
+// later events of an ordered key after one that is not.
+func notDue(batch []Envelope, now time.Time) []bool {
+	held := make([]bool, len(batch))
+	keys := map[TopicKey]bool{} // ordered keys with an event not due
+	for i := range batch {
+		env := &batch[i]
+		k := TopicKey{env.Topic, env.Key}
+		if !due(env, now) || (env.Ordered && keys[k]) {
+			held[i] = true
+			if env.Ordered {
+				keys[k] = true
+			}
+		}
+	}
+	return held
 }
 
 // due reports whether a streamed event may be published at now: it was
