@@ -282,3 +282,28 @@ func TestFitCountsTheFirstTransactionsRowsWithinTheBytes(t *testing.T) {
 	require.Equal(t, 4, s.fit(4000), "not the unreadable row past the bound")
 	require.Equal(t, 5, s.fit(1<<20), "only the first transaction's")
 }
+
+// A piece's bytes not handed out (left, what spans sums) follow hand row
+// by row, events then unreadable rows, and match counting them anew.
+func TestHandKeepsThePiecesBytesLeft(t *testing.T) {
+	t.Parallel()
+	events := make([]herald.Envelope, 3)
+	for i := range events {
+		events[i].Payload = make([]byte, 100*(i+1))
+	}
+	txn := Txn{s: &txnState{}}
+	p := piece{tx: Transaction{Events: events, Unreadable: []herald.Failure{{ID: "x", Error: "bad"}}}, txn: txn, last: true}
+	p.left = p.bytes(p.rows())
+	s := &Source{held: []piece{p}, heldRows: 4}
+	for _, n := range []int{2, 1, 1} {
+		before := s.spans()[0].bytes
+		s.hand(nil, n)
+		if len(s.held) == 0 {
+			break
+		}
+		h := &s.held[0]
+		require.Equal(t, h.bytes(h.rows()), h.left, "after handing %d rows", n)
+		require.Less(t, h.left, before)
+	}
+	require.Empty(t, s.held, "every row handed out")
+}

@@ -60,6 +60,7 @@ type piece struct {
 	tx      Transaction // Polled dropped: nothing of the Source's
 	txn     Txn
 	ev, bad int  // events and unreadable rows handed out so far
+	left    int  // what the rows not handed out hold in memory (rowBytes), kept as they go
 	last    bool // no rows of its transaction follow (its last part was read)
 }
 
@@ -170,7 +171,15 @@ func (s *Source) Next(ctx context.Context, limit int) (herald.SourceBatch, error
 			err = s.take(st, part)
 		}
 		if err == nil {
-			n, more := cut(s.spans(), limit, s.cfg.BufferBytes, s.fit(s.cfg.BufferBytes))
+			spans := s.spans()
+			fit := 0 // rows of the first transaction within BufferBytes, counted only when it reaches them
+			if len(spans) > 0 {
+				fit = spans[0].rows
+				if spans[0].bytes >= s.cfg.BufferBytes {
+					fit = s.fit(s.cfg.BufferBytes)
+				}
+			}
+			n, more := cut(spans, limit, s.cfg.BufferBytes, fit)
 			if !more {
 				return s.hand(st, n), nil
 			}
@@ -220,7 +229,9 @@ func (s *Source) take(st *Stream, part Transaction) error {
 	part.Polled = nil
 	switch {
 	case rows > 0:
-		s.held = append(s.held, piece{tx: part, txn: txn, last: last})
+		p := piece{tx: part, txn: txn, last: last}
+		p.left = p.bytes(rows)
+		s.held = append(s.held, p)
 		s.heldRows += rows
 		s.heldSize += part.size
 	case last && len(s.held) > 0 && s.held[len(s.held)-1].txn == txn:
@@ -260,7 +271,7 @@ func (s *Source) spans() []span {
 			out = append(out, span{})
 		}
 		out[len(out)-1].rows += p.rows()
-		out[len(out)-1].bytes += p.bytes(p.rows())
+		out[len(out)-1].bytes += p.left
 		out[len(out)-1].last = p.last
 	}
 	return out
@@ -351,6 +362,7 @@ func (s *Source) hand(st *Stream, n int) herald.SourceBatch {
 		p := &s.held[0]
 		k := 0
 		for ; p.ev < len(p.tx.Events) && k < n; p.ev++ {
+			p.left -= p.rowBytes(0)
 			env := p.tx.Events[p.ev]
 			// Not kept here: the payload is freed with the batch.
 			p.tx.Events[p.ev] = herald.Envelope{}
@@ -359,6 +371,7 @@ func (s *Source) hand(st *Stream, n int) herald.SourceBatch {
 			k++
 		}
 		for ; p.bad < len(p.tx.Unreadable) && k < n; p.bad++ {
+			p.left -= p.rowBytes(0)
 			out.Unreadable = append(out.Unreadable, p.tx.Unreadable[p.bad])
 			k++
 		}
