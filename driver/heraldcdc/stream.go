@@ -542,11 +542,16 @@ func (s *Stream) Close() error {
 	stopped := errors.Is(s.err, errStreamClosed)
 	s.mu.Unlock()
 	if stopped && !s.conn.IsClosed() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		if err := s.flushRecord(ctx, nil); err == nil {
-			_ = s.sendStatus(ctx)
+		ctx, cancel := context.WithTimeout(context.Background(), statusTimeout)
+		err := s.flushRecord(ctx, nil)
+		if err == nil {
+			err = s.sendStatus(ctx)
 		}
 		cancel()
+		if err != nil {
+			s.cfg.Logger.Warn("change stream: the last confirmation did not reach the slot; the next reader delivers again what it covered",
+				"slot", s.cfg.Slot, "error", herald.Scrub(err.Error()))
+		}
 	}
 	return s.conn.Close(context.Background())
 }
@@ -584,9 +589,8 @@ func (s *Stream) read(ctx context.Context) error {
 		confirmed := s.confirmed
 		s.mu.Unlock()
 		if confirmed != sent || !time.Now().Before(nextStatus) {
-			err := pglogrepl.SendStandbyStatusUpdate(ctx, s.conn, pglogrepl.StandbyStatusUpdate{WALWritePosition: confirmed})
-			if err != nil {
-				return fmt.Errorf("heraldcdc: sending the confirmed position: %w", err)
+			if err := s.sendConfirmed(ctx, confirmed); err != nil {
+				return err
 			}
 			sent, nextStatus = confirmed, time.Now().Add(s.cfg.StatusInterval)
 		}
@@ -700,7 +704,21 @@ func (s *Stream) sendStatus(ctx context.Context) error {
 	s.mu.Lock()
 	confirmed := s.confirmed
 	s.mu.Unlock()
-	if err := pglogrepl.SendStandbyStatusUpdate(ctx, s.conn, pglogrepl.StandbyStatusUpdate{WALWritePosition: confirmed}); err != nil {
+	return s.sendConfirmed(ctx, confirmed)
+}
+
+// statusTimeout bounds the write of one status update.
+const statusTimeout = 5 * time.Second
+
+// sendConfirmed sends confirmed as the position PostgreSQL may release.
+// The write is not cut short when ctx ends (the stream stopping): pgconn
+// closes a connection whose write was interrupted, and Close would then
+// have none to send the last confirmation on, so the next reader of the
+// slot would deliver again what was published and confirmed.
+func (s *Stream) sendConfirmed(ctx context.Context, confirmed pglogrepl.LSN) error {
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), statusTimeout)
+	defer cancel()
+	if err := pglogrepl.SendStandbyStatusUpdate(wctx, s.conn, pglogrepl.StandbyStatusUpdate{WALWritePosition: confirmed}); err != nil {
 		return fmt.Errorf("heraldcdc: sending the confirmed position: %w", err)
 	}
 	return nil
@@ -820,7 +838,16 @@ func (s *Stream) recorder(ctx context.Context) {
 			return
 		case <-s.recordNow:
 		}
-		if err := s.flushRecord(ctx, &conn); err != nil {
+		// A record under way is finished even if the stream stops
+		// meanwhile: one cut short would leave its row locked on the
+		// server for a moment, and Close, which records the last
+		// confirmation on a connection of its own, would wait for that
+		// lock past its timeout and send nothing; the next reader of the
+		// slot would then deliver again what was published and confirmed.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), statusTimeout)
+		err := s.flushRecord(rctx, &conn)
+		cancel()
+		if err != nil {
 			if ctx.Err() != nil {
 				return
 			}
