@@ -60,13 +60,7 @@ func setupWriting(t *testing.T, cfg heraldpg.Config, streamed bool) deleting {
 func pgxRoundTrips(t *testing.T, d deleting, ns ...int) [][2]int64 {
 	t.Helper()
 	ctx := context.Background()
-	var statements, batches atomic.Int64
-	cfg, err := pgxpool.ParseConfig(heraldtest.PostgresDSN(t))
-	require.NoError(t, err)
-	cfg.ConnConfig.Tracer = batchCountingTracer{countingTracer{&statements}, &batches}
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	require.NoError(t, err)
-	defer pool.Close()
+	pool, statements, batches := countingPool(t, 0)
 	var sent [][2]int64
 	for _, n := range ns {
 		tx, err := pool.Begin(ctx)
@@ -237,6 +231,25 @@ func TestDeleteAfterInsert(t *testing.T) {
 }
 
 // batchCountingTracer counts pgx's batches besides its statements.
+// countingPool opens a pool on the test database whose tracer counts
+// the statements pgx sends alone and the batches it sends (a round trip
+// each, once their statements are prepared), of at most maxConns
+// connections (0: pgx's default). It closes with the test.
+func countingPool(t testing.TB, maxConns int32) (pool *pgxpool.Pool, statements, batches *atomic.Int64) {
+	t.Helper()
+	statements, batches = new(atomic.Int64), new(atomic.Int64)
+	cfg, err := pgxpool.ParseConfig(heraldtest.PostgresDSN(t))
+	require.NoError(t, err)
+	cfg.ConnConfig.Tracer = batchCountingTracer{countingTracer{statements}, batches}
+	if maxConns > 0 {
+		cfg.MaxConns = maxConns
+	}
+	pool, err = pgxpool.NewWithConfig(context.Background(), cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	return pool, statements, batches
+}
+
 type batchCountingTracer struct {
 	countingTracer
 	batches *atomic.Int64

@@ -7,3 +7,7 @@ import "context"
 func (d *Driver) MigrateTo(ctx context.Context, version int) error {
 	return d.migrate(ctx, migrations[:version])
 }
+
+// SerialClaims makes d send a claim's statements one by one, as before
+// they were pipelined.
+func (d *Driver) SerialClaims() { d.serialClaims = true }

@@ -194,6 +194,10 @@ type Driver struct {
 	lockSpace int32
 
 	cursor sqlstore.KeyCursor // where the last ordered claim's walk stopped
+	// serialClaims sends a claim's statements one by one even on a pgx
+	// pool, as on database/sql: for the benchmark that measures what
+	// pipelining them saves.
+	serialClaims bool
 
 	partitioning *Partitioning // Config.Partition
 	layouts      layoutCache   // the table's shape, once known partitioned

@@ -30,9 +30,9 @@ func (d *Driver) Claim(ctx context.Context, p herald.ClaimParams) ([]herald.Enve
 				return d.claimRows(ctx, d.db, d.q.claim, p.Limit, args)
 			}
 			var rows []sqlstore.ClaimedRow
-			err := d.db.inTxSet(ctx, noSortSQL, func(tx conn) error {
+			err := d.inClaimTx(ctx, noSortSQL, func(tx claimTx) error {
 				var err error
-				rows, err = d.claimRows(ctx, tx, d.q.claim, p.Limit, args)
+				rows, err = d.claimRows(ctx, lastQuery{tx}, d.q.claim, p.Limit, args)
 				return err
 			})
 			return rows, err
@@ -64,7 +64,7 @@ func (d *Driver) claimOrdered(ctx context.Context, p herald.ClaimParams, perKey 
 	if d.claimsPartitioned(ctx) {
 		set = noSortSQL
 	}
-	err := d.db.inTxSet(ctx, set, func(tx conn) error {
+	err := d.inClaimTx(ctx, set, func(tx claimTx) error {
 		var (
 			topics, keys []string
 			free         []bool
@@ -94,7 +94,7 @@ func (d *Driver) claimOrdered(ctx context.Context, p herald.ClaimParams, perKey 
 		if err != nil || len(keys) == 0 {
 			return err
 		}
-		claimed, err = d.claimRows(ctx, tx, d.q.claimKeys, p.Limit, []any{topics, keys, free, perKey, p.Limit,
+		claimed, err = d.claimRows(ctx, lastQuery{tx}, d.q.claimKeys, p.Limit, []any{topics, keys, free, perKey, p.Limit,
 			p.Token, p.Owner, p.Lease.Microseconds(), p.MaxBytes})
 		return err
 	})
@@ -105,7 +105,7 @@ func (d *Driver) claimOrdered(ctx context.Context, p herald.ClaimParams, perKey 
 // another program wrote may hold what no Envelope can (created_at at
 // infinity, a header that is a number): it comes back marked unreadable,
 // for sqlstore.Claim to dispose of, instead of failing the claim.
-func (d *Driver) claimRows(ctx context.Context, c conn, sql string, limit int, args []any) ([]sqlstore.ClaimedRow, error) {
+func (d *Driver) claimRows(ctx context.Context, c querier, sql string, limit int, args []any) ([]sqlstore.ClaimedRow, error) {
 	var rows []sqlstore.ClaimedRow
 	err := c.query(ctx, sql, args, func(scan func(...any) error) error {
 		var (
