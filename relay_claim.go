@@ -13,8 +13,7 @@ import (
 
 // claimLoop claims batches while a publish slot is free; ClaimConcurrency
 // loops share the slots. Polling adapts: a full batch is followed by the
-// next claim at once, a partial one by the rest of PollInterval counted
-// from the claim's start (pollRest), and empty claims
+// next claim at once, a partial one by PollInterval, and empty claims
 // double the wait up to IdlePollInterval. A failed claim (the database is
 // unreachable) is retried with a doubling wait up to OutageBackoffCap; one
 // that ran out of time is retried for half as many rows, so that a
@@ -29,7 +28,6 @@ func (r *Relay) claimLoop(ctx context.Context, slots chan struct{}) {
 		if !ok {
 			return
 		}
-		started := r.cfg.Clock.Now()
 		c, err := r.claim(ctx, budget, limit)
 		r.settleReservation(budget, c.bytes)
 		r.noteDatabase(err)
@@ -63,18 +61,10 @@ func (r *Relay) claimLoop(ctx context.Context, slots chan struct{}) {
 			defer free()
 			r.process(c, free)
 		}()
-		if len(c.batch) < limit && !r.sleep(ctx, r.pollRest(started)) {
+		if len(c.batch) < limit && !r.sleep(ctx, r.cfg.PollInterval) {
 			return
 		}
 	}
-}
-
-// pollRest is the wait after a claim that started at started and found
-// less than a batch: what is left of PollInterval, so that an event
-// committed meanwhile waits for the claim cadence and not for the claim's
-// time on top of it, and at least a quarter of it.
-func (r *Relay) pollRest(started time.Time) time.Duration {
-	return max(r.cfg.PollInterval-r.cfg.Clock.Now().Sub(started), r.cfg.PollInterval/4)
 }
 
 // nextLimit is the row limit of the claim after one that ended with err:

@@ -50,11 +50,9 @@ type RelayConfig struct {
 	Lease time.Duration
 	// PublishTimeout bounds one Publish call. Defaults to 20s.
 	PublishTimeout time.Duration
-	// PollInterval is the time from one claim's start to the next while
-	// there is work but less than a full batch: the wait after a claim is
-	// what is left of it, and at least a quarter of it, so that claims
-	// slower than it still leave the database a pause. A full batch is
-	// followed by the next claim at once. Defaults to 5ms.
+	// PollInterval is the wait between claims while there is work but less
+	// than a full batch. A full batch is followed by the next claim at once.
+	// Defaults to 5ms.
 	PollInterval time.Duration
 	// IdlePollInterval is the longest wait between claims when the outbox is
 	// empty; the wait doubles from PollInterval up to it. Defaults to 250ms.

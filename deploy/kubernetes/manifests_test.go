@@ -28,6 +28,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -325,10 +326,13 @@ func TestTheRelayRunsWithTheDeploymentsSettings(t *testing.T) {
 	defer func() { _ = cmd.Process.Kill() }()
 
 	// The relay logs JSON (HERALD_LOG_FORMAT); its admin server says
-	// where it listens.
-	var logs bytes.Buffer
+	// where it listens. The logs are read until the pipe closes (the
+	// relay exited), before Wait, which closes it.
+	var logs syncBuffer
 	addr := make(chan string, 1)
+	scanned := make(chan struct{})
 	go func() {
+		defer close(scanned)
 		sc := bufio.NewScanner(io.TeeReader(stderr, &logs))
 		for sc.Scan() {
 			var line struct{ Msg, Addr string }
@@ -369,7 +373,10 @@ func TestTheRelayRunsWithTheDeploymentsSettings(t *testing.T) {
 	// The kubelet stops a pod with SIGTERM, then waits the grace period.
 	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
 	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
+	go func() {
+		<-scanned
+		done <- cmd.Wait()
+	}()
 	select {
 	case err := <-done:
 		require.NoError(t, err, "logs: %s", logs.String())
@@ -459,4 +466,23 @@ func dockerfileLines(t *testing.T) []string {
 		lines = append(lines, strings.TrimSpace(l))
 	}
 	return lines
+}
+
+// syncBuffer is a bytes.Buffer that one goroutine writes while another
+// reads it.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
