@@ -94,7 +94,9 @@ Flags:
                          UPDATE), interleaved with Herald's relay, and report Herald's
                          rate as a share of it (drain) (default true)
   --rounds N             rounds over the producer shapes, each in a rotated
-                         order, and of each drain (default 1)
+                         order, of each drain, and of the latency run, whose
+                         percentiles are then given as median and range
+                         (default 1)
   --events N             backlog size (drain) (default 100000)
   --keys N               distinct keys (drain) (default 1000)
   --batch-size N         relay batch size (default 1000)
@@ -275,7 +277,9 @@ type Results struct {
 	Producers *ProducersResult `json:"producers,omitempty"`
 	Drain     *DrainResult     `json:"drain,omitempty"`
 	Latency   *LatencyResult   `json:"latency,omitempty"`
-	Noise     *Noise           `json:"noise,omitempty"`
+	// LatencyRounds replaces Latency with --rounds above 1.
+	LatencyRounds *LatencyRounds `json:"latency_rounds,omitempty"`
+	Noise         *Noise         `json:"noise,omitempty"`
 }
 
 // Machine describes where the benchmark ran.
@@ -429,6 +433,15 @@ func run(ctx context.Context, o options, sub string, out, logOut io.Writer, res 
 		}
 	}
 	if sub == "latency" || sub == "all" {
+		if e.o.rounds > 1 {
+			r, failures, err := runLatencyRounds(ctx, e, out)
+			res.LatencyRounds = r
+			res.Failures = append(res.Failures, failures...)
+			if err != nil {
+				return fmt.Errorf("latency: %w", err)
+			}
+			return nil
+		}
 		r, failures, err := runLatency(ctx, e, out)
 		res.Latency = r
 		res.Failures = append(res.Failures, failures...)

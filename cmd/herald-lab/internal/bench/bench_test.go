@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -124,6 +125,41 @@ func TestDrainWithNATSAtomicBatches(t *testing.T) {
 		require.EqualValues(t, 2000, *tg.StreamMessages, "%s", tg.System)
 	}
 	require.Contains(t, stderr.String(), "atomic batches (--nats-atomic)")
+}
+
+// --rounds with latency: every run is kept, and each percentile is the
+// median and range of the runs' own.
+func TestLatencyRoundsGiveMedianAndRange(t *testing.T) {
+	dsn := heraldtest.PostgresDSN(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+
+	var stdout, stderr bytes.Buffer
+	code := bench.Main(ctx, []string{"latency", "--db", dsn, "--json", "--rounds", "3",
+		"--duration", "500ms", "--rate", "200"}, &stdout, &stderr)
+	require.Equal(t, 0, code, "stderr:\n%s", stderr.String())
+	var res struct {
+		OK            bool                 `json:"ok"`
+		Latency       *bench.LatencyResult `json:"latency"`
+		LatencyRounds *bench.LatencyRounds `json:"latency_rounds"`
+	}
+	require.NoError(t, json.Unmarshal(stdout.Bytes(), &res), stdout.String())
+	require.True(t, res.OK)
+	require.Nil(t, res.Latency, "one result per run, in latency_rounds")
+	lr := res.LatencyRounds
+	require.NotNil(t, lr)
+	require.Len(t, lr.Runs, 3)
+	var p99s []float64
+	for _, r := range lr.Runs {
+		require.Equal(t, r.Committed, r.Received, "every committed event received, in each run")
+		p99s = append(p99s, r.CommitToReceive.P99)
+	}
+	slices.Sort(p99s)
+	require.Equal(t, p99s, slices.Sorted(slices.Values(lr.ReceiveP99.Values)), "the runs' own p99s")
+	require.Equal(t, p99s[1], lr.ReceiveP99.Median)
+	require.Equal(t, []float64{p99s[0], p99s[2]}, []float64{lr.ReceiveP99.Min, lr.ReceiveP99.Max})
+	require.Equal(t, lr.ReceiveP99.Median <= lr.TargetP99MS, lr.TargetMet)
+	require.Contains(t, stderr.String(), "latency over 3 rounds, median (range)")
 }
 
 func TestBadArgumentsExit2WithOneLine(t *testing.T) {

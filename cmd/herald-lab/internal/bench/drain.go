@@ -332,23 +332,38 @@ func printDrain(out io.Writer, database string, t drainSink, r *DrainTarget, pro
 
 // ratios divides a by b round by round, with the median and range.
 func ratios(a, b []float64) RatioStats {
-	var st RatioStats
+	var rs []float64
 	for i := range min(len(a), len(b)) {
 		if b[i] > 0 {
-			st.Ratios = append(st.Ratios, round(a[i]/b[i], 3))
+			rs = append(rs, round(a[i]/b[i], 3))
 		}
 	}
-	if len(st.Ratios) == 0 {
-		return st
+	sp := spreadOf(rs)
+	return RatioStats{Ratios: sp.Values, Median: sp.Median, Min: sp.Min, Max: sp.Max}
+}
+
+// Spread is a figure measured once per round, with its median and range.
+type Spread struct {
+	Values []float64 `json:"values"`
+	Median float64   `json:"median"`
+	Min    float64   `json:"min"`
+	Max    float64   `json:"max"`
+}
+
+// spreadOf is the median and range of vs, zero when vs is empty.
+func spreadOf(vs []float64) Spread {
+	sp := Spread{Values: vs}
+	if len(vs) == 0 {
+		return sp
 	}
-	sorted := slices.Sorted(slices.Values(st.Ratios))
-	st.Min, st.Max = sorted[0], sorted[len(sorted)-1]
+	sorted := slices.Sorted(slices.Values(vs))
+	sp.Min, sp.Max = sorted[0], sorted[len(sorted)-1]
 	if m := len(sorted) / 2; len(sorted)%2 == 1 {
-		st.Median = sorted[m]
+		sp.Median = sorted[m]
 	} else {
-		st.Median = round((sorted[m-1]+sorted[m])/2, 3)
+		sp.Median = round((sorted[m-1]+sorted[m])/2, 3)
 	}
-	return st
+	return sp
 }
 
 // loadFresh empties the tables and loads the backlog, returning how long
