@@ -152,6 +152,8 @@ func TestLatencyRoundsGiveMedianAndRange(t *testing.T) {
 	var p99s []float64
 	for _, r := range lr.Runs {
 		require.Equal(t, r.Committed, r.Received, "every committed event received, in each run")
+		require.Zero(t, r.Duplicates, "an earlier run's events are not this run's")
+		require.Positive(t, r.CommitToReceive.P50, "received after committed")
 		p99s = append(p99s, r.CommitToReceive.P99)
 	}
 	slices.Sort(p99s)

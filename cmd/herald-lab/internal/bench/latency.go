@@ -89,7 +89,15 @@ func runLatency(ctx context.Context, e *env, out io.Writer) (res *LatencyResult,
 	var nReceived, nDup atomic.Int64
 
 	// The consumer: an ordered consumer reading the stream, on its own
-	// connection.
+	// connection. The stream starts empty: an earlier run's events carry
+	// the same indexes (--rounds).
+	st, err := e.nats.js.Stream(ctx, latencyStream)
+	if err != nil {
+		return res, nil, err
+	}
+	if err := st.Purge(ctx); err != nil {
+		return res, nil, fmt.Errorf("purging stream %s: %w", latencyStream, err)
+	}
 	cons, err := e.nats.js.OrderedConsumer(ctx, latencyStream, jetstream.OrderedConsumerConfig{})
 	if err != nil {
 		return res, nil, fmt.Errorf("creating consumer: %w", err)
