@@ -126,9 +126,19 @@ func (d *decoder) add(rel *pglogrepl.RelationMessage, tuple *pglogrepl.TupleData
 	case polled(rel, tuple):
 		d.cur.Polled = append(d.cur.Polled, env.ID)
 		d.cur.size += stringOverhead + len(env.ID)
+	case bad != nil && env.ID != "" && env.Topic != "":
+		// A row that cannot be read is not the stream's failure: it is
+		// an event the relay refuses (markUnreadable), so that it goes
+		// to the dead letters saying why and, ordered, parks its key
+		// with the key's later events held behind it, as a claim of the
+		// row would. Return marks its row dead, or, when the producer
+		// deleted it (Config.DeleteAfterInsert), writes it again with
+		// its fields as read.
+		markUnreadable(&env, unreadableRowPrefix, bad)
+		d.cur.Events = append(d.cur.Events, env)
+		d.cur.size += envelopeSize(&env)
 	case bad != nil:
-		// A row that cannot be read is not the stream's failure: it
-		// goes to the dead letters, saying why, and the stream goes on.
+		// Not even an event to name: written into its row, if any.
 		f := herald.Failure{ID: env.ID, Outcome: herald.OutcomeDead, Error: bad.Error()}
 		d.cur.Unreadable = append(d.cur.Unreadable, f)
 		d.cur.size += failureOverhead + len(f.ID) + len(f.Error)
@@ -293,7 +303,7 @@ func (d *decoder) addMessage(m *pglogrepl.LogicalDecodingMessage) {
 		return
 	}
 	if problem != nil {
-		markUnreadable(&env, problem)
+		markUnreadable(&env, unreadablePrefix, problem)
 	}
 	d.cur.Events = append(d.cur.Events, env)
 	d.cur.size += envelopeSize(&env)
@@ -335,19 +345,25 @@ func preview(content []byte) string {
 	return s[:n] + "..."
 }
 
-// unreadablePrefix starts the name of the header markUnreadable adds.
-const unreadablePrefix = "unreadable event message: "
+// unreadablePrefix and unreadableRowPrefix start the name of the header
+// markUnreadable adds to an event read from a message and from a row.
+const (
+	unreadablePrefix    = "unreadable event message: "
+	unreadableRowPrefix = "unreadable row: "
+)
 
-// markUnreadable makes the relay refuse an event read from a message
-// whose fields could not all be read, rather than publish it without
+// markUnreadable makes the relay refuse an event read from a message or a
+// row whose fields could not all be read, rather than publish it without
 // them: a header whose name, which says why, is no valid header name
 // (herald.ValidateHeaderName refuses the space). The relay's validation
 // makes the event dead with that reason in its last error, and Return
-// writes it to the table as a dead row, fields and marker as read, which
+// writes it to the table as a dead row: a row still there keeps its
+// columns as the producer wrote them; one that is gone (a message, a
+// deleted row) is written with the fields and the marker as read, which
 // stays dead if requeued. The name is cut to herald.MaxHeaderNameLen,
 // whose excess the validation would report without the name.
-func markUnreadable(env *herald.Envelope, problem error) {
-	name := unreadablePrefix + herald.Scrub(problem.Error())
+func markUnreadable(env *herald.Envelope, prefix string, problem error) {
+	name := prefix + herald.Scrub(problem.Error())
 	if len(name) > herald.MaxHeaderNameLen {
 		n := herald.MaxHeaderNameLen
 		for n > 0 && !utf8.RuneStart(name[n]) {

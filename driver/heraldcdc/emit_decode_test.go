@@ -153,7 +153,7 @@ func TestDecoderMarksAnEventMessageWithFieldsThatCannotBeRead(t *testing.T) {
 		env, ok, problem := messageEnvelope([]byte(tc.content))
 		require.True(t, ok, what)
 		require.ErrorContains(t, problem, tc.reason, what)
-		markUnreadable(&env, problem)
+		markUnreadable(&env, unreadablePrefix, problem)
 		_, err := herald.Prepare([]herald.Message{env.Message}, 0)
 		require.ErrorIs(t, err, herald.ErrInvalidMessage, what)
 		quoted := strconv.Quote(unreadablePrefix + tc.reason) // as the validation's error shows the name
@@ -167,7 +167,7 @@ func TestDecoderMarksAnEventMessageWithFieldsThatCannotBeRead(t *testing.T) {
 	// validation's error still shows it.
 	env, ok, problem := messageEnvelope([]byte(`{` + id + `,"payload":"","headers":{"` + strings.Repeat("é", 300) + `":1}}`))
 	require.True(t, ok)
-	markUnreadable(&env, problem)
+	markUnreadable(&env, unreadablePrefix, problem)
 	_, err := herald.Prepare([]herald.Message{env.Message}, 0)
 	require.ErrorContains(t, err, unreadablePrefix+"headers:")
 }
@@ -202,7 +202,7 @@ func FuzzMessageEnvelope(f *testing.F) {
 		}
 		require.GreaterOrEqual(t, env.Seq, int64(0))
 		if problem != nil {
-			markUnreadable(&env, problem)
+			markUnreadable(&env, unreadablePrefix, problem)
 			_, err := herald.Prepare([]herald.Message{env.Message}, 0)
 			require.Error(t, err)
 		}

@@ -92,10 +92,14 @@ type Transaction struct {
 	// Events are the inserted rows in the streamed state, as the relay
 	// claims them, and the events written as logical decoding messages
 	// (Seq 0 unless the producer drew one), in the transaction's order.
+	// A row or message with an id and a topic whose other fields could
+	// not all be read (headers that are not an object of strings, ...)
+	// is among them, with a header that makes the relay refuse it and
+	// says why: it becomes a dead letter in its place, parking its key.
 	Events []herald.Envelope
 	// Unreadable are the ids of inserted rows in the streamed state that
-	// could not be read as events (headers that are not an object of
-	// strings, ...), with why.
+	// could not be read even as that (their columns do not match the
+	// table's), with why: only their row, if any, records it.
 	Unreadable []herald.Failure
 	// Polled are the ids of inserted rows in another state than streamed
 	// (ready rows written before the table's inserts defaulted to
