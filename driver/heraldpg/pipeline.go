@@ -68,10 +68,9 @@ func pipelined(ctx context.Context, pool *pgxpool.Pool, set string, fn func(tx c
 		t.rollback(ctx)
 		return err
 	}
-	if t.ended {
-		return nil
-	}
-	if t.pending != nil { // fn ran no query: there is no transaction
+	// Done when COMMIT went with the last query, or when fn ran no query
+	// (there is no transaction).
+	if t.ended || t.pending != nil {
 		return nil
 	}
 	_, err = c.Exec(ctx, "COMMIT")
