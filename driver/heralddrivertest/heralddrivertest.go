@@ -23,7 +23,9 @@ package heralddrivertest
 
 import (
 	"context"
+	"fmt"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -41,6 +43,12 @@ type Harness struct {
 	New func(t testing.TB) *Driver
 	// Skip names suite cases this driver cannot support, with the reason.
 	Skip map[string]string
+	// KeyEveryMessage gives each message the suite writes without a key
+	// a key of its own, so that every claim takes the per-key path of an
+	// ordered claim: for a driver whose keyed claims work differently
+	// from keyless ones (heraldpg's Config.LeaseKeys), the whole suite
+	// again on that path.
+	KeyEveryMessage bool
 }
 
 // Driver is one outbox under test.
@@ -157,10 +165,54 @@ func Exercise(t *testing.T, h Harness) {
 				t.Skip(reason)
 			}
 			t.Parallel()
-			c.run(t, newKit(t, h.New(t), "heralddrivertest/"+h.Name))
+			d := h.New(t)
+			if h.KeyEveryMessage {
+				d = keyEveryMessage(d)
+			}
+			c.run(t, newKit(t, d, "heralddrivertest/"+h.Name))
 		})
 	}
 }
+
+// keyEveryMessage returns d whose writes give each keyless message a key
+// of its own (Harness.KeyEveryMessage).
+func keyEveryMessage(d *Driver) *Driver {
+	k := *d
+	k.Begin = func(ctx context.Context) (Tx, error) {
+		tx, err := d.Begin(ctx)
+		return keyingTx{tx}, err
+	}
+	if d.InsertPlain != nil {
+		k.InsertPlain = func(ctx context.Context, topic, key string, payload []byte, headers string) (string, error) {
+			if key == "" {
+				key = newKey()
+			}
+			return d.InsertPlain(ctx, topic, key, payload, headers)
+		}
+	}
+	return &k
+}
+
+type keyingTx struct{ Tx }
+
+func (tx keyingTx) Write(ctx context.Context, msgs ...herald.Message) error {
+	msgs = slices.Clone(msgs)
+	for i := range msgs {
+		if msgs[i].Key == "" && msgs[i].AggregateID == "" { // the writer keys those by their aggregate
+			msgs[i].Key = newKey()
+		}
+	}
+	return tx.Tx.Write(ctx, msgs...)
+}
+
+// keys counts the keys newKey gave out.
+var keys atomic.Int64
+
+// newKey returns a key no message has, above every key it gave before:
+// keys sort in the order they were given, so that an ordered claim, which
+// walks the keys in order, takes the suite's events in the order it
+// wrote them, as a claim by age takes keyless ones.
+func newKey() string { return fmt.Sprintf("k%019d", keys.Add(1)) }
 
 // testCase is one case of the suite. Names are stable: drivers refer to
 // them in Skip.

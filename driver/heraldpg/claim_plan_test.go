@@ -52,30 +52,30 @@ func TestClaimIsOneIndexProbe(t *testing.T) {
 	}
 	text := explain(d.q.claim, 1000, uuid.NewString(), "test", int64(60e6), int64(64<<20))
 	require.Contains(t, text, "herald_outbox_ready_idx", text)
-	require.NotContains(t, text, "Seq Scan", text)
+	requireNoTableScan(t, d, text, text)
 
 	// The backlog, read on every metrics refresh, reads the waiting and
 	// dead rows through their indexes, never the 100,000 published ones.
 	text = explain(d.q.backlog)
 	require.Contains(t, text, "herald_outbox_dead_idx", text)
-	require.NotContains(t, text, "Seq Scan", text)
+	requireNoTableScan(t, d, text, text)
 
 	// The rescuer finds expired leases among the claimed rows, in the
 	// blocked index.
 	text = explain(d.q.rescue, 1000)
 	require.Contains(t, text, "herald_outbox_blocked_idx", text)
-	require.NotContains(t, text, "Seq Scan", text)
+	requireNoTableScan(t, d, text, text)
 
 	// So does an ordered claim's walk over the keys.
 	text = explain(d.q.walkKeys, "", "", 2000, 1000, 1000, []string{}, int32(1), []string{}, false)
 	require.Contains(t, text, "herald_outbox_key_idx", text)
-	require.NotContains(t, text, "Seq Scan", text)
+	requireNoTableScan(t, d, text, text)
 
 	// And the relay's read of the topics with ready events, while a
 	// destination is paused.
 	text = explain(d.q.readyTopics)
 	require.Contains(t, text, "herald_outbox_key_idx", text)
-	require.NotContains(t, text, "Seq Scan", text)
+	requireNoTableScan(t, d, text, text)
 }
 
 // Every claim form is index probes whatever the planner knows, with custom
@@ -117,14 +117,20 @@ func TestEveryClaimFormIsIndexProbesWhateverThePlan(t *testing.T) {
 }
 
 // requireIndexProbes explains every claim form of d, in both plan modes,
-// and fails on a plan that scans or hashes the table.
+// and fails on a plan that scans or hashes the table. The forms include
+// what ends a leased claim (Config.LeaseKeys) and the rescue.
 func requireIndexProbes(t *testing.T, pool *pgxpool.Pool, d *Driver, stats string) {
 	t.Helper()
 	for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
 		for _, f := range claimForms(d) {
 			plan := explainPrepared(t, pool, mode, f.sql, f.args)
 			what := fmt.Sprintf("%s, %s, %s:\n%s", f.name, mode, stats, plan)
-			require.NotContains(t, plan, "Seq Scan", what)
+			requireNoTableScan(t, d, plan, what)
+			if strings.Contains(f.name, "acknowledgement") {
+				// The rows claimed by token may be read from the
+				// in-flight index and hashed: a few, never the table.
+				continue
+			}
 			require.NotContains(t, plan, "Hash Join", what)
 			require.NotContains(t, plan, "Merge Join", what)
 		}
@@ -144,8 +150,34 @@ func claimForms(d *Driver) []struct{ name, sql, args string } {
 		{"the topics with ready events", d.q.readyTopics, ``},
 		{"ordered claim's keys", d.q.claimKeys, `ARRAY['new','new','new'], ARRAY['k1','k2','k3'], ARRAY[false,false,true],
 			1000, 1000, gen_random_uuid(), 'plan', 60000000, 67108864`},
+		{"ordered claim's keys, leased", d.q.claimKeysLeased, `ARRAY['new','new','new'], ARRAY['k1','k2','k3'], ARRAY[false,false,true],
+			1000, 1000, gen_random_uuid(), 'plan', 60000000, 67108864`},
+		// What ends a claim in that mode reads leases and the events
+		// named, by their ids.
+		{"leased acknowledgement", d.q.publishLeased, `ARRAY[gen_random_uuid(), gen_random_uuid()], gen_random_uuid()`},
+		{"leased deleting acknowledgement", d.q.publishDeleteLeased, `ARRAY[gen_random_uuid(), gen_random_uuid()], gen_random_uuid()`},
+		{"leased acknowledgement with failures", d.q.completeLeased, leasedCompleteArgs},
+		{"leased deleting acknowledgement with failures", d.q.completeDeleteLeased, leasedCompleteArgs},
+		{"leased release", d.q.releaseClaimLeased, `gen_random_uuid()`},
+		{"rescue", d.q.rescue, `1000`},
 	}
 }
+
+// requireNoTableScan fails on a plan that reads the outbox table (or a
+// partition of it) whole. The leases table (Config.LeaseKeys) holds a row
+// per key in flight, a few: the planner may read it whole.
+func requireNoTableScan(t *testing.T, d *Driver, plan, what string) {
+	t.Helper()
+	for line := range strings.Lines(plan) {
+		_, scanned, ok := strings.Cut(line, "Seq Scan on ")
+		if ok && !strings.HasPrefix(scanned, d.names.Table+"_leases ") {
+			t.Fatalf("a scan of the outbox table: %s\n%s", strings.TrimSpace(line), what)
+		}
+	}
+}
+
+const leasedCompleteArgs = `ARRAY[gen_random_uuid(), gen_random_uuid()], gen_random_uuid(), ARRAY[true, false],
+	ARRAY[false, false], ARRAY[false, false], ARRAY[false, false], ARRAY[0, 1000]::bigint[], ARRAY[NULL, 'no']`
 
 func exec(t *testing.T, pool *pgxpool.Pool, sql string) {
 	t.Helper()

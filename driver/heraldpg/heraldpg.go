@@ -142,6 +142,18 @@ type Config struct {
 	// excludes DeleteAfterInsert. The driver (New, NewSQL) does not read
 	// it. Defaults to false: the writers insert rows.
 	EmitMessages bool
+	// LeaseKeys makes the driver's ordered claims lease each key they
+	// take, one row per key in the leases table (<table>_leases,
+	// migration 010), instead of writing every event they take: an event
+	// is then written twice in its life (inserted, then acknowledged)
+	// instead of three times. Events stay ready while leased; herald
+	// status, the backlog and the admin page count them as claimed.
+	// Keyless events and unordered topics are claimed as rows, as
+	// without it. Every relay of this version respects leases whatever
+	// its own setting, so relays with and without it may share a table;
+	// a relay of a version before migration 010 does not: upgrade every
+	// relay before turning it on. Defaults to false: claims write rows.
+	LeaseKeys bool
 }
 
 // names are the validated, quoted identifiers a driver's SQL uses.
@@ -179,8 +191,15 @@ func (c *Config) names() (names, error) {
 // never read each other's. driver/heraldcdc's decoder makes the same.
 func (n names) eventPrefix() string { return "herald.event:" + n.Schema + "." + n.Table }
 
-// render fills a query template's {{.Table}}, {{.Name}} and {{.Schema}}.
+// render fills a query template's {{.Table}}, {{.Name}}, {{.Schema}} and
+// the other tables' names.
 func (n names) render(tmpl string) string { return n.Render(tmpl) }
+
+// Render is sqlstore.Names.Render with the driver's own tables: the key
+// leases ({{.Leases}}, migration 010).
+func (n names) Render(tmpl string, extra ...string) string {
+	return n.Names.Render(tmpl, append(extra, "{{.Leases}}", n.qualify(n.Table+"_leases"))...)
+}
 
 // Driver is the relay's store and the operators' admin on PostgreSQL.
 type Driver struct {
@@ -198,6 +217,8 @@ type Driver struct {
 	// pool, as on database/sql: for the benchmark that measures what
 	// pipelining them saves.
 	serialClaims bool
+	// leaseKeys is Config.LeaseKeys: ordered claims lease keys.
+	leaseKeys bool
 
 	partitioning *Partitioning // Config.Partition
 	layouts      layoutCache   // the table's shape, once known partitioned
@@ -230,6 +251,12 @@ func newDriver(c conn, cfg *Config) (*Driver, error) {
 	h := fnv.New32a()
 	h.Write([]byte(n.Qualified))
 	d := &Driver{db: c, names: n, q: newQueries(n), lockSpace: int32(h.Sum32())}
+	if cfg != nil && cfg.LeaseKeys {
+		d.leaseKeys = true
+		d.q.claimKeys, d.q.releaseClaim = d.q.claimKeysLeased, d.q.releaseClaimLeased
+		d.q.publish, d.q.publishDelete = d.q.publishLeased, d.q.publishDeleteLeased
+		d.q.complete, d.q.completeDelete = d.q.completeLeased, d.q.completeDeleteLeased
+	}
 	if cfg != nil && cfg.Partition != nil {
 		p, err := cfg.Partition.withDefaults()
 		if err != nil {

@@ -1,5 +1,7 @@
 package heraldpg
 
+import "strings"
+
 // The driver's SQL. {{.Table}} is the quoted, schema-qualified outbox table;
 // it is filled in once per driver from validated names. Durations travel as
 // microseconds so that every timestamp is computed by the database clock.
@@ -133,8 +135,13 @@ const (
 	// join that reads the whole table (a fresh backlog, a generic plan).
 	// The attempt count stops at sqlstore.MaxAttempts, whatever another
 	// program wrote in the column: an overflow would fail every claim.
+	// An event in the range of a key's lease (Config.LeaseKeys) is
+	// another claim's, still ready: it is dropped after the probe, among
+	// the few rows it found, so that the probe stays one (a condition in
+	// it may be planned as an anti join that reads every ready row), and
+	// the claim takes the rest.
 	claimSQL = `WITH cand AS (
-		SELECT id, available_at, seq, octet_length(payload) + coalesce(pg_column_size(headers), 0) AS size
+		SELECT id, topic, key, available_at, seq, octet_length(payload) + coalesce(pg_column_size(headers), 0) AS size
 		FROM {{.Table}}
 		WHERE state = 'ready' AND available_at <= now()
 		ORDER BY available_at, seq
@@ -142,9 +149,11 @@ const (
 		FOR UPDATE SKIP LOCKED
 	), next AS (
 		SELECT c.id FROM (
-			SELECT id, sum(size) OVER (ORDER BY available_at, seq ROWS UNBOUNDED PRECEDING) - size AS before
+			SELECT id, topic, key, seq, sum(size) OVER (ORDER BY available_at, seq ROWS UNBOUNDED PRECEDING) - size AS before
 			FROM cand) c
 		WHERE c.before < $5
+		  AND NOT EXISTS (SELECT 1 FROM {{.Leases}} l
+		                  WHERE l.topic = c.topic AND l.key = c.key AND c.seq BETWEEN l.first_seq AND l.last_seq)
 	)
 	UPDATE {{.Table}} o
 	SET state = 'claimed', claim_token = $2, claimed_by = $3,
@@ -196,6 +205,7 @@ const (
 				      ORDER BY h.seq LIMIT 1) > now() THEN false
 				WHEN EXISTS (SELECT 1 FROM {{.Table}} b
 				             WHERE (b.state = 'claimed' OR b.parked) AND b.topic = nx.topic AND b.key = nx.key) THEN false
+				WHEN EXISTS (SELECT 1 FROM {{.Leases}} l WHERE l.topic = nx.topic AND l.key = nx.key) THEN false
 				ELSE pg_try_advisory_xact_lock($7::integer, hashtext(nx.topic || E'\n' || nx.key))
 			END AS ok
 		) c
@@ -219,12 +229,13 @@ const (
 	// so a claim that committed before them is seen here: a key with an
 	// event claimed or parked is left alone, whatever the first statement
 	// saw. Unordered keys ($3) take any available events, skipping locked
-	// rows.
+	// rows, but not those in a lease's range (Config.LeaseKeys), dropped
+	// among the few found as in claimSQL.
 	claimKeysSQL = `WITH k AS (
 		SELECT * FROM unnest($1::text[], $2::text[], $3::boolean[]) WITH ORDINALITY AS k(topic, key, unordered, n)
 	), ordered AS (
 		SELECT r.id, k.n, r.seq, r.size,
-		       bool_and(r.available_at <= now()) OVER (PARTITION BY k.n ORDER BY r.seq) AS go
+		       bool_and(r.available_at <= now()) OVER (PARTITION BY k.n ORDER BY r.seq) AS go, false AS free, k.topic, k.key
 		FROM k CROSS JOIN LATERAL (
 			SELECT o.id, o.seq, o.available_at, octet_length(o.payload) + coalesce(pg_column_size(o.headers), 0) AS size
 			FROM {{.Table}} o
@@ -235,8 +246,9 @@ const (
 		WHERE NOT k.unordered
 		  AND NOT EXISTS (SELECT 1 FROM {{.Table}} b
 		                  WHERE (b.state = 'claimed' OR b.parked) AND b.topic = k.topic AND b.key = k.key)
+		  AND NOT EXISTS (SELECT 1 FROM {{.Leases}} l WHERE l.topic = k.topic AND l.key = k.key)
 	), unordered AS (
-		SELECT r.id, k.n, r.seq, r.size, true AS go
+		SELECT r.id, k.n, r.seq, r.size, true AS go, true AS free, k.topic, k.key
 		FROM k CROSS JOIN LATERAL (
 			SELECT o.id, o.seq, octet_length(o.payload) + coalesce(pg_column_size(o.headers), 0) AS size
 			FROM {{.Table}} o
@@ -246,22 +258,30 @@ const (
 			FOR UPDATE SKIP LOCKED
 		) r
 		WHERE k.unordered
+		  AND NOT EXISTS (SELECT 1 FROM {{.Leases}} l
+		                  WHERE l.topic = k.topic AND l.key = k.key AND r.seq BETWEEN l.first_seq AND l.last_seq)
 	), first AS (
-		SELECT p.id, p.n, p.seq, p.size FROM (SELECT * FROM ordered UNION ALL SELECT * FROM unordered) p
+		SELECT p.id, p.n, p.seq, p.size, p.free, p.topic, p.key FROM (SELECT * FROM ordered UNION ALL SELECT * FROM unordered) p
 		WHERE p.go
 		ORDER BY p.n, p.seq
 		LIMIT $5
 	), pick AS (
-		SELECT f.id FROM (
-			SELECT id, sum(size) OVER (ORDER BY n, seq ROWS UNBOUNDED PRECEDING) - size AS before
+		SELECT f.id, f.seq, f.free, f.topic, f.key FROM (
+			SELECT id, n, seq, free, topic, key, sum(size) OVER (ORDER BY n, seq ROWS UNBOUNDED PRECEDING) - size AS before
 			FROM first) f
 		WHERE f.before < $9
-	)
+	)` + claimKeysRowsSQL
+
+	// How an ordered claim marks what it picked when it writes rows (not
+	// Config.LeaseKeys): every row, claimed by the token.
+	claimKeysRowsSQL = `
 	UPDATE {{.Table}} o
 	SET state = 'claimed', claim_token = $6, claimed_by = $7,
 	    lease_until = now() + $8 * interval '1 microsecond', attempts = least(greatest(o.attempts, 0), 999999) + 1
 	WHERE o.id = ANY(ARRAY(SELECT id FROM pick)) AND o.state = 'ready'
-	RETURNING o.id, o.seq, o.topic, o.key, o.type, o.aggregate_type, o.aggregate_id,
+	RETURNING ` + claimedColumnsSQL
+
+	claimedColumnsSQL = `o.id, o.seq, o.topic, o.key, o.type, o.aggregate_type, o.aggregate_id,
 	          o.event_version, coalesce(o.aggregate_version, 0), o.payload, o.headers, o.attempts, o.created_at`
 
 	// Acknowledgement when every event of a batch was confirmed: the
@@ -285,7 +305,7 @@ const (
 	UPDATE {{.Table}} o
 	SET ` + completeSetSQL + `
 	FROM f
-	WHERE o.id = f.id AND o.claim_token = $2 AND o.state = 'claimed'
+	WHERE o.id = f.id AND o.id = ANY($1::uuid[]) AND o.claim_token = $2 AND o.state = 'claimed'
 	RETURNING o.id, f.ok`
 
 	// The same with CompleteParams.Delete: the confirmed rows are deleted
@@ -293,13 +313,13 @@ const (
 	// different rows.
 	completeDeleteSQL = completeRowsSQL + `, gone AS (
 		DELETE FROM {{.Table}} o USING f
-		WHERE f.ok AND o.id = f.id AND o.claim_token = $2 AND o.state = 'claimed'
+		WHERE f.ok AND o.id = f.id AND o.id = ANY($1::uuid[]) AND o.claim_token = $2 AND o.state = 'claimed'
 		RETURNING o.id
 	), kept AS (
 		UPDATE {{.Table}} o
 		SET ` + completeSetSQL + `
 		FROM f
-		WHERE NOT f.ok AND o.id = f.id AND o.claim_token = $2 AND o.state = 'claimed'
+		WHERE NOT f.ok AND o.id = f.id AND o.id = ANY($1::uuid[]) AND o.claim_token = $2 AND o.state = 'claimed'
 		RETURNING o.id
 	)
 	SELECT id, true FROM gone UNION ALL SELECT id, false FROM kept`
@@ -315,7 +335,8 @@ const (
 	    parked = f.park,
 	    available_at = CASE WHEN f.ok OR f.dead THEN o.available_at
 	                        ELSE now() + f.delay_us * interval '1 microsecond' END,
-	    attempts = CASE WHEN f.refund THEN greatest(o.attempts, 1) - 1 ELSE o.attempts END,
+	    attempts = CASE WHEN f.refund THEN greatest(o.attempts, 1) - 1 ELSE o.attempts END,` + completeSetTailSQL
+	completeSetTailSQL = `
 	    last_error = coalesce(f.err, o.last_error),
 	    claim_token = NULL, lease_until = NULL`
 
@@ -339,19 +360,22 @@ const (
 	// planner may re-run the LIMIT per outer row and ignore the limit. A
 	// claimed row with no lease, or an endless one, was not claimed by a
 	// relay (one always sets a finite lease): it is rescued too, or its key
-	// would wait forever.
+	// would wait forever. The rows are then updated by id = ANY(ARRAY(...)),
+	// as in claimSQL: a join may be planned to read every partition.
 	rescueSQL = `WITH expired AS (
 		SELECT id FROM {{.Table}}
 		WHERE state = 'claimed' AND ` + leaseOverSQL + `
 		ORDER BY lease_until
 		LIMIT $1
 		FOR UPDATE SKIP LOCKED
-	)
-	UPDATE {{.Table}} o
-	SET state = 'ready', claim_token = NULL, lease_until = NULL,
-	    last_error = 'lease expired: relay ' || coalesce(o.claimed_by, 'unknown') || ' did not acknowledge in time'
-	FROM expired
-	WHERE o.id = expired.id AND o.state = 'claimed' AND ` + leaseOverSQL
+	), rows AS (
+		UPDATE {{.Table}} o
+		SET state = 'ready', claim_token = NULL, lease_until = NULL,
+		    last_error = 'lease expired: relay ' || coalesce(o.claimed_by, 'unknown') || ' did not acknowledge in time'
+		WHERE o.id = ANY(ARRAY(SELECT id FROM expired)) AND o.state = 'claimed' AND ` + leaseOverSQL + `
+		RETURNING 1
+	)` + rescueLeasesSQL + `
+	SELECT (SELECT count(*) FROM rows) + (SELECT count(*) FROM counted)`
 	leaseOverSQL = `(lease_until < now() OR lease_until IS NULL OR lease_until = 'infinity')`
 
 	// Retention in small batches: each statement locks at most $2 rows,
@@ -512,7 +536,9 @@ const (
 		FROM {{.Table}} WHERE state = 'claimed' GROUP BY topic
 		UNION ALL
 		SELECT topic, 0, 0, count(*), count(*) FILTER (WHERE parked), NULL
-		FROM {{.Table}} WHERE state = 'dead' GROUP BY topic{{.DeadBacklog}}
+		FROM {{.Table}} WHERE state = 'dead' GROUP BY topic
+		UNION ALL
+		` + leasedBacklogSQL + `{{.DeadBacklog}}
 	) b
 	GROUP BY topic
 	ORDER BY topic`
@@ -581,6 +607,15 @@ type queries struct {
 	pauses, pause, resume, readyTopics                                  string
 	relayBeat, relayGone, relays                                        string
 	table                                                               string
+	// The outbox's rows as operators see them: leased events claimed.
+	events string
+
+	// Config.LeaseKeys (leases.go): the driver's claimKeys, publish,
+	// publishDelete, complete, completeDelete and releaseClaim become
+	// these. The publish forms return a count instead of changing rows
+	// in silence.
+	claimKeysLeased, publishLeased, publishDeleteLeased      string
+	completeLeased, completeDeleteLeased, releaseClaimLeased string
 
 	// Change-data-capture (stream.go). returnRows is returnPart on a
 	// partitioned table, whose primary key is (id, created_at).
@@ -595,43 +630,51 @@ type queries struct {
 
 func newQueries(n names) queries {
 	return queries{
-		insertOne:       n.render(insertOneSQL),
-		insertMany:      n.render(insertManySQL),
-		deleteOne:       n.render(deleteOneSQL),
-		deleteMany:      n.render(deleteManySQL),
-		emitOne:         n.Render(emitOneSQL, "{{.EventPrefix}}", n.eventPrefix()),
-		emitMany:        n.Render(emitManySQL, "{{.EventPrefix}}", n.eventPrefix()),
-		claim:           n.render(claimSQL),
-		walkKeys:        n.render(walkKeysSQL),
-		claimKeys:       n.render(claimKeysSQL),
-		blockedKeys:     n.render(blockedKeysSQL),
-		backlog:         n.Render(backlogSQL, "{{.DeadBacklog}}", ""),
-		publish:         n.render(publishSQL),
-		complete:        n.render(completeSQL),
-		publishDelete:   n.render(publishDeleteSQL),
-		completeDelete:  n.render(completeDeleteSQL),
-		releaseClaim:    n.render(releaseClaimSQL),
-		rescue:          n.render(rescueSQL),
-		deletePublished: n.render(deletePublishedSQL),
-		status:          n.Render(statusSQL, "{{.StatusRows}}", n.Qualified),
-		pauses:          n.render(pausesSQL),
-		pause:           n.render(pauseSQL),
-		resume:          n.render(resumeSQL),
-		readyTopics:     n.render(readyTopicsSQL),
-		relayBeat:       n.render(relayBeatSQL),
-		relayGone:       n.render(relayGoneSQL),
-		relays:          n.render(relaysSQL),
-		table:           n.Qualified,
-		keysWaiting:     n.render(keysWaitingSQL),
-		returnRows:      n.Render(returnSQL, "{{.Conflict}}", "id"),
-		returnPart:      n.Render(returnSQL, "{{.Conflict}}", "id, created_at"),
-		deleteStreamed:  n.render(deleteStreamedSQL),
-		streamOn:        n.Render(streamInsertsSQL, "{{.State}}", stateStreamed),
-		streamOff:       n.Render(streamInsertsSQL, "{{.State}}", stateReady),
-		insertState:     insertStateSQL,
-		requeueStreamed: n.render(requeueStreamedSQL),
-		forgetSlot:      n.render(forgetSlotSQL),
-		statusPart: n.Render(statusSQL, "{{.StatusRows}}", `(SELECT topic, state, created_at FROM `+n.Qualified+
+		insertOne:      n.render(insertOneSQL),
+		insertMany:     n.render(insertManySQL),
+		deleteOne:      n.render(deleteOneSQL),
+		deleteMany:     n.render(deleteManySQL),
+		emitOne:        n.Render(emitOneSQL, "{{.EventPrefix}}", n.eventPrefix()),
+		emitMany:       n.Render(emitManySQL, "{{.EventPrefix}}", n.eventPrefix()),
+		claim:          n.render(claimSQL),
+		walkKeys:       n.render(walkKeysSQL),
+		claimKeys:      n.render(claimKeysSQL),
+		blockedKeys:    n.render(blockedKeysSQL),
+		backlog:        n.Render(backlogSQL, "{{.DeadBacklog}}", ""),
+		publish:        n.render(publishSQL),
+		complete:       n.render(completeSQL),
+		publishDelete:  n.render(publishDeleteSQL),
+		completeDelete: n.render(completeDeleteSQL),
+		releaseClaim:   n.render(releaseClaimSQL),
+		// Each leased form runs in place of its plain one.
+		claimKeysLeased:      n.render(strings.TrimSuffix(claimKeysSQL, claimKeysRowsSQL) + claimKeysLeaseSQL),
+		publishLeased:        n.render(publishLeasedSQL),
+		publishDeleteLeased:  n.render(publishDeleteLeasedSQL),
+		completeLeased:       n.render(completeLeasedSQL),
+		completeDeleteLeased: n.render(completeDeleteLeasedSQL),
+		releaseClaimLeased:   n.render(releaseClaimLeasedSQL),
+		rescue:               n.render(rescueSQL),
+		deletePublished:      n.render(deletePublishedSQL),
+		status:               n.Render(statusSQL, "{{.StatusRows}}", "("+n.render(statusRowsSQL)+") r"),
+		events:               n.render(eventsViewSQL),
+		pauses:               n.render(pausesSQL),
+		pause:                n.render(pauseSQL),
+		resume:               n.render(resumeSQL),
+		readyTopics:          n.render(readyTopicsSQL),
+		relayBeat:            n.render(relayBeatSQL),
+		relayGone:            n.render(relayGoneSQL),
+		relays:               n.render(relaysSQL),
+		table:                n.Qualified,
+		keysWaiting:          n.render(keysWaitingSQL),
+		returnRows:           n.Render(returnSQL, "{{.Conflict}}", "id"),
+		returnPart:           n.Render(returnSQL, "{{.Conflict}}", "id, created_at"),
+		deleteStreamed:       n.render(deleteStreamedSQL),
+		streamOn:             n.Render(streamInsertsSQL, "{{.State}}", stateStreamed),
+		streamOff:            n.Render(streamInsertsSQL, "{{.State}}", stateReady),
+		insertState:          insertStateSQL,
+		requeueStreamed:      n.render(requeueStreamedSQL),
+		forgetSlot:           n.render(forgetSlotSQL),
+		statusPart: n.Render(statusSQL, "{{.StatusRows}}", `(`+n.render(statusRowsSQL)+
 			` UNION ALL SELECT topic, 'dead', created_at FROM `+n.part().dead+`) r`),
 		backlogPart: n.Render(backlogSQL, "{{.DeadBacklog}}", `
 		UNION ALL

@@ -144,7 +144,7 @@ func (d *Driver) Complete(ctx context.Context, p herald.CompleteParams) (herald.
 		if p.Delete {
 			sql = d.q.publishDelete
 		}
-		n, err := d.db.exec(ctx, sql, p.Published, p.Token)
+		n, err := d.changed(ctx, d.leaseKeys, sql, p.Published, p.Token)
 		if err != nil {
 			return res, fmt.Errorf("heraldpg: acknowledging batch: %w", err)
 		}
@@ -179,16 +179,30 @@ func (d *Driver) Complete(ctx context.Context, p herald.CompleteParams) (herald.
 
 // ReleaseClaim implements herald.Store.
 func (d *Driver) ReleaseClaim(ctx context.Context, token string) (int, error) {
-	n, err := d.db.exec(ctx, d.q.releaseClaim, token)
+	n, err := d.changed(ctx, d.leaseKeys, d.q.releaseClaim, token)
 	if err != nil {
 		return 0, fmt.Errorf("heraldpg: releasing a claim: %w", err)
 	}
 	return int(n), nil
 }
 
-// RescueExpired implements herald.Store.
+// changed runs a statement that changes rows and returns how many: as
+// the count it selects when counted (the statements that handle leases,
+// whose rows are changed by several of their parts), or else as the rows
+// the statement changed.
+func (d *Driver) changed(ctx context.Context, counted bool, sql string, args ...any) (int64, error) {
+	if !counted {
+		return d.db.exec(ctx, sql, args...)
+	}
+	var n int64
+	err := queryRow(ctx, d.db, sql, args, &n)
+	return n, err
+}
+
+// RescueExpired implements herald.Store: rows claimed, and keys leased
+// (Config.LeaseKeys), whose lease ran out.
 func (d *Driver) RescueExpired(ctx context.Context, limit int) (int, error) {
-	n, err := d.db.exec(ctx, d.q.rescue, limit)
+	n, err := d.changed(ctx, true, d.q.rescue, limit)
 	if err != nil {
 		return 0, fmt.Errorf("heraldpg: rescuing expired leases: %w", err)
 	}
@@ -287,7 +301,7 @@ func (d *Driver) ListEvents(ctx context.Context, f heraldadmin.EventFilter) ([]h
 	if err != nil {
 		return nil, err
 	}
-	sql := `SELECT ` + eventColumns + ` FROM ` + d.q.table + ` WHERE ` + where +
+	sql := `SELECT ` + eventColumns + ` FROM ` + d.q.events + ` WHERE ` + viewWhere(where, f.State) +
 		` ORDER BY seq LIMIT ` + strconv.Itoa(limit)
 	l, err := d.layout(ctx, d.db)
 	if err != nil {
@@ -324,7 +338,7 @@ func (d *Driver) GetEvent(ctx context.Context, id string) (heraldadmin.EventRow,
 	if err != nil {
 		return ev, err
 	}
-	sql := `SELECT ` + eventColumns + ` FROM ` + d.q.table + ` WHERE id = $1`
+	sql := `SELECT ` + eventColumns + ` FROM ` + d.q.events + ` WHERE id = $1`
 	if l.partitioned {
 		sql += ` UNION ALL SELECT ` + eventColumns + ` FROM ` + d.q.dead + ` WHERE id = $1`
 	}
@@ -532,4 +546,15 @@ func (d *Driver) requeueDeadTable(ctx context.Context, requeue, where string, ar
 		return err
 	})
 	return n, err
+}
+
+// viewWhere turns filterSQL's condition on the table's state ("state =
+// $1 ...") into one on eventsViewSQL's: the row's own state selects the
+// rows through the table's indexes, and for ready and claimed, which a
+// lease tells apart, the state operators see then decides.
+func viewWhere(where string, st heraldadmin.State) string {
+	if st == heraldadmin.StateReady || st == heraldadmin.StateClaimed {
+		return `raw_state IN ('ready', 'claimed') AND ` + where
+	}
+	return "raw_" + where
 }

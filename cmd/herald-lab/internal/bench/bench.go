@@ -61,6 +61,7 @@ type options struct {
 	ceiling      bool
 	maxBytes     int64 // relay MaxInFlightBytes; 0 is its default
 	deleteOnPub  bool  // relay DeleteOnPublish
+	leaseKeys    bool  // heraldpg LeaseKeys
 	claimConc    int   // relay ClaimConcurrency; 0 is its default
 	natsAtomic   bool  // heraldnats AtomicBatches, on streams with allow_atomic
 	relays       int   // Herald's relays draining together
@@ -129,6 +130,8 @@ Flags:
                          and a role with REPLICATION
   --delete-on-publish    the relay deletes each row once the broker confirms it
                          instead of keeping it as published (drain, latency)
+  --lease-keys           PostgreSQL: the relay's ordered claims lease keys
+                         instead of writing rows (drain, latency)
   --to LIST              drain destinations, comma-separated, of jetstream,
                          discard, kafka (in-process kfake), redis (127.0.0.1:6379),
                          rabbitmq (127.0.0.1:5672), mqtt (127.0.0.1:1883),
@@ -170,6 +173,7 @@ func parseArgs(args []string) (options, string, error) {
 	fs.BoolVar(&o.ceiling, "ceiling", true, "")
 	fs.Int64Var(&o.maxBytes, "max-in-flight-bytes", 0, "")
 	fs.BoolVar(&o.deleteOnPub, "delete-on-publish", false, "")
+	fs.BoolVar(&o.leaseKeys, "lease-keys", false, "")
 	fs.IntVar(&o.claimConc, "claim-concurrency", 0, "")
 	fs.BoolVar(&o.natsAtomic, "nats-atomic", false, "")
 	fs.IntVar(&o.relays, "relays", 1, "")
