@@ -46,17 +46,16 @@ const (
 	FROM {{.Table}} o
 	WHERE o.id = ANY(ARRAY(SELECT id FROM pick WHERE NOT free))`
 
-	// The leases of the keys of the events named ($1), held by this
-	// token ($2), locked; and, once written, ended: a lease ends when no
-	// ready event of its range is left that the statement does not name
-	// (a claim that disposes of a key's unreadable event first, or the
-	// release of a paused destination's events, acknowledges part of a
-	// batch; the rest keeps the key leased).
+	// The leases of this claim ($2), locked; and, once written, ended: a
+	// lease ends when no ready event of its range is left that the
+	// statement does not name ($1; a claim that disposes of a key's
+	// unreadable event first, or the release of a paused destination's
+	// events, acknowledges part of a batch; the rest keeps the key
+	// leased).
 	leaseHeldSQL = `held AS (
 		SELECT l.topic, l.key, l.owner, l.first_seq, l.last_seq FROM {{.Leases}} l
-		WHERE l.token = $2 AND (l.topic, l.key) IN (
-			SELECT o.topic, o.key FROM {{.Table}} o WHERE o.id = ANY($1::uuid[]) AND o.state = 'ready')
-		FOR UPDATE OF l
+		WHERE l.token = $2
+		FOR UPDATE
 	), ended AS (
 		DELETE FROM {{.Leases}} l USING held h
 		WHERE l.topic = h.topic AND l.key = h.key
@@ -64,6 +63,11 @@ const (
 		                  WHERE r.state = 'ready' AND r.topic = h.topic AND r.key = h.key
 		                    AND r.seq BETWEEN h.first_seq AND h.last_seq AND r.id <> ALL($1::uuid[]))
 	)`
+	// Whether this claim ($2) holds rows: keyless events and unordered
+	// topics. Checked once (a one-time filter) through the in-flight
+	// index, so that a batch of leased keys alone does not look up its
+	// events a second time for rows it has none of.
+	tokenHasRowsSQL = `EXISTS (SELECT 1 FROM {{.Table}} c WHERE c.state = 'claimed' AND c.claim_token = $2)`
 	// A named event held by one of those leases: ready, in its range.
 	leasedRowSQL = `o.id = ANY($1::uuid[]) AND o.state = 'ready' AND o.topic = h.topic AND o.key = h.key
 		  AND o.seq BETWEEN h.first_seq AND h.last_seq`
@@ -76,7 +80,7 @@ const (
 		FROM held h
 		WHERE ` + leasedRowSQL + `
 		RETURNING 1
-	), rows AS (` + publishSQL + `
+	), rows AS (` + publishSQL + ` AND ` + tokenHasRowsSQL + `
 		RETURNING 1
 	)
 	SELECT (SELECT count(*) FROM leased) + (SELECT count(*) FROM rows)`
@@ -85,7 +89,7 @@ const (
 		DELETE FROM {{.Table}} o USING held h
 		WHERE ` + leasedRowSQL + `
 		RETURNING 1
-	), rows AS (` + publishDeleteSQL + `
+	), rows AS (` + publishDeleteSQL + ` AND ` + tokenHasRowsSQL + `
 		RETURNING 1
 	)
 	SELECT (SELECT count(*) FROM leased) + (SELECT count(*) FROM rows)`
@@ -109,7 +113,7 @@ const (
 		UPDATE {{.Table}} o
 		SET ` + completeSetSQL + `
 		FROM f
-		WHERE o.id = f.id AND o.id = ANY($1::uuid[]) AND o.claim_token = $2 AND o.state = 'claimed'
+		WHERE o.id = f.id AND o.id = ANY($1::uuid[]) AND o.claim_token = $2 AND o.state = 'claimed' AND ` + tokenHasRowsSQL + `
 		RETURNING o.id, f.ok
 	)
 	SELECT id, ok FROM leased UNION ALL SELECT id, ok FROM rows`
@@ -126,13 +130,13 @@ const (
 		RETURNING o.id
 	), gone AS (
 		DELETE FROM {{.Table}} o USING f
-		WHERE f.ok AND o.id = f.id AND o.id = ANY($1::uuid[]) AND o.claim_token = $2 AND o.state = 'claimed'
+		WHERE f.ok AND o.id = f.id AND o.id = ANY($1::uuid[]) AND o.claim_token = $2 AND o.state = 'claimed' AND ` + tokenHasRowsSQL + `
 		RETURNING o.id
 	), kept AS (
 		UPDATE {{.Table}} o
 		SET ` + completeSetSQL + `
 		FROM f
-		WHERE NOT f.ok AND o.id = f.id AND o.id = ANY($1::uuid[]) AND o.claim_token = $2 AND o.state = 'claimed'
+		WHERE NOT f.ok AND o.id = f.id AND o.id = ANY($1::uuid[]) AND o.claim_token = $2 AND o.state = 'claimed' AND ` + tokenHasRowsSQL + `
 		RETURNING o.id
 	)
 	SELECT id, true FROM leasedGone UNION ALL SELECT id, false FROM leasedKept

@@ -4,9 +4,8 @@
 -- key's events it took, which stay ready in the outbox until the
 -- acknowledgement writes them. Every relay of this version reads it,
 -- whatever its own mode: a key with a lease is not claimed, and the
--- acknowledgement, the release and the rescuer end leases by token. A
--- few rows (the keys in flight), inserted and deleted once per key per
--- batch: the primary key is its only index.
+-- rescuer ends expired leases. A few rows (the keys in flight), inserted
+-- and deleted once per key per batch.
 CREATE TABLE {{.Leases}} (
     topic       text        NOT NULL,
     key         text        NOT NULL,
@@ -17,3 +16,5 @@ CREATE TABLE {{.Leases}} (
     last_seq    bigint      NOT NULL CHECK (last_seq >= first_seq),
     PRIMARY KEY (topic, key)
 );
+-- The acknowledgement and the release find a claim's leases by token.
+CREATE INDEX {{.Name}}_leases_token_idx ON {{.Leases}} (token);
