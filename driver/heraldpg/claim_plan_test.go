@@ -151,7 +151,7 @@ func claimForms(d *Driver) []struct{ name, sql, args string } {
 		{"ordered claim's keys", d.q.claimKeys, `ARRAY['new','new','new'], ARRAY['k1','k2','k3'], ARRAY[false,false,true],
 			1000, 1000, gen_random_uuid(), 'plan', 60000000, 67108864`},
 		{"ordered claim's keys, leased", d.q.claimKeysLeased, `ARRAY['new','new','new'], ARRAY['k1','k2','k3'], ARRAY[false,false,true],
-			1000, 1000, gen_random_uuid(), 'plan', 60000000, 67108864`},
+			1000, 1000, gen_random_uuid(), 'plan', 60000000, 67108864, 2`},
 		// What ends a claim in that mode reads leases and the events
 		// named, by their ids.
 		{"leased acknowledgement", d.q.publishLeased, `ARRAY[gen_random_uuid(), gen_random_uuid()], gen_random_uuid()`},

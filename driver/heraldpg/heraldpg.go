@@ -66,6 +66,7 @@
 package heraldpg
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"errors"
@@ -154,6 +155,13 @@ type Config struct {
 	// a relay of a version before migration 010 does not: upgrade every
 	// relay before turning it on. Defaults to false: claims write rows.
 	LeaseKeys bool
+	// LeaseMinEvents is, with LeaseKeys, the fewest events of one key a
+	// claim takes for the key to be leased; a key of fewer is claimed as
+	// rows. A lease row is inserted, locked and deleted: for a single
+	// event that is more work than writing the event, so leases pay off
+	// from two events of a key in one batch (a backlog, a busy key).
+	// Defaults to 2; 1 leases every key.
+	LeaseMinEvents int
 }
 
 // names are the validated, quoted identifiers a driver's SQL uses.
@@ -171,6 +179,9 @@ func (c *Config) names() (names, error) {
 		if c.EmitMessages && c.DeleteAfterInsert {
 			return names{}, errors.New("heraldpg: Config.EmitMessages and Config.DeleteAfterInsert exclude each other: " +
 				"a writer that emits messages inserts no row to delete")
+		}
+		if c.LeaseMinEvents < 0 {
+			return names{}, errors.New("heraldpg: Config.LeaseMinEvents must not be negative")
 		}
 		if c.MaxPayloadBytes < 0 {
 			return names{}, errors.New("heraldpg: Config.MaxPayloadBytes must not be negative")
@@ -217,8 +228,10 @@ type Driver struct {
 	// pool, as on database/sql: for the benchmark that measures what
 	// pipelining them saves.
 	serialClaims bool
-	// leaseKeys is Config.LeaseKeys: ordered claims lease keys.
+	// leaseKeys is Config.LeaseKeys: ordered claims lease keys, those of
+	// which they take at least leaseMin events.
 	leaseKeys bool
+	leaseMin  int
 
 	partitioning *Partitioning // Config.Partition
 	layouts      layoutCache   // the table's shape, once known partitioned
@@ -252,7 +265,7 @@ func newDriver(c conn, cfg *Config) (*Driver, error) {
 	h.Write([]byte(n.Qualified))
 	d := &Driver{db: c, names: n, q: newQueries(n), lockSpace: int32(h.Sum32())}
 	if cfg != nil && cfg.LeaseKeys {
-		d.leaseKeys = true
+		d.leaseKeys, d.leaseMin = true, cmp.Or(cfg.LeaseMinEvents, 2)
 		d.q.claimKeys, d.q.releaseClaim = d.q.claimKeysLeased, d.q.releaseClaimLeased
 		d.q.publish, d.q.publishDelete = d.q.publishLeased, d.q.publishDeleteLeased
 		d.q.complete, d.q.completeDelete = d.q.completeLeased, d.q.completeDeleteLeased

@@ -21,21 +21,26 @@ package heraldpg
 
 const (
 	// The ordered claim's last step in this mode, after claimKeysSQL's
-	// pick: a lease per ordered key, the rows of the unordered ones
-	// claimed, and every event picked returned with this claim's attempt.
+	// pick: a lease per ordered key of which it took at least $10 events
+	// (Config.LeaseMinEvents), the rows of the other keys claimed, and
+	// every event picked returned with this claim's attempt.
 	// The lease's primary key is a second guard behind the walk's key
 	// lock: a second claimer of the key fails its insert.
-	claimKeysLeaseSQL = `, leased AS (
+	claimKeysLeaseSQL = `, picked AS (
+		SELECT p.id, p.seq, p.topic, p.key,
+		       NOT p.free AND count(*) OVER (PARTITION BY p.topic, p.key) >= $10 AS leased
+		FROM pick p
+	), leased AS (
 		INSERT INTO {{.Leases}} (topic, key, token, owner, lease_until, first_seq, last_seq)
 		SELECT p.topic, p.key, $6, $7, now() + $8 * interval '1 microsecond', min(p.seq), max(p.seq)
-		FROM pick p
-		WHERE NOT p.free
+		FROM picked p
+		WHERE p.leased
 		GROUP BY p.topic, p.key
 	), rows AS (
 		UPDATE {{.Table}} o
 		SET state = 'claimed', claim_token = $6, claimed_by = $7,
 		    lease_until = now() + $8 * interval '1 microsecond', attempts = least(greatest(o.attempts, 0), 999999) + 1
-		WHERE o.id = ANY(ARRAY(SELECT id FROM pick WHERE free)) AND o.state = 'ready'
+		WHERE o.id = ANY(ARRAY(SELECT id FROM picked WHERE NOT leased)) AND o.state = 'ready'
 		RETURNING ` + claimedColumnsSQL + `
 	)
 	SELECT * FROM rows
@@ -44,7 +49,7 @@ const (
 	       o.event_version, coalesce(o.aggregate_version, 0), o.payload, o.headers,
 	       least(greatest(o.attempts, 0), 999999) + 1, o.created_at
 	FROM {{.Table}} o
-	WHERE o.id = ANY(ARRAY(SELECT id FROM pick WHERE NOT free))`
+	WHERE o.id = ANY(ARRAY(SELECT id FROM picked WHERE leased))`
 
 	// The leases of this claim ($2), locked; and, once written, ended: a
 	// lease ends when no ready event of its range is left that the

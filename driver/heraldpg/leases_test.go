@@ -2,10 +2,12 @@ package heraldpg_test
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -162,7 +164,7 @@ func TestRelaysWithAndWithoutLeasesShareATable(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	pool := heraldtest.PostgresPool(t)
-	leasing := pgtest.New(t, pool, heraldpg.Config{LeaseKeys: true})
+	leasing := pgtest.New(t, pool, heraldpg.Config{LeaseKeys: true, LeaseMinEvents: 1})
 	rows, err := heraldpg.New(pool, &heraldpg.Config{Schema: leasing.Config.Schema})
 	require.NoError(t, err)
 	ids := writeKeys(t, leasing, 2, 1)
@@ -191,4 +193,41 @@ func TestRelaysWithAndWithoutLeasesShareATable(t *testing.T) {
 	require.Equal(t, []string{first[0].ID}, []string{third[0].ID})
 	require.Equal(t, 2, third[0].Attempt)
 	require.Contains(t, ids, third[0].ID)
+}
+
+// A key of which a claim takes fewer than LeaseMinEvents events (2 by
+// default) is claimed as rows, which costs less for one event than a
+// lease row inserted, locked and deleted; the others of the same batch
+// are leased, and one acknowledgement ends both.
+func TestAKeyOfOneEventIsClaimedAsARow(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	o := pgtest.New(t, heraldtest.PostgresPool(t), heraldpg.Config{LeaseKeys: true})
+	pair := writeKeys(t, o, 1, 2) // k0 twice
+	one := herald.Message{ID: uuid.NewString(), Topic: "orders", Key: "single", Payload: []byte("x")}
+	require.NoError(t, pgx.BeginFunc(ctx, o.Pool, func(tx pgx.Tx) error { return o.Writer.WriteTx(ctx, tx, one) }))
+	single := []string{one.ID}
+	before := versions(t, o, append(slices.Clone(pair), single...))
+
+	batch, token, err := claimOrdered(ctx, o.Store, 100)
+	require.NoError(t, err)
+	require.Len(t, batch, 3)
+	after := versions(t, o, append(slices.Clone(pair), single...))
+	for _, id := range pair {
+		require.Equal(t, before[id], after[id], "the pair's key is leased, its rows not written")
+	}
+	require.NotEqual(t, before[single[0]], after[single[0]], "the single event is claimed as a row")
+	got := leases(t, o)
+	require.Len(t, got, 1)
+	require.Equal(t, "k0", got[0].Key)
+	for _, id := range append(slices.Clone(pair), single...) {
+		ev, err := o.Store.GetEvent(ctx, id)
+		require.NoError(t, err)
+		require.Equal(t, heraldadmin.StateClaimed, ev.State)
+	}
+
+	res, err := o.Store.Complete(ctx, herald.CompleteParams{Token: token, Published: append(slices.Clone(pair), single...)})
+	require.NoError(t, err)
+	require.Equal(t, 3, res.Published)
+	require.Empty(t, leases(t, o))
 }

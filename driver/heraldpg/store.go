@@ -94,8 +94,11 @@ func (d *Driver) claimOrdered(ctx context.Context, p herald.ClaimParams, perKey 
 		if err != nil || len(keys) == 0 {
 			return err
 		}
-		claimed, err = d.claimRows(ctx, lastQuery{tx}, d.q.claimKeys, p.Limit, []any{topics, keys, free, perKey, p.Limit,
-			p.Token, p.Owner, p.Lease.Microseconds(), p.MaxBytes})
+		args := []any{topics, keys, free, perKey, p.Limit, p.Token, p.Owner, p.Lease.Microseconds(), p.MaxBytes}
+		if d.leaseKeys {
+			args = append(args, d.leaseMin)
+		}
+		claimed, err = d.claimRows(ctx, lastQuery{tx}, d.q.claimKeys, p.Limit, args)
 		return err
 	})
 	return claimed, err
