@@ -231,3 +231,10 @@ func TestAKeyOfOneEventIsClaimedAsARow(t *testing.T) {
 	require.Equal(t, 3, res.Published)
 	require.Empty(t, leases(t, o))
 }
+
+func TestANegativeLeaseMinEventsIsRefused(t *testing.T) {
+	t.Parallel()
+	_, err := heraldpg.New(heraldtest.PostgresPool(t), &heraldpg.Config{LeaseKeys: true, LeaseMinEvents: -1})
+	require.ErrorContains(t, err, "Config.LeaseMinEvents must not be negative")
+	require.ErrorContains(t, (&heraldpg.Config{LeaseMinEvents: -2}).Validate(), "LeaseMinEvents")
+}
