@@ -99,12 +99,7 @@ const (
 	)
 	SELECT (SELECT count(*) FROM leased) + (SELECT count(*) FROM rows)`
 
-	leasedSetSQL = `state = CASE WHEN f.ok THEN 'published' WHEN f.dead THEN 'dead' ELSE 'ready' END,
-	    published_at = CASE WHEN f.ok THEN now() END,
-	    dead_at = CASE WHEN f.dead THEN now() END,
-	    parked = f.park,
-	    available_at = CASE WHEN f.ok OR f.dead THEN o.available_at
-	                        ELSE now() + f.delay_us * interval '1 microsecond' END,
+	leasedSetSQL = completeSetHeadSQL + `
 	    attempts = CASE WHEN f.refund THEN o.attempts ELSE ` + leasedAttemptSQL + ` END,
 	    claimed_by = h.owner,` + completeSetTailSQL
 

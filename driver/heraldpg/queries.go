@@ -329,13 +329,16 @@ const (
 		                     $7::bigint[], $8::text[])
 		AS f(id, ok, dead, park, refund, delay_us, err)
 	)`
-	completeSetSQL = `state = CASE WHEN f.ok THEN 'published' WHEN f.dead THEN 'dead' ELSE 'ready' END,
+	completeSetSQL = completeSetHeadSQL + `
+	    attempts = CASE WHEN f.refund THEN greatest(o.attempts, 1) - 1 ELSE o.attempts END,` + completeSetTailSQL
+	// What an acknowledgement writes of each row, but for the attempt
+	// (the claim counted it in the row, or not: leasedSetSQL).
+	completeSetHeadSQL = `state = CASE WHEN f.ok THEN 'published' WHEN f.dead THEN 'dead' ELSE 'ready' END,
 	    published_at = CASE WHEN f.ok THEN now() END,
 	    dead_at = CASE WHEN f.dead THEN now() END,
 	    parked = f.park,
 	    available_at = CASE WHEN f.ok OR f.dead THEN o.available_at
-	                        ELSE now() + f.delay_us * interval '1 microsecond' END,
-	    attempts = CASE WHEN f.refund THEN greatest(o.attempts, 1) - 1 ELSE o.attempts END,` + completeSetTailSQL
+	                        ELSE now() + f.delay_us * interval '1 microsecond' END,`
 	completeSetTailSQL = `
 	    last_error = coalesce(f.err, o.last_error),
 	    claim_token = NULL, lease_until = NULL`
