@@ -2,10 +2,12 @@ package heralddrivertest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -118,14 +120,75 @@ func BenchComplete(b *testing.B, h Harness) {
 // BenchRelayDrain measures one relay draining a backlog of 20,000 events to
 // a publisher that discards them (BatchSize 1000, MaxInFlight 4), until the
 // last batch is acknowledged: keeping the published rows (Keep) and
-// deleting them (DeleteOnPublish).
+// deleting them (DeleteOnPublish); and, for a driver with a Ceiling, four
+// workers draining the same backlog with it (Ceiling), the reference the
+// relay's rate is a share of.
 func BenchRelayDrain(b *testing.B, h Harness) {
 	b.Run("Keep", func(b *testing.B) { benchRelayDrain(b, h, false) })
 	b.Run("DeleteOnPublish", func(b *testing.B) { benchRelayDrain(b, h, true) })
+	b.Run("Ceiling", func(b *testing.B) { benchCeilingDrain(b, h) })
 }
 
+// benchCeilingDrain drains drainEvents with the driver's Ceiling: as many
+// workers as the relay has batches in flight, each claiming-and-marking
+// a batch, then publishing it to a discarding publisher, until a claim
+// finds nothing.
+func benchCeilingDrain(b *testing.B, h Harness) {
+	var elapsed time.Duration
+	for range b.N {
+		b.StopTimer()
+		o := newKit(b, h.New(b), "bench")
+		if o.d.Ceiling == nil {
+			b.Skipf("%s has no ceiling", h.Name)
+		}
+		o.WriteN("t", drainEvents)
+		pub := herald.PublisherFunc(func(context.Context, []herald.Envelope) error { return nil })
+		var (
+			wg        sync.WaitGroup
+			published atomic.Int64
+			errs      = make([]error, drainWorkers)
+		)
+		b.StartTimer()
+		start := time.Now()
+		for i := range drainWorkers {
+			wg.Go(func() {
+				for {
+					batch, err := o.d.Ceiling(context.Background(), drainBatch)
+					if err == nil && len(batch) > 0 {
+						err = pub.Publish(context.Background(), batch)
+					}
+					if err != nil || len(batch) == 0 {
+						errs[i] = err
+						return
+					}
+					published.Add(int64(len(batch)))
+				}
+			})
+		}
+		wg.Wait()
+		elapsed += time.Since(start)
+		b.StopTimer()
+		if err := errors.Join(errs...); err != nil {
+			b.Fatal(err)
+		}
+		want := map[string]int64{"t/published": drainEvents}
+		if got := o.Counts(); published.Load() != drainEvents || !maps.Equal(got, want) {
+			b.Fatalf("the ceiling published %d, and the table holds %v, want %d and %v", published.Load(), got, drainEvents, want)
+		}
+	}
+	b.ReportMetric(float64(drainEvents*b.N)/elapsed.Seconds(), "events/s")
+}
+
+// The drain benchmarks' backlog, batch size and batches in flight (the
+// relay's default MaxInFlight).
+const (
+	drainEvents  = 20_000
+	drainBatch   = 1000
+	drainWorkers = 4
+)
+
 func benchRelayDrain(b *testing.B, h Harness, deleteOnPublish bool) {
-	const n = 20_000
+	const n = drainEvents
 	var elapsed time.Duration
 	for range b.N {
 		b.StopTimer()
@@ -145,7 +208,7 @@ func benchRelayDrain(b *testing.B, h Harness, deleteOnPublish bool) {
 			return nil
 		})
 		r, err := herald.NewRelay(&herald.RelayConfig{
-			Store: o.d.Store, Publisher: pub, BatchSize: 1000, Logger: slog.New(slog.DiscardHandler),
+			Store: o.d.Store, Publisher: pub, BatchSize: drainBatch, MaxInFlight: drainWorkers, Logger: slog.New(slog.DiscardHandler),
 			DeleteOnPublish: deleteOnPublish,
 		})
 		if err != nil {

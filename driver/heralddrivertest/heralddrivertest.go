@@ -88,6 +88,12 @@ type Driver struct {
 	// relay must survive them even where the checks are missing. Nil skips
 	// the cases that need it.
 	OddRows func(ctx context.Context, topic string) ([]OddRow, error)
+	// Ceiling, when set, claims at most limit of the oldest ready events
+	// and marks them published in one statement, with no token, lease or
+	// acknowledgement: not a correct relay (a crash after it loses the
+	// batch), but the reference BenchRelayDrain measures the relay
+	// against. It returns nothing once no event is ready.
+	Ceiling func(ctx context.Context, limit int) ([]herald.Envelope, error)
 }
 
 // Tx is an open transaction of the driver's database.

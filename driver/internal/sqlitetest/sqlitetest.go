@@ -101,6 +101,7 @@ func New(t testing.TB, cfg heraldsqlite.Config) *Outbox {
 			return err
 		},
 		OddRows: oddRowsFunc(db, tableName(cfg)),
+		Ceiling: ceiling(db, table),
 	}
 	return &Outbox{Driver: d, Store: store, DB: db, Path: path, Config: &cfg, Writer: w}
 }
