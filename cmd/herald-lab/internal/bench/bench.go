@@ -55,17 +55,20 @@ type options struct {
 	rate         int
 	pollInterval time.Duration
 	unordered    bool
-	maxPerKey    int
-	to           string
-	payloadBytes int
-	ceiling      bool
-	maxBytes     int64 // relay MaxInFlightBytes; 0 is its default
-	deleteOnPub  bool  // relay DeleteOnPublish
-	leaseKeys    bool  // heraldpg LeaseKeys
-	claimConc    int   // relay ClaimConcurrency; 0 is its default
-	natsAtomic   bool  // heraldnats AtomicBatches, on streams with allow_atomic
-	relays       int   // Herald's relays draining together
-	cdc          bool  // also (drain) or instead (latency) run the change-data-capture relay
+	// bothOrderings drains with Herald's relay ordered and unordered in
+	// each round (--ordering both); unordered is then false.
+	bothOrderings bool
+	maxPerKey     int
+	to            string
+	payloadBytes  int
+	ceiling       bool
+	maxBytes      int64 // relay MaxInFlightBytes; 0 is its default
+	deleteOnPub   bool  // relay DeleteOnPublish
+	leaseKeys     bool  // heraldpg LeaseKeys
+	claimConc     int   // relay ClaimConcurrency; 0 is its default
+	natsAtomic    bool  // heraldnats AtomicBatches, on streams with allow_atomic
+	relays        int   // Herald's relays draining together
+	cdc           bool  // also (drain) or instead (latency) run the change-data-capture relay
 }
 
 const usage = `usage: herald-lab bench [producers|drain|latency|all] [flags]
@@ -102,8 +105,11 @@ Flags:
   --keys N               distinct keys (drain) (default 1000)
   --batch-size N         relay batch size (default 1000)
   --max-in-flight N      relay batches in flight (default 4)
-  --ordering MODE        ordered (one claimer per key, in commit order) or
-                         unordered (claims by age) (drain) (default ordered)
+  --ordering MODE        ordered (one claimer per key, in commit order),
+                         unordered (claims by age), or both: Herald's relay
+                         both ways, interleaved in each round, and the
+                         ordered rate as a share of the unordered (drain)
+                         (default ordered)
   --max-per-key N        events of one key per claim, 0 = batch size (drain)
   --payload-bytes N      each event's payload size, 100 to 1048576 (drain)
                          (default 200)
@@ -206,8 +212,10 @@ func parseArgs(args []string) (options, string, error) {
 	case "ordered":
 	case "unordered":
 		o.unordered = true
+	case "both":
+		o.bothOrderings = true
 	default:
-		return o, "", fmt.Errorf("--ordering: %q is not ordered or unordered", *ordering)
+		return o, "", fmt.Errorf("--ordering: %q is not ordered, unordered or both", *ordering)
 	}
 	if o.maxPerKey < 0 || o.maxPerKey > o.batchSize {
 		return o, "", fmt.Errorf("--max-per-key: %d is not between 0 and the batch size %d", o.maxPerKey, o.batchSize)

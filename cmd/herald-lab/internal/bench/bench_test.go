@@ -127,6 +127,54 @@ func TestDrainWithNATSAtomicBatches(t *testing.T) {
 	require.Contains(t, stderr.String(), "atomic batches (--nats-atomic)")
 }
 
+// --ordering both: each round drains with Herald's relay ordered and
+// unordered and with the ceiling; every drain delivers the whole backlog,
+// the ordered one in each key's order, and the comparison is the ordered
+// rate over the unordered one, round by round.
+func TestDrainBothOrderingsComparesThem(t *testing.T) {
+	dsn := heraldtest.PostgresDSN(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+
+	var stdout, stderr bytes.Buffer
+	code := bench.Main(ctx, []string{"drain", "--db", dsn, "--json", "--to", "jetstream", "--ordering", "both",
+		"--events", "1000", "--keys", "20", "--batch-size", "100", "--rounds", "2"}, &stdout, &stderr)
+	require.Equal(t, 0, code, "stderr:\n%s", stderr.String())
+	var res struct {
+		OK    bool `json:"ok"`
+		Drain struct {
+			Ordering           string                  `json:"ordering"`
+			Targets            []bench.DrainTarget     `json:"targets"`
+			OrderedVsUnordered []bench.DrainComparison `json:"ordered_vs_unordered"`
+		} `json:"drain"`
+	}
+	require.NoError(t, json.Unmarshal(stdout.Bytes(), &res), stdout.String())
+	require.True(t, res.OK)
+	require.Equal(t, "both", res.Drain.Ordering)
+	require.Len(t, res.Drain.Targets, 6, "Herald ordered, Herald unordered and the ceiling, two rounds")
+	rates := map[string][]float64{}
+	for _, tg := range res.Drain.Targets {
+		require.True(t, tg.Verified, "%s round %d", tg.System, tg.Round)
+		require.EqualValues(t, 1000, tg.Published, "%s", tg.System)
+		rates[tg.System] = append(rates[tg.System], tg.EventsPerSec)
+		if tg.System == "herald" {
+			require.NotNil(t, tg.KeyOrder, "the ordered drain is read back in order")
+			require.Zero(t, tg.KeyOrder.OutOfOrder)
+		} else {
+			require.Nil(t, tg.KeyOrder, "%s keeps no key order to check", tg.System)
+		}
+	}
+	require.Len(t, rates["herald-unordered"], 2)
+	require.Len(t, res.Drain.OrderedVsUnordered, 1)
+	c := res.Drain.OrderedVsUnordered[0]
+	require.Equal(t, "jetstream", c.Name)
+	require.Len(t, c.Ratios, 2)
+	for i, r := range c.Ratios {
+		require.InDelta(t, rates["herald"][i]/rates["herald-unordered"][i], r, 0.001, "round %d", i+1)
+	}
+	require.Contains(t, stderr.String(), "jetstream: Herald ordered at")
+}
+
 // --rounds with latency: every run is kept, and each percentile is the
 // median and range of the runs' own.
 func TestLatencyRoundsGiveMedianAndRange(t *testing.T) {

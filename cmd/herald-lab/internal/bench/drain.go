@@ -81,7 +81,7 @@ type Breakdown struct {
 type DrainResult struct {
 	Events      int           `json:"events"`
 	Keys        int           `json:"keys"`
-	Ordering    string        `json:"ordering"` // ordered or unordered
+	Ordering    string        `json:"ordering"` // ordered, unordered or both
 	PayloadSize int           `json:"payload_bytes"`
 	BatchSize   int           `json:"batch_size"`
 	MaxInFlight int           `json:"max_in_flight"`
@@ -95,6 +95,9 @@ type DrainResult struct {
 	// CDC compares the change-data-capture relay with the other systems,
 	// one per destination (--cdc).
 	CDC []CDCComparison `json:"cdc,omitempty"`
+	// OrderedVsUnordered is Herald's ordered drain rate as a share of its
+	// unordered one, one per destination (--ordering both).
+	OrderedVsUnordered []DrainComparison `json:"ordered_vs_unordered,omitempty"`
 }
 
 // The systems a drain measures: Herald's relay, the ceiling (see
@@ -104,6 +107,9 @@ const (
 	systemHerald  = "herald"
 	systemCeiling = "ceiling"
 	systemCDC     = "cdc"
+	// systemUnordered is Herald's relay claiming by age, beside the
+	// ordered one (--ordering both).
+	systemUnordered = "herald-unordered"
 )
 
 // DrainComparison is Herald's drain rate as a share of the ceiling's to one
@@ -126,16 +132,19 @@ type RatioStats struct {
 
 func runDrain(ctx context.Context, e *env, out io.Writer) (*DrainResult, []string, error) {
 	o := e.o
-	ordering := "ordered"
-	if o.unordered {
-		ordering = "unordered"
+	ordering, orderingLine := "ordered", "ordered"
+	switch {
+	case o.unordered:
+		ordering, orderingLine = "unordered", "unordered"
+	case o.bothOrderings:
+		ordering, orderingLine = "both", "ordered and unordered in turn"
 	}
 	relays := "1 relay,"
 	if o.relays > 1 {
 		relays = fmt.Sprintf("%d relays, each with", o.relays)
 	}
 	fmt.Fprintf(out, "\ndrain: backlog of %d events, %d keys, %d-byte payloads; %s; %s batch size %d, %d batches in flight; %d round(s)\n",
-		o.events, o.keys, o.payloadBytes, ordering, relays, o.batchSize, o.maxInFlight, o.rounds)
+		o.events, o.keys, o.payloadBytes, orderingLine, relays, o.batchSize, o.maxInFlight, o.rounds)
 	if o.natsAtomic {
 		fmt.Fprintln(out, "  Herald's relay sends to jetstream in atomic batches (--nats-atomic)")
 	}
@@ -153,6 +162,9 @@ func runDrain(ctx context.Context, e *env, out io.Writer) (*DrainResult, []strin
 		return res, nil, err
 	}
 	systems := []string{systemHerald}
+	if o.bothOrderings {
+		systems = append(systems, systemUnordered)
+	}
 	if o.ceiling {
 		systems = append(systems, systemCeiling)
 	}
@@ -197,6 +209,12 @@ func runDrain(ctx context.Context, e *env, out io.Writer) (*DrainResult, []strin
 		if o.cdc {
 			res.CDC = append(res.CDC, compareCDC(out, t.name, o.rounds, rates, dbCPU))
 		}
+		if o.bothOrderings {
+			c := DrainComparison{Name: t.name, RatioStats: ratios(rates[systemHerald], rates[systemUnordered])}
+			fmt.Fprintf(out, "  %s: Herald ordered at %.2f of unordered (median of %d rounds; range %.2f-%.2f)\n",
+				t.name, c.Median, len(c.Ratios), c.Min, c.Max)
+			res.OrderedVsUnordered = append(res.OrderedVsUnordered, c)
+		}
 	}
 	return res, failures, nil
 }
@@ -221,8 +239,12 @@ func drainTo(ctx context.Context, e *env, t drainSink, system string) (*DrainTar
 		r, err = drainCeiling(ctx, e, t.name, pub)
 	case systemCDC:
 		r, err = drainCDC(ctx, e, t.name, pub)
+	case systemUnordered:
+		if r, err = drainOnce(ctx, e, t.name, pub, true); err == nil {
+			r.System = system
+		}
 	default:
-		r, err = drainOnce(ctx, e, t.name, pub)
+		r, err = drainOnce(ctx, e, t.name, pub, o.unordered)
 	}
 	if err != nil {
 		return nil, nil, err
@@ -238,7 +260,7 @@ func drainTo(ctx context.Context, e *env, t drainSink, system string) (*DrainTar
 	// an event it published: every row is still as inserted, streamed.
 	state, want := string(heraldadmin.StatePublished), o.events
 	switch {
-	case system == systemHerald && o.deleteOnPub:
+	case (system == systemHerald || system == systemUnordered) && o.deleteOnPub:
 		state, want = "", 0
 	case system == systemCDC:
 		state = string(heraldadmin.StateStreamed)
@@ -268,7 +290,7 @@ func drainTo(ctx context.Context, e *env, t drainSink, system string) (*DrainTar
 	// Herald's ordered relays, however many, polling or not, must deliver
 	// each key's events in the order they were committed. The ceiling
 	// does not keep it (see ceilingSQL).
-	if t.keyOrder != nil && system != systemCeiling && !o.unordered {
+	if t.keyOrder != nil && system != systemCeiling && system != systemUnordered && !o.unordered {
 		ko, err := t.keyOrder(ctx, e)
 		if err != nil {
 			return nil, nil, fmt.Errorf("reading back %s: %w", t.name, err)
@@ -396,7 +418,7 @@ func loadFresh(ctx context.Context, e *env) (float64, error) {
 // share the destination's client (pub), which takes concurrent calls.
 // Every relay is running before any claims (the gate), so none drains a
 // head start; the clock starts when the gate opens.
-func drainOnce(ctx context.Context, e *env, name string, pub herald.Publisher) (*DrainTarget, error) {
+func drainOnce(ctx context.Context, e *env, name string, pub herald.Publisher, unordered bool) (*DrainTarget, error) {
 	o := e.o
 	tpub := &timedPublisher{Publisher: pub}
 	gate := make(chan struct{})
@@ -417,13 +439,16 @@ func drainOnce(ctx context.Context, e *env, name string, pub herald.Publisher) (
 		}
 		closers = append(closers, closeStore)
 		owner := "herald-bench-" + name
+		if unordered {
+			owner += "-unordered"
+		}
 		if o.relays > 1 {
 			owner += "-" + strconv.Itoa(i+1)
 		}
 		stores[i] = &timedStore{Store: d, gate: gate}
 		relays[i], err = herald.NewRelay(&herald.RelayConfig{
 			Store: stores[i], Publisher: tpub, Logger: e.log, Owner: owner,
-			BatchSize: o.batchSize, MaxInFlight: o.maxInFlight, Unordered: o.unordered, MaxPerKey: o.maxPerKey,
+			BatchSize: o.batchSize, MaxInFlight: o.maxInFlight, Unordered: unordered, MaxPerKey: o.maxPerKey,
 			MaxInFlightBytes: o.maxBytes, DeleteOnPublish: o.deleteOnPub, ClaimConcurrency: o.claimConc,
 		})
 		if err != nil {
