@@ -39,8 +39,9 @@ func (r *Relay) process(c claimed, sent func()) {
 //
 // Rows written by other programs with plain SQL may break the rules
 // WriteTx enforces (a reserved header, a topic with spaces). They go to
-// the dead letters with the reason instead of reaching the broker; in an
-// ordered claim, the later events of their key are held back unsent.
+// the dead letters with the reason instead of reaching the broker, as do
+// events a Source could not read whole (UnreadableHeader); in an ordered
+// claim, the later events of their key are held back unsent.
 func (r *Relay) send(c claimed) (errs []error, whole error) {
 	errs = make([]error, len(c.batch))
 	var (
@@ -54,8 +55,14 @@ func (r *Relay) send(c claimed) (errs []error, whole error) {
 			errs[i] = ErrHeldBack
 			continue
 		}
-		if err := validate(i, &env.Message, maxStoredPayload); err != nil {
-			errs[i] = Permanent(fmt.Errorf("invalid row: %w", err))
+		err := unreadable(&env.Message)
+		if err == nil {
+			if err = validate(i, &env.Message, maxStoredPayload); err != nil {
+				err = Permanent(fmt.Errorf("invalid row: %w", err))
+			}
+		}
+		if err != nil {
+			errs[i] = err
 			if ordered {
 				if invalidKeys == nil {
 					invalidKeys = map[TopicKey]bool{}

@@ -1,6 +1,10 @@
 package herald
 
-import "context"
+import (
+	"context"
+	"errors"
+	"strings"
+)
 
 // Source is a change-data-capture source of committed events: instead of
 // claiming rows from the outbox table, the relay reads them, in commit
@@ -84,3 +88,32 @@ type ReturnParams struct {
 	Events []Envelope // the streamed events that were not published
 	Failed []Failure  // their outcomes, by ID, and unreadable rows'
 }
+
+// UnreadableHeader starts the name of the header a Source adds to an
+// event it could not read whole, followed by what could not be read
+// ("row: column headers: ..."). The relay refuses such an event as a claim
+// refuses an unreadable row: it is dead, its ordered key parked, with the
+// header's name as its last error ("herald: unreadable row: ..."). The
+// name is no valid header name (it holds spaces), so the event stays
+// refused wherever it goes next: written back to the table and requeued,
+// it is refused again.
+const UnreadableHeader = "herald: unreadable "
+
+// unreadable returns, for an event a Source marked with UnreadableHeader,
+// why it cannot be published, as an error IsPermanent reports and whose
+// text is the marker's name alone.
+func unreadable(m *Message) error {
+	for name := range m.Headers {
+		if strings.HasPrefix(name, UnreadableHeader) {
+			return unreadableError{name}
+		}
+	}
+	return nil
+}
+
+// unreadableError is permanent, but its text is the reason without the
+// "permanent: " that Permanent's adds, as the claims' unreadable rows say.
+type unreadableError struct{ why string }
+
+func (e unreadableError) Error() string { return e.why }
+func (e unreadableError) Unwrap() error { return Permanent(errors.New(e.why)) }

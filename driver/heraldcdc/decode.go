@@ -348,20 +348,20 @@ func preview(content []byte) string {
 // unreadablePrefix and unreadableRowPrefix start the name of the header
 // markUnreadable adds to an event read from a message and from a row.
 const (
-	unreadablePrefix    = "unreadable event message: "
-	unreadableRowPrefix = "unreadable row: "
+	unreadablePrefix    = herald.UnreadableHeader + "event message: "
+	unreadableRowPrefix = herald.UnreadableHeader + "row: "
 )
 
 // markUnreadable makes the relay refuse an event read from a message or a
 // row whose fields could not all be read, rather than publish it without
-// them: a header whose name, which says why, is no valid header name
-// (herald.ValidateHeaderName refuses the space). The relay's validation
-// makes the event dead with that reason in its last error, and Return
-// writes it to the table as a dead row: a row still there keeps its
-// columns as the producer wrote them; one that is gone (a message, a
-// deleted row) is written with the fields and the marker as read, which
-// stays dead if requeued. The name is cut to herald.MaxHeaderNameLen,
-// whose excess the validation would report without the name.
+// them: a header herald.UnreadableHeader names, whose name says why. The
+// relay makes the event dead with that name as its last error ("herald:
+// unreadable row: ...", as a claim's unreadable row), and Return writes
+// it to the table as a dead row: a row still there keeps its columns as
+// the producer wrote them; one that is gone (a message, a deleted row) is
+// written with the fields and the marker as read, which stays dead if
+// requeued (the name is no valid header name). The name is cut to
+// herald.MaxHeaderNameLen.
 func markUnreadable(env *herald.Envelope, prefix string, problem error) {
 	name := prefix + herald.Scrub(problem.Error())
 	if len(name) > herald.MaxHeaderNameLen {

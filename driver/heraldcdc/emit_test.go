@@ -3,6 +3,7 @@ package heraldcdc_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -142,7 +143,8 @@ func TestEmittedEventsArePublishedFromTheLog(t *testing.T) {
 		err := f.pool.QueryRow(ctx, `SELECT state, coalesce(last_error, '') FROM herald_outbox WHERE id = $1`, bad).Scan(&state, &lastError)
 		return err == nil && state == "dead"
 	}, 30*time.Second, 20*time.Millisecond, "the unreadable message is a dead row")
-	require.Contains(t, lastError, "payload: illegal base64")
+	require.True(t, strings.HasPrefix(lastError, "herald: unreadable event message: payload: illegal base64"),
+		"the last error says why, as a claim's unreadable row does: %q", lastError)
 
 	t.Run("EachKeyIsPublishedInCommitOrder", func(t *testing.T) {
 		first, seen := firstPublishedByKey(rec)

@@ -72,7 +72,8 @@ func TestAnUnreadableRowIsADeadLetterThatParksItsKey(t *testing.T) {
 	for _, id := range []string{gone, kept} {
 		require.Equal(t, "dead", rows[id].state, "the unreadable row")
 		require.True(t, rows[id].parked, "its key is parked")
-		require.Contains(t, rows[id].lastError, `unreadable row: column headers: header \"n\" is a number`, "it says why")
+		require.Equal(t, `herald: unreadable row: column headers: header "n" is a number, not a string`, rows[id].lastError,
+			"it says why, as a claim's unreadable row does")
 	}
 	for _, m := range held {
 		require.Equal(t, "ready", rows[m.ID].state, "event %s of key %s waits behind the dead letter", m.ID, m.Key)
