@@ -84,6 +84,104 @@ func DecodeHeaders(raw []byte) (map[string]string, error) {
 	if !utf8.Valid(raw) {
 		return nil, errors.New("headers are not valid UTF-8")
 	}
+	if out, ok := plainHeaders(raw); ok {
+		return out, nil
+	}
+	return decodeHeadersJSON(raw)
+}
+
+// plainHeaders reads the usual headers column without encoding/json: an
+// object whose names and values are strings free of escapes and control
+// characters (or null values), as PostgreSQL, MySQL and Herald's writers
+// print them. ok is false for anything else, which decodeHeadersJSON
+// reads; where ok is true the result is decodeHeadersJSON's
+// (FuzzPlainHeadersAgreeWithJSON). Every claimed and streamed event reads
+// its headers, and encoding/json's map decoding was half of reading a
+// streamed event.
+func plainHeaders(raw []byte) (map[string]string, bool) {
+	i := skipSpace(raw, 0)
+	if i >= len(raw) || raw[i] != '{' {
+		return nil, false
+	}
+	var out map[string]string
+	i = skipSpace(raw, i+1)
+	if i < len(raw) && raw[i] == '}' {
+		return nil, skipSpace(raw, i+1) == len(raw)
+	}
+	for {
+		name, next, ok := plainString(raw, i)
+		if !ok {
+			return nil, false
+		}
+		i = skipSpace(raw, next)
+		if i >= len(raw) || raw[i] != ':' {
+			return nil, false
+		}
+		i = skipSpace(raw, i+1)
+		if i+4 <= len(raw) && string(raw[i:i+4]) == "null" {
+			delete(out, name) // a later null unsets an earlier value, as encoding/json's last one wins
+			i += 4
+		} else {
+			value, next, ok := plainString(raw, i)
+			if !ok {
+				return nil, false
+			}
+			if out == nil {
+				out = make(map[string]string, 2)
+			}
+			out[name], i = value, next
+		}
+		i = skipSpace(raw, i)
+		if i >= len(raw) {
+			return nil, false
+		}
+		switch raw[i] {
+		case ',':
+			i = skipSpace(raw, i+1)
+		case '}':
+			if skipSpace(raw, i+1) != len(raw) {
+				return nil, false
+			}
+			if len(out) == 0 {
+				return nil, true
+			}
+			return out, true
+		default:
+			return nil, false
+		}
+	}
+}
+
+// plainString reads the JSON string at raw[i] when it has no escape and
+// no control character, returning it and the index after its closing
+// quote.
+func plainString(raw []byte, i int) (string, int, bool) {
+	if i >= len(raw) || raw[i] != '"' {
+		return "", 0, false
+	}
+	for j := i + 1; j < len(raw); j++ {
+		switch c := raw[j]; {
+		case c == '"':
+			return string(raw[i+1 : j]), j + 1, true
+		case c == '\\' || c < 0x20:
+			return "", 0, false
+		}
+	}
+	return "", 0, false
+}
+
+// skipSpace returns the index of the first byte at or after i that is not
+// JSON whitespace.
+func skipSpace(raw []byte, i int) int {
+	for i < len(raw) && (raw[i] == ' ' || raw[i] == '\t' || raw[i] == '\n' || raw[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// decodeHeadersJSON is DecodeHeaders with encoding/json, for any valid
+// UTF-8 column.
+func decodeHeadersJSON(raw []byte) (map[string]string, error) {
 	// The common case, an object of strings (and nulls), in one pass; any
 	// other value is read again below, to say which header is wrong.
 	var strs map[string]*string

@@ -38,6 +38,66 @@ func FuzzDecodeHeaders(f *testing.F) {
 	})
 }
 
+// Where the reader without encoding/json takes a column, it reads what
+// encoding/json reads, and it takes the usual columns.
+func FuzzPlainHeadersAgreeWithJSON(f *testing.F) {
+	for _, s := range []string{`{}`, ` { } `, `{"a":"b"}`, `{"source": "herald-bench", "traceparent": "00-ab-cd-01"}`,
+		`{"a":"x","a":null}`, `{"a":null,"a":"x"}`, `{"a":null}`, `{"a":"b",}`, `{"a":"\n"}`, `{"a":"b"}x`,
+		`{"a" : "b" , "c":"d"}`, `{"a":nullx}`, `{"a":1}`, "{\"a\":\"\t\"}", `{"é":"ü"}`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		raw = bytes.TrimSpace(raw) // as DecodeHeaders does first
+		if !utf8.Valid(raw) {
+			return
+		}
+		got, ok := plainHeaders(raw)
+		if !ok {
+			return
+		}
+		want, err := decodeHeadersJSON(raw)
+		require.NoError(t, err, "%q", raw)
+		require.Equal(t, want, got, "%q", raw)
+	})
+}
+
+func TestPlainHeadersTakeTheUsualColumns(t *testing.T) {
+	for raw, want := range map[string]map[string]string{
+		`{"source": "herald-bench"}`:        {"source": "herald-bench"},
+		`{"a": "1", "b": "", "gone": null}`: {"a": "1", "b": ""},
+		` {} `:                              nil,
+		`{"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}`: {"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"},
+	} {
+		got, ok := plainHeaders([]byte(raw))
+		require.True(t, ok, raw)
+		require.Equal(t, want, got, raw)
+	}
+	for _, raw := range []string{`{"a": "x\"y"}`, `{"a": 1}`, `["a"]`, `{"a": "b"`, `{"a": "b"} x`} {
+		_, ok := plainHeaders([]byte(raw))
+		require.False(t, ok, "%s is left to encoding/json", raw)
+	}
+}
+
+// BenchmarkDecodeHeaders compares the reader without encoding/json
+// (Plain) with encoding/json's (JSON) on a usual column.
+func BenchmarkDecodeHeaders(b *testing.B) {
+	raw := []byte(`{"source": "herald-bench", "traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}`)
+	b.Run("Plain", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := DecodeHeaders(raw); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("JSON", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := decodeHeadersJSON(raw); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
 func TestDecodeHeadersTakesStringsAndRefusesOtherValues(t *testing.T) {
 	for _, tc := range []struct {
 		raw     string
