@@ -74,7 +74,7 @@ const (
 	// events a second time for rows it has none of.
 	tokenHasRowsSQL = `EXISTS (SELECT 1 FROM {{.Table}} c WHERE c.state = 'claimed' AND c.claim_token = $2)`
 	// A named event held by one of those leases: ready, in its range.
-	leasedRowSQL = `o.id = ANY($1::uuid[]) AND o.state = 'ready' AND o.topic = h.topic AND o.key = h.key
+	leasedRowSQL = `o.id = ` + batchIDsSQL + ` AND o.state = 'ready' AND o.topic = h.topic AND o.key = h.key
 		  AND o.seq BETWEEN h.first_seq AND h.last_seq`
 	// The attempt the claim did not write.
 	leasedAttemptSQL = `least(greatest(o.attempts, 0), 999999) + 1`
@@ -113,7 +113,7 @@ const (
 		UPDATE {{.Table}} o
 		SET ` + completeSetSQL + `
 		FROM f
-		WHERE o.id = f.id AND o.id = ANY($1::uuid[]) AND o.claim_token = $2 AND o.state = 'claimed' AND ` + tokenHasRowsSQL + `
+		WHERE o.id = f.id AND o.id = ` + batchIDsSQL + ` AND o.claim_token = $2 AND o.state = 'claimed' AND ` + tokenHasRowsSQL + `
 		RETURNING o.id, f.ok
 	)
 	SELECT id, ok FROM leased UNION ALL SELECT id, ok FROM rows`
@@ -130,13 +130,13 @@ const (
 		RETURNING o.id
 	), gone AS (
 		DELETE FROM {{.Table}} o USING f
-		WHERE f.ok AND o.id = f.id AND o.id = ANY($1::uuid[]) AND o.claim_token = $2 AND o.state = 'claimed' AND ` + tokenHasRowsSQL + `
+		WHERE f.ok AND o.id = f.id AND o.id = ` + batchIDsSQL + ` AND o.claim_token = $2 AND o.state = 'claimed' AND ` + tokenHasRowsSQL + `
 		RETURNING o.id
 	), kept AS (
 		UPDATE {{.Table}} o
 		SET ` + completeSetSQL + `
 		FROM f
-		WHERE NOT f.ok AND o.id = f.id AND o.id = ANY($1::uuid[]) AND o.claim_token = $2 AND o.state = 'claimed' AND ` + tokenHasRowsSQL + `
+		WHERE NOT f.ok AND o.id = f.id AND o.id = ` + batchIDsSQL + ` AND o.claim_token = $2 AND o.state = 'claimed' AND ` + tokenHasRowsSQL + `
 		RETURNING o.id
 	)
 	SELECT id, true FROM leasedGone UNION ALL SELECT id, false FROM leasedKept
