@@ -302,6 +302,16 @@ func TestBrowser(t *testing.T) {
 			return strings.Contains(text(sel), want)
 		}, 10*time.Second, 50*time.Millisecond, "%s does not contain %q %v", sel, want, msg)
 	}
+	// equals waits until sel's text is want, for the same reason: the
+	// overview's figures are live texts too.
+	equals := func(sel, want string, msg ...any) {
+		t.Helper()
+		var got string
+		require.Eventually(t, func() bool {
+			got = text(sel)
+			return got == want
+		}, 10*time.Second, 50*time.Millisecond, "%s is %q, want %q %v", sel, got, want, msg)
+	}
 	eval := func(js string) any {
 		t.Helper()
 		sctx, c := context.WithTimeout(ctx, 20*time.Second)
@@ -333,10 +343,10 @@ func TestBrowser(t *testing.T) {
 	do(chromedp.Click(chromedp.ID("login-link")), page("login"),
 		chromedp.SendKeys(chromedp.ID("token"), testToken),
 		chromedp.Click(chromedp.ID("login-submit")), page("overview"))
-	require.Equal(t, "2", text("#total-dead"))
-	require.Equal(t, "1", text("#total-parked"))
-	require.Equal(t, "4", text("#total-ready"), "two orders behind the parked key, two payments for later")
-	require.Equal(t, "20", text("#rate-total"))
+	equals("#total-dead", "2")
+	equals("#total-parked", "1")
+	equals("#total-ready", "4", "two orders behind the parked key, two payments for later")
+	equals("#rate-total", "20")
 	screenshot("admin-overview.png")
 
 	// The dead letters: both there; the script's select-all box works.
@@ -375,9 +385,9 @@ func TestBrowser(t *testing.T) {
 		chromedp.WaitVisible(chromedp.CSS(`tr[data-id="`+deadInvoice+`"]`)))
 	require.Equal(t, false, eval(`document.querySelector('tr[data-id="`+deadOrder+`"]') !== null`), "gone from the dead letters")
 	do(chromedp.Navigate(srv.URL+"/"), page("overview"))
-	require.Equal(t, "1", text("#total-dead"))
-	require.Equal(t, "0", text("#total-parked"))
-	require.Equal(t, "23", text("#rate-total"), "the requeued event and the two behind it were published")
+	equals("#total-dead", "1")
+	equals("#total-parked", "0")
+	equals("#rate-total", "23", "the requeued event and the two behind it were published")
 	do(chromedp.Navigate(srv.URL+"/events/"+deadOrder), page("event"))
 	require.Equal(t, "published", text("#event-state"))
 
@@ -395,8 +405,8 @@ func TestBrowser(t *testing.T) {
 	held := b.write(t, herald.Message{Topic: "orders.shipped", Key: "order-7", Type: "a"},
 		herald.Message{Topic: "orders.shipped", Key: "order-7", Type: "b"}, herald.Message{Topic: "orders.shipped", Key: "order-7", Type: "c"})
 	do(chromedp.Navigate(srv.URL+"/"), page("overview"))
-	require.Equal(t, "3", text(`#paused tr[data-name="orders.shipped"] td.waiting`))
-	require.Contains(t, text("#backlog"), "paused")
+	equals(`#paused tr[data-name="orders.shipped"] td.waiting`, "3")
+	contains("#backlog", "paused")
 	require.False(t, rec.has(held[0]), "nothing of a paused topic is published")
 	for _, id := range held {
 		require.Equal(t, heraldadmin.StateReady, b.state(t, id))
@@ -437,8 +447,8 @@ func TestBrowser(t *testing.T) {
 	contains("#stuck", "2 wait for a down destination")
 	contains(`#destinations tr[data-key="webhook"]`, "503 Service Unavailable")
 	contains(`#retry-groups`, "503 Service Unavailable")
-	require.Contains(t, text(`#relays`), "worker-2/311")
-	require.Equal(t, "2", text("#total-retrying"))
+	contains(`#relays`, "worker-2/311")
+	equals("#total-retrying", "2")
 
 	// Live: a figure changes without a reload.
 	eval(`window.heraldMarker = 42`)
