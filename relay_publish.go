@@ -55,14 +55,12 @@ func (r *Relay) send(c claimed) (errs []error, whole error) {
 			errs[i] = ErrHeldBack
 			continue
 		}
-		err := unreadable(&env.Message)
-		if err == nil {
-			if err = validate(i, &env.Message, maxStoredPayload); err != nil {
-				err = Permanent(fmt.Errorf("invalid row: %w", err))
+		if err := validate(i, &env.Message, maxStoredPayload); err != nil {
+			// A Source's unreadable mark is no valid header name, so only
+			// an event the validation refuses can carry one.
+			if errs[i] = unreadable(&env.Message); errs[i] == nil {
+				errs[i] = Permanent(fmt.Errorf("invalid row: %w", err))
 			}
-		}
-		if err != nil {
-			errs[i] = err
 			if ordered {
 				if invalidKeys == nil {
 					invalidKeys = map[TopicKey]bool{}
