@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"runtime"
 	"slices"
 	"strings"
@@ -222,6 +223,7 @@ func TestBadArgumentsExit2WithOneLine(t *testing.T) {
 		{"--poll-interval", "-1ms"},
 		{"drain", "--relays", "0"},
 		{"drain", "--relays", "65"},
+		{"drain", "--ordering", "all"},
 	} {
 		var stdout, stderr bytes.Buffer
 		code := bench.Main(context.Background(), args, &stdout, &stderr)
@@ -229,6 +231,9 @@ func TestBadArgumentsExit2WithOneLine(t *testing.T) {
 		require.Empty(t, stdout.String(), "%v", args)
 		require.Equal(t, 1, strings.Count(stderr.String(), "\n"), "%v: %q", args, stderr.String())
 	}
+	var stderr bytes.Buffer
+	require.Equal(t, 2, bench.Main(context.Background(), []string{"drain", "--ordering", "all"}, io.Discard, &stderr))
+	require.Contains(t, stderr.String(), `--ordering: "all" is not ordered, unordered or both`)
 }
 
 func TestHelpExits0(t *testing.T) {
