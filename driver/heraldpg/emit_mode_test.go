@@ -142,15 +142,39 @@ func TestEmitMessages(t *testing.T) {
 	// The statement names the table, so it holds the table's lock to the
 	// end of the producer's transaction: the switch back to polling waits
 	// for that transaction, which therefore commits before the switch,
-	// where the relay still reads.
+	// where the relay still reads. The lock is taken from a cached generic
+	// plan too, whose subquery of the table reads nothing.
 	t.Run("TheSwitchToPollingWaitsForAnEmittingTransaction", func(t *testing.T) {
 		t.Parallel()
 		d := setupEmitting(t, heraldpg.Config{}, true)
 		ctx := context.Background()
-		tx, err := d.Pool.Begin(ctx)
+		c, err := d.Pool.Acquire(ctx)
+		require.NoError(t, err)
+		defer c.Release()
+		_, err = c.Exec(ctx, `SET plan_cache_mode = force_generic_plan`)
+		require.NoError(t, err)
+		defer func() { _, _ = c.Exec(ctx, `RESET plan_cache_mode`) }()
+		for range 6 {
+			require.NoError(t, pgx.BeginFunc(ctx, c, func(tx pgx.Tx) error {
+				return d.Writer.WriteTx(ctx, tx, messages(1)...)
+			}))
+		}
+		tx, err := c.Begin(ctx)
 		require.NoError(t, err)
 		defer func() { _ = tx.Rollback(ctx) }()
 		require.NoError(t, d.Writer.WriteTx(ctx, tx, messages(1)...))
+		var locks []string
+		require.NoError(t, pgx.BeginFunc(ctx, d.Pool, func(other pgx.Tx) error {
+			rows, err := other.Query(ctx, `SELECT mode FROM pg_locks
+				WHERE locktype = 'relation' AND relation = $1::regclass AND pid = $2 AND granted`,
+				d.Store.Table(), c.Conn().PgConn().PID())
+			if err != nil {
+				return err
+			}
+			locks, err = pgx.CollectRows(rows, pgx.RowTo[string])
+			return err
+		}))
+		require.Equal(t, []string{"AccessShareLock"}, locks, "the producer's locks on the table")
 		switched := make(chan error, 1)
 		go func() { switched <- d.Store.StreamInserts(ctx, false) }()
 		select {

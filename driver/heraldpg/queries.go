@@ -59,23 +59,28 @@ const (
 
 	// Config.EmitMessages: a writer's messages as transactional logical
 	// decoding messages, in one statement for any number of them, which
-	// emits them when the table's inserts default to streamed, and
-	// otherwise inserts them as rows (the "kept" part, which inserts
-	// nothing on a streamed table): no relay reads the messages of a
-	// table relayed by polling, so a message written there would be
-	// lost. m holds the messages and whether the table is streamed, read
-	// once (an InitPlan) from the state column's default: a few catalog
-	// index probes. The INSERT names the table, so the statement takes
-	// its lock (ROW EXCLUSIVE, at parse analysis, held to the end of the
-	// transaction, whichever part runs). The switch of the default
-	// (Driver.StreamInserts) needs ACCESS EXCLUSIVE, so it cannot commit
-	// between the check and the producer's commit: a message emitted on a
-	// streamed table commits before the switch back to polling, which
-	// `herald source poll` waits for the relay to read past. The check
-	// reads the catalog with the statement's snapshot, taken after that
-	// lock in READ COMMITTED; a REPEATABLE READ or SERIALIZABLE
-	// transaction reads it with its first snapshot, which misses a switch
-	// that committed while the statement waited for the lock.
+	// emits them when the table's inserts default to streamed and returns
+	// one row per message, and otherwise emits nothing and returns no row:
+	// the writer then inserts them as rows with insertOneSQL or
+	// insertManySQL (no relay reads the messages of a table relayed by
+	// polling, so a message written there would be lost). Whether the
+	// table is streamed is read once (an InitPlan) from the state column's
+	// default: a few catalog index probes. The statement names the table
+	// in a subquery that reads nothing, so it takes the table's lock
+	// (ACCESS SHARE, at parse analysis or when a cached plan is
+	// revalidated, held to the end of the transaction) and opens neither
+	// the table nor its indexes; an insert in the statement, even of no
+	// row, would open all of them on every call (a fifth of the
+	// statement's time under concurrent producers). The switch of the
+	// default (Driver.StreamInserts) needs ACCESS EXCLUSIVE, so it cannot
+	// commit between the check and the producer's commit, nor between the
+	// check and the fallback insert: a message emitted on a streamed table
+	// commits before the switch back to polling, which `herald source
+	// poll` waits for the relay to read past. The check reads the catalog
+	// with the statement's snapshot, taken after that lock in READ
+	// COMMITTED; a REPEATABLE READ or SERIALIZABLE transaction reads it
+	// with its first snapshot, which misses a switch that committed while
+	// the statement waited for the lock.
 	//
 	// Order: the messages are emitted by the outer query's target list,
 	// one row at a time as they come out of e, a subquery sorted in the
@@ -93,36 +98,25 @@ const (
 	// as the column's default; to_json writes ISO 8601 whatever the
 	// session's DateStyle). Splicing text costs the database a few
 	// microseconds per event, less than building the object in SQL or
-	// inserting a row with its index entries (BenchmarkWriteTxCDC). Only
-	// the fallback insert reads the JSON back. driver/heraldcdc decodes
-	// the messages.
-	emitOneSQL = `WITH m AS (
-		SELECT $1::text AS body, 1 AS n, ` + emitStreamedSQL + ` AS streamed
-	)` + emitTailSQL
-	emitManySQL = `WITH m AS (
-		SELECT b.body, b.n, ` + emitStreamedSQL + ` AS streamed
-		FROM unnest($1::text[]) WITH ORDINALITY AS b(body, n)
-	)` + emitTailSQL
+	// inserting a row with its index entries (BenchmarkWriteTxCDC).
+	// driver/heraldcdc decodes the messages.
+	emitOneSQL = emitHeadSQL + `
+		SELECT $1::text AS body
+		WHERE ` + emitStreamedSQL + ` AND NOT EXISTS (SELECT FROM ONLY {{.Table}} WHERE false)
+	) e`
+	emitManySQL = emitHeadSQL + `
+		SELECT b.body FROM unnest($1::text[]) WITH ORDINALITY AS b(body, n)
+		WHERE ` + emitStreamedSQL + ` AND NOT EXISTS (SELECT FROM ONLY {{.Table}} WHERE false)
+		ORDER BY b.n OFFSET 0
+	) e`
 	emitStreamedSQL = `coalesce((
 			SELECT pg_get_expr(ad.adbin, ad.adrelid) IN ('''streamed''::text', '''streamed''')
 			FROM pg_attribute a JOIN pg_attrdef ad ON ad.adrelid = a.attrelid AND ad.adnum = a.attnum
 			WHERE a.attrelid = '{{.Table}}'::regclass AND a.attname = 'state' AND NOT a.attisdropped), false)`
-	emitTailSQL = `, kept AS (
-		INSERT INTO {{.Table}}
-		(id, topic, key, type, aggregate_type, aggregate_id, payload, headers, available_at,
-		 event_version, aggregate_version)
-		SELECT (k.j->>'id')::uuid, k.j->>'topic', coalesce(k.j->>'key', ''), coalesce(k.j->>'type', ''),
-		       coalesce(k.j->>'aggregate_type', ''), coalesce(k.j->>'aggregate_id', ''),
-		       decode(k.j->>'payload', 'base64'), coalesce(k.j->'headers', '{}'),
-		       coalesce((k.j->>'available_at')::timestamptz, now()), coalesce((k.j->>'event_version')::int4, 1),
-		       (k.j->>'aggregate_version')::int8
-		FROM (SELECT m.n, m.body::jsonb AS j FROM m WHERE NOT m.streamed) k
-		ORDER BY k.n
-	)
-	SELECT pg_logical_emit_message(true, '{{.EventPrefix}}',
+	emitHeadSQL = `SELECT pg_logical_emit_message(true, '{{.EventPrefix}}',
 		'{"seq":' || nextval((SELECT pg_get_serial_sequence('{{.Table}}', 'seq'))::regclass) ||
 		',"created_at":' || to_json(now())::text || ',' || substr(e.body, 2))
-	FROM (SELECT m.body FROM m WHERE m.streamed ORDER BY m.n OFFSET 0) e`
+	FROM (`
 
 	// The claim: one index probe for the oldest ready rows, locked with
 	// SKIP LOCKED so concurrent relays take different rows, and marked in

@@ -44,14 +44,13 @@ func writerConfig(cfg *Config) *herald.WriterConfig {
 }
 
 // inserter holds a writer's statements: the insert of one message and of
-// many (with Config.EmitMessages, emit set, the statements that emit them
-// as logical decoding messages instead, or insert them on a table that is
-// not streamed: emitOneSQL, whose argument is the events as JSON), and
-// with Config.DeleteAfterInsert the deletes that follow them (empty
-// otherwise).
+// many, with Config.EmitMessages the statements that emit them as logical
+// decoding messages instead (emitOneSQL, whose argument is the events as
+// JSON; empty otherwise), and with Config.DeleteAfterInsert the deletes
+// that follow the inserts (empty otherwise).
 type inserter struct {
 	one, many, delOne, delMany string
-	emit                       bool
+	emitOne, emitMany          string
 }
 
 func newInserter(cfg *Config) (inserter, error) {
@@ -63,7 +62,7 @@ func newInserter(cfg *Config) (inserter, error) {
 	in := inserter{one: q.insertOne, many: q.insertMany}
 	switch {
 	case cfg != nil && cfg.EmitMessages:
-		in.one, in.many, in.emit = q.emitOne, q.emitMany, true
+		in.emitOne, in.emitMany = q.emitOne, q.emitMany
 	case cfg != nil && cfg.DeleteAfterInsert:
 		in.delOne, in.delMany = q.deleteOne, q.deleteMany
 	}
@@ -88,10 +87,27 @@ func (in inserter) deletion(msgs []herald.Message) (string, []any) {
 }
 
 // execTx writes msgs through x, a database/sql transaction or what stands
-// for one: the insert, then the delete if the writer has one (database/sql
-// sends one statement per call, with its arguments, so each is a round
-// trip).
+// for one: the emit if the writer has one, else or when it emitted nothing
+// the insert, then the delete if the writer has one (database/sql sends one
+// statement per call, with its arguments, so each is a round trip).
 func (in inserter) execTx(ctx context.Context, x Execer, msgs []herald.Message) error {
+	if in.emitOne != "" {
+		q, args, err := in.emitStatement(msgs)
+		if err != nil {
+			return err
+		}
+		res, err := x.ExecContext(ctx, q, args...)
+		if err != nil {
+			return fmt.Errorf("heraldpg: emitting %d events: %w", len(msgs), err)
+		}
+		n, err := res.RowsAffected()
+		if err != nil {
+			return fmt.Errorf("heraldpg: emitting %d events: the driver does not count the rows of a SELECT: %w", len(msgs), err)
+		}
+		if emitted, err := emitted(n, msgs); emitted || err != nil {
+			return err
+		}
+	}
 	q, args, err := in.statement(msgs)
 	if err != nil {
 		return err
@@ -107,13 +123,24 @@ func (in inserter) execTx(ctx context.Context, x Execer, msgs []herald.Message) 
 	return nil
 }
 
+// emitted reports whether the emit statement emitted msgs, from the rows
+// it returned: one per message on a streamed table, none on a table whose
+// inserts are ready (the writer then inserts them as rows, under the lock
+// the statement took).
+func emitted(rows int64, msgs []herald.Message) (bool, error) {
+	switch rows {
+	case int64(len(msgs)):
+		return true, nil
+	case 0:
+		return false, nil
+	}
+	return false, fmt.Errorf("heraldpg: emitting %d events: the statement returned %d rows", len(msgs), rows)
+}
+
 // statement returns the SQL and arguments that insert msgs in one round
 // trip: a plain VALUES insert for one message (the common case, cheapest to
 // plan), arrays for more.
 func (in inserter) statement(msgs []herald.Message) (string, []any, error) {
-	if in.emit {
-		return in.emitStatement(msgs)
-	}
 	if len(msgs) == 1 {
 		m := msgs[0]
 		h, err := encodeHeaders(m.Headers)
@@ -183,9 +210,9 @@ func (in inserter) emitStatement(msgs []herald.Message) (string, []any, error) {
 		bodies[i] = string(enc)
 	}
 	if len(msgs) == 1 {
-		return in.one, []any{bodies[0]}, nil
+		return in.emitOne, []any{bodies[0]}, nil
 	}
-	return in.many, []any{bodies}, nil
+	return in.emitMany, []any{bodies}, nil
 }
 
 // eventVersion is the event_version column's value: 1 for a message that
@@ -234,6 +261,19 @@ type pgxInserter struct{ inserter }
 func (p pgxInserter) InsertTx(ctx context.Context, tx pgx.Tx, msgs []herald.Message) error {
 	if tx == nil {
 		return fmt.Errorf("heraldpg: WriteTx: tx is nil")
+	}
+	if p.emitOne != "" {
+		sql, args, err := p.emitStatement(msgs)
+		if err != nil {
+			return err
+		}
+		tag, err := tx.Exec(ctx, sql, args...)
+		if err != nil {
+			return fmt.Errorf("heraldpg: emitting %d events: %w", len(msgs), err)
+		}
+		if emitted, err := emitted(tag.RowsAffected(), msgs); emitted || err != nil {
+			return err
+		}
 	}
 	sql, args, err := p.statement(msgs)
 	if err != nil {
