@@ -3,6 +3,7 @@ package heraldcdc
 import (
 	"bytes"
 	"encoding/base64"
+	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -48,6 +49,16 @@ type decoder struct {
 	prefix  string        // eventPrefix(schema, table), once made
 	logger  *slog.Logger  // for the messages that are no events; nil: slog.Default()
 	skipped *atomic.Int64 // counts them; may be nil
+
+	cols []column // the columns of the insert being read, reused
+}
+
+// column is one value of an inserted row, read in place: data points
+// into the message, which the connection reuses for the next one, so
+// whatever is kept of it is copied (a string, a decoded payload).
+type column struct {
+	kind byte // pglogrepl.TupleDataType*: text, binary, null or unchanged TOAST
+	data []byte
 }
 
 // decode reads one message; ready is true with a part to hand out: one
@@ -55,6 +66,9 @@ type decoder struct {
 // heartbeat is the position of one of the stream's heartbeat messages (see
 // Config.HeartbeatInterval), zero otherwise.
 func (d *decoder) decode(wal []byte) (part Transaction, ready bool, heartbeat pglogrepl.LSN, err error) {
+	if len(wal) > 0 && pglogrepl.MessageType(wal[0]) == pglogrepl.MessageTypeInsert {
+		return d.decodeInsert(wal)
+	}
 	msg, err := pglogrepl.Parse(wal)
 	if err != nil {
 		return part, false, 0, fmt.Errorf("heraldcdc: decoding pgoutput: %w", err)
@@ -83,26 +97,71 @@ func (d *decoder) decode(wal []byte) (part Transaction, ready bool, heartbeat pg
 		d.relations[m.RelationID] = m
 	case *pglogrepl.BeginMessage:
 		d.cur = &Transaction{Commit: m.FinalLSN, CommitTime: m.CommitTime, size: partOverhead}
-	case *pglogrepl.InsertMessage:
-		rel, ok := d.relations[m.RelationID]
-		switch {
-		case !ok:
-			return part, false, 0, fmt.Errorf("heraldcdc: insert into relation %d, which was never described", m.RelationID)
-		case d.cur == nil:
-			return part, false, 0, fmt.Errorf("heraldcdc: insert outside a transaction")
-		case rel.Namespace != d.schema || rel.RelationName != d.table:
-			return part, false, 0, nil // another table of the publication
-		}
-		d.add(rel, m.Tuple)
-		if part, ok := d.split(); ok {
-			return part, true, 0, nil
-		}
 	case *pglogrepl.CommitMessage:
 		if d.cur == nil {
 			return part, false, 0, fmt.Errorf("heraldcdc: commit outside a transaction")
 		}
 		part, d.cur = *d.cur, nil
 		part.Commit, part.End = m.CommitLSN, m.TransactionEndLSN
+		return part, true, 0, nil
+	}
+	return part, false, 0, nil
+}
+
+// decodeInsert reads an insert message (pgoutput without the streaming
+// option: 'I', the relation's id, 'N' and the new row's columns, each a
+// kind byte and, for a text or binary value, its length and bytes) in
+// place, without pglogrepl's copy of every column: the stream's most
+// frequent message, a score of columns each.
+func (d *decoder) decodeInsert(wal []byte) (part Transaction, ready bool, heartbeat pglogrepl.LSN, err error) {
+	bad := func(what string) (Transaction, bool, pglogrepl.LSN, error) {
+		return part, false, 0, fmt.Errorf("heraldcdc: decoding pgoutput: insert message of %d bytes: %s", len(wal), what)
+	}
+	if len(wal) < 9 { // a row has a column
+		return bad("too short")
+	}
+	relID := binary.BigEndian.Uint32(wal[1:])
+	if wal[5] != 'N' {
+		return bad(fmt.Sprintf("tuple marked %q, not 'N'", wal[5]))
+	}
+	n := int(binary.BigEndian.Uint16(wal[6:]))
+	cols, at := d.cols[:0], 8
+	for range n {
+		if at >= len(wal) {
+			return bad("ends within its columns")
+		}
+		c := column{kind: wal[at]}
+		at++
+		switch c.kind {
+		case pglogrepl.TupleDataTypeText, pglogrepl.TupleDataTypeBinary:
+			if at+4 > len(wal) {
+				return bad("ends within a column's length")
+			}
+			size := int(binary.BigEndian.Uint32(wal[at:]))
+			at += 4
+			if size < 0 || size > len(wal)-at {
+				return bad("a column's length exceeds the message")
+			}
+			c.data = wal[at : at+size : at+size]
+			at += size
+		case pglogrepl.TupleDataTypeNull, pglogrepl.TupleDataTypeToast:
+		default:
+			return bad(fmt.Sprintf("unknown column kind %q", c.kind))
+		}
+		cols = append(cols, c)
+	}
+	d.cols = cols
+	rel, ok := d.relations[relID]
+	switch {
+	case !ok:
+		return part, false, 0, fmt.Errorf("heraldcdc: insert into relation %d, which was never described", relID)
+	case d.cur == nil:
+		return part, false, 0, fmt.Errorf("heraldcdc: insert outside a transaction")
+	case rel.Namespace != d.schema || rel.RelationName != d.table:
+		return part, false, 0, nil // another table of the publication
+	}
+	d.add(rel, cols)
+	if part, ok := d.split(); ok {
 		return part, true, 0, nil
 	}
 	return part, false, 0, nil
@@ -120,10 +179,10 @@ func (d *decoder) split() (Transaction, bool) {
 }
 
 // add reads an inserted row of the outbox table into the current part.
-func (d *decoder) add(rel *pglogrepl.RelationMessage, tuple *pglogrepl.TupleData) {
-	env, bad := envelope(rel, tuple)
+func (d *decoder) add(rel *pglogrepl.RelationMessage, cols []column) {
+	env, bad := envelope(rel, cols)
 	switch {
-	case polled(rel, tuple):
+	case polled(rel, cols):
 		d.cur.Polled = append(d.cur.Polled, env.ID)
 		d.cur.size += stringOverhead + len(env.ID)
 	case bad != nil && env.ID != "" && env.Topic != "":
@@ -190,14 +249,11 @@ const streamedState = "streamed"
 // meanwhile, as ready or dead): a claim delivers it, or nothing should,
 // and handing it out here too would publish it twice. A table without a
 // state column, or a NULL state, is read as streamed.
-func polled(rel *pglogrepl.RelationMessage, tuple *pglogrepl.TupleData) bool {
-	if tuple == nil {
-		return false
-	}
+func polled(rel *pglogrepl.RelationMessage, cols []column) bool {
 	for i, c := range rel.Columns {
-		if c.Name == "state" && i < len(tuple.Columns) {
-			col := tuple.Columns[i]
-			return col.DataType == pglogrepl.TupleDataTypeText && string(col.Data) != streamedState
+		if c.Name == "state" && i < len(cols) {
+			col := cols[i]
+			return col.kind == pglogrepl.TupleDataTypeText && string(col.data) != streamedState
 		}
 	}
 	return false
@@ -205,14 +261,15 @@ func polled(rel *pglogrepl.RelationMessage, tuple *pglogrepl.TupleData) bool {
 
 // envelope reads an inserted outbox row. Values are in text format: the
 // replication connection fixes DateStyle ISO, TimeZone UTC and hex bytea.
-func envelope(rel *pglogrepl.RelationMessage, tuple *pglogrepl.TupleData) (herald.Envelope, error) {
+func envelope(rel *pglogrepl.RelationMessage, cols []column) (herald.Envelope, error) {
 	var env herald.Envelope
-	if tuple == nil || len(tuple.Columns) != len(rel.Columns) {
+	if len(cols) != len(rel.Columns) {
 		return env, fmt.Errorf("the row's columns do not match the table's")
 	}
 	var problem error
-	for i, col := range tuple.Columns {
-		if col.DataType != pglogrepl.TupleDataTypeText {
+	for i := range cols {
+		col := &cols[i]
+		if col.kind != pglogrepl.TupleDataTypeText {
 			continue // NULL, or an unchanged TOAST value (never in an insert)
 		}
 		// Each value is made a string only where a field takes it: a row
@@ -220,33 +277,33 @@ func envelope(rel *pglogrepl.RelationMessage, tuple *pglogrepl.TupleData) (heral
 		var err error
 		switch rel.Columns[i].Name {
 		case "id":
-			env.ID = string(col.Data)
+			env.ID = string(col.data)
 		case "seq":
-			env.Seq, err = strconv.ParseInt(string(col.Data), 10, 64)
+			env.Seq, err = strconv.ParseInt(string(col.data), 10, 64)
 		case "topic":
-			env.Topic = string(col.Data)
+			env.Topic = string(col.data)
 		case "key":
-			env.Key = string(col.Data)
+			env.Key = string(col.data)
 		case "type":
-			env.Type = string(col.Data)
+			env.Type = string(col.data)
 		case "aggregate_type":
-			env.AggregateType = string(col.Data)
+			env.AggregateType = string(col.data)
 		case "aggregate_id":
-			env.AggregateID = string(col.Data)
+			env.AggregateID = string(col.data)
 		case "event_version":
-			env.EventVersion, err = strconv.Atoi(string(col.Data))
+			env.EventVersion, err = strconv.Atoi(string(col.data))
 		case "aggregate_version": // NULL, none, is skipped above
-			env.AggregateVersion, err = strconv.ParseInt(string(col.Data), 10, 64)
+			env.AggregateVersion, err = strconv.ParseInt(string(col.data), 10, 64)
 		case "payload":
-			env.Payload, err = decodeBytea(col.Data)
+			env.Payload, err = decodeBytea(col.data)
 		case "headers":
-			env.Headers, err = sqlstore.DecodeHeaders(col.Data)
+			env.Headers, err = sqlstore.DecodeHeaders(col.data)
 		case "created_at":
-			env.CreatedAt, err = time.Parse("2006-01-02 15:04:05.999999Z07", string(col.Data))
+			env.CreatedAt, err = time.Parse("2006-01-02 15:04:05.999999Z07", string(col.data))
 		case "available_at":
-			env.AvailableAt, err = time.Parse("2006-01-02 15:04:05.999999Z07", string(col.Data))
+			env.AvailableAt, err = time.Parse("2006-01-02 15:04:05.999999Z07", string(col.data))
 		case "attempts":
-			env.Attempt, err = strconv.Atoi(string(col.Data))
+			env.Attempt, err = strconv.Atoi(string(col.data))
 		}
 		if err != nil && problem == nil {
 			problem = fmt.Errorf("column %s: %w", rel.Columns[i].Name, err)

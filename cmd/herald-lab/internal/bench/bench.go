@@ -62,13 +62,14 @@ type options struct {
 	to            string
 	payloadBytes  int
 	ceiling       bool
-	maxBytes      int64 // relay MaxInFlightBytes; 0 is its default
-	deleteOnPub   bool  // relay DeleteOnPublish
-	leaseKeys     bool  // heraldpg LeaseKeys
-	claimConc     int   // relay ClaimConcurrency; 0 is its default
-	natsAtomic    bool  // heraldnats AtomicBatches, on streams with allow_atomic
-	relays        int   // Herald's relays draining together
-	cdc           bool  // also (drain) or instead (latency) run the change-data-capture relay
+	maxBytes      int64  // relay MaxInFlightBytes; 0 is its default
+	deleteOnPub   bool   // relay DeleteOnPublish
+	leaseKeys     bool   // heraldpg LeaseKeys
+	claimConc     int    // relay ClaimConcurrency; 0 is its default
+	natsAtomic    bool   // heraldnats AtomicBatches, on streams with allow_atomic
+	relays        int    // Herald's relays draining together
+	cdc           bool   // also (drain) or instead (latency) run the change-data-capture relay
+	cpuProfile    string // directory for a CPU profile of each drain
 }
 
 const usage = `usage: herald-lab bench [producers|drain|latency|all] [flags]
@@ -145,6 +146,10 @@ Flags:
                          to a queue; moto_server, an AWS emulator started on
                          loopback), pubsub (in-process pstest) (drain)
                          (default jetstream,discard)
+  --cpuprofile DIR       write a CPU profile of this process (relays, ceiling
+                         and embedded NATS server) over each drain into DIR,
+                         named after the system, the destination and the
+                         drain's number (drain)
   --rate N               events/s written (latency) (default 1000)
   --poll-interval D      relay poll interval (latency) (default 5ms)
 `
@@ -184,6 +189,7 @@ func parseArgs(args []string) (options, string, error) {
 	fs.BoolVar(&o.natsAtomic, "nats-atomic", false, "")
 	fs.IntVar(&o.relays, "relays", 1, "")
 	fs.BoolVar(&o.cdc, "cdc", false, "")
+	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "")
 
 	parse := func(a []string) error {
 		err := fs.Parse(a)
@@ -228,6 +234,11 @@ func parseArgs(args []string) (options, string, error) {
 	}
 	if o.relays < 1 || o.relays > maxRelays {
 		return o, "", fmt.Errorf("--relays: %d is not between 1 and %d", o.relays, maxRelays)
+	}
+	if o.cpuProfile != "" {
+		if fi, err := os.Stat(o.cpuProfile); err != nil || !fi.IsDir() {
+			return o, "", fmt.Errorf("--cpuprofile: %q is not a directory", o.cpuProfile)
+		}
 	}
 	if o.maxBytes < -1 {
 		return o, "", fmt.Errorf("--max-in-flight-bytes: %d is below -1", o.maxBytes)

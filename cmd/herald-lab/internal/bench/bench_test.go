@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"strings"
@@ -138,8 +140,9 @@ func TestDrainBothOrderingsComparesThem(t *testing.T) {
 	defer cancel()
 
 	var stdout, stderr bytes.Buffer
+	profiles := t.TempDir()
 	code := bench.Main(ctx, []string{"drain", "--db", dsn, "--json", "--to", "jetstream", "--ordering", "both",
-		"--events", "1000", "--keys", "20", "--batch-size", "100", "--rounds", "2"}, &stdout, &stderr)
+		"--events", "1000", "--keys", "20", "--batch-size", "100", "--rounds", "2", "--cpuprofile", profiles}, &stdout, &stderr)
 	require.Equal(t, 0, code, "stderr:\n%s", stderr.String())
 	var res struct {
 		OK    bool `json:"ok"`
@@ -174,6 +177,26 @@ func TestDrainBothOrderingsComparesThem(t *testing.T) {
 		require.InDelta(t, rates["herald"][i]/rates["herald-unordered"][i], r, 0.001, "round %d", i+1)
 	}
 	require.Contains(t, stderr.String(), "jetstream: Herald ordered at")
+
+	// --cpuprofile: one profile of each drain, named after its system.
+	files, err := os.ReadDir(profiles)
+	require.NoError(t, err)
+	var names []string
+	for _, f := range files {
+		names = append(names, f.Name())
+		info, err := f.Info()
+		require.NoError(t, err)
+		require.Positive(t, info.Size(), f.Name())
+	}
+	slices.Sort(names)
+	require.Len(t, names, 6, "%v", names)
+	for _, prefix := range []string{"ceiling-jetstream-", "ceiling-jetstream-", "herald-jetstream-", "herald-jetstream-"} {
+		require.True(t, strings.HasPrefix(names[0], prefix), "%v", names)
+		names = names[1:]
+	}
+	for _, n := range names {
+		require.True(t, strings.HasPrefix(n, "herald-jetstream-unordered-"), n)
+	}
 }
 
 // --rounds with latency: every run is kept, and each percentile is the
@@ -224,6 +247,7 @@ func TestBadArgumentsExit2WithOneLine(t *testing.T) {
 		{"drain", "--relays", "0"},
 		{"drain", "--relays", "65"},
 		{"drain", "--ordering", "all"},
+		{"drain", "--cpuprofile", filepath.Join(t.TempDir(), "missing")},
 	} {
 		var stdout, stderr bytes.Buffer
 		code := bench.Main(context.Background(), args, &stdout, &stderr)

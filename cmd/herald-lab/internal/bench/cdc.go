@@ -197,7 +197,7 @@ func drainCDC(ctx context.Context, e *env, name string, pub herald.Publisher) (*
 		return nil, fmt.Errorf("starting relay: %w", err)
 	}
 	measured := resetPeakRSS()
-	cpu := startCPU(e)
+	cpu := startCPU(e, systemCDC+"-"+name)
 	start := time.Now()
 	stream, waitErr := heraldcdc.NewSource(ctx, e.cdcConfig(false))
 	var took time.Duration

@@ -98,7 +98,7 @@ func drainCeiling(ctx context.Context, e *env, name string, pub herald.Publisher
 		errOnce   sync.Once
 		firstErr  error
 	)
-	cpu := startCPU(e)
+	cpu := startCPU(e, systemCeiling+"-"+name)
 	start := time.Now()
 	for range o.maxInFlight {
 		wg.Add(1)

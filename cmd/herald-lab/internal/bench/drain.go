@@ -457,7 +457,11 @@ func drainOnce(ctx context.Context, e *env, name string, pub herald.Publisher, u
 	}
 
 	measured := resetPeakRSS()
-	cpu := startCPU(e)
+	label := systemHerald + "-" + name
+	if unordered {
+		label += "-unordered"
+	}
+	cpu := startCPU(e, label)
 	startErrs := make([]error, len(relays))
 	var wg sync.WaitGroup
 	for i, relay := range relays {

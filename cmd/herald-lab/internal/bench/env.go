@@ -40,6 +40,8 @@ type env struct {
 	// beforePoolClose runs before a pool closes, while its server
 	// processes still exist: the noise sampler reads their CPU time.
 	beforePoolClose func()
+	// profiles counts the CPU profiles written (--cpuprofile).
+	profiles int
 }
 
 // describeDSN names the database without its password.

@@ -2,7 +2,10 @@ package bench
 
 import (
 	"context"
+	"fmt"
 	"os"
+	"path/filepath"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -111,16 +114,34 @@ func (s *noiseSampler) stop() Noise {
 
 // cpuMeter measures the CPU time PostgreSQL's processes and this process
 // spend during one drain: what each event costs the database, whichever
-// system drains.
+// system drains. With --cpuprofile it also profiles this process over the
+// drain, into profile.
 type cpuMeter struct {
-	pg     *procTicks
-	self   uint64
-	selfOK bool
+	pg      *procTicks
+	self    uint64
+	selfOK  bool
+	profile *os.File
 }
 
-func startCPU(e *env) *cpuMeter {
+func startCPU(e *env, label string) *cpuMeter {
 	m := &cpuMeter{pg: newProcTicks(e.serverCommands()...)}
 	m.self, m.selfOK = selfTicks()
+	if e.o.cpuProfile != "" {
+		e.profiles++
+		name := filepath.Join(e.o.cpuProfile, fmt.Sprintf("%s-%d.pprof", label, e.profiles))
+		f, err := os.Create(name)
+		if err == nil {
+			err = pprof.StartCPUProfile(f)
+		}
+		if err != nil {
+			e.log.Error("not profiling the drain", "file", name, "error", err)
+			if f != nil {
+				_ = f.Close()
+			}
+		} else {
+			m.profile = f
+		}
+	}
 	return m
 }
 
@@ -128,6 +149,11 @@ func startCPU(e *env) *cpuMeter {
 // where unknown. Call it while the drain's pool is still open, so that its
 // server processes are still there to read.
 func (m *cpuMeter) stop(events int64) (db, self *float64) {
+	if m.profile != nil {
+		pprof.StopCPUProfile()
+		_ = m.profile.Close()
+		m.profile = nil
+	}
 	if events <= 0 {
 		return nil, nil
 	}
