@@ -588,20 +588,39 @@ func (s *Stream) read(ctx context.Context) error {
 		partRows: s.cfg.PartRows, partBytes: s.cfg.PartBytes, logger: s.cfg.Logger, skipped: &s.skipped}
 	sent := pglogrepl.LSN(0)
 	nextStatus := time.Now()
+	// A read waits until the connection's read deadline, not a context's
+	// end: pgconn watches a context with a goroutine of its own for every
+	// read, and the messages come by the thousand. The deadline wakes the
+	// loop at least every 100ms to send what Confirm recorded; ctx ending
+	// moves it to now. Only reads have a deadline: the writes of the
+	// status, here and at Close, do not.
+	nc := s.conn.Conn()
+	stopWaking := context.AfterFunc(ctx, func() { _ = nc.SetReadDeadline(time.Now()) })
+	defer stopWaking()
+	var wake time.Time
 	for {
 		s.mu.Lock()
 		confirmed := s.confirmed
 		s.mu.Unlock()
-		if confirmed != sent || !time.Now().Before(nextStatus) {
+		now := time.Now()
+		if confirmed != sent || !now.Before(nextStatus) {
 			if err := s.sendConfirmed(ctx, confirmed); err != nil {
 				return err
 			}
 			sent, nextStatus = confirmed, time.Now().Add(s.cfg.StatusInterval)
 		}
-		// Wake up at least every 100ms to send what Confirm recorded.
-		rctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
-		raw, err := s.conn.ReceiveMessage(rctx)
-		cancel()
+		if !now.Before(wake) {
+			wake = now.Add(100 * time.Millisecond)
+		}
+		// Set again before every read: a status write that timed out
+		// clears the connection's deadlines.
+		if err := nc.SetReadDeadline(wake); err != nil {
+			return fmt.Errorf("heraldcdc: receiving: %w", err)
+		}
+		if ctx.Err() != nil { // ended before the deadline was set: AfterFunc's is overwritten
+			return ctx.Err()
+		}
+		raw, err := s.conn.ReceiveMessage(context.Background())
 		switch {
 		case ctx.Err() != nil:
 			return ctx.Err()

@@ -455,19 +455,25 @@ func messageSize(m *nats.Msg) int {
 }
 
 func (p *Publisher) message(subj string, env *herald.Envelope) *nats.Msg {
-	h := make(nats.Header, len(env.Headers)+7)
+	h := make(nats.Header, len(env.Headers)+10)
 	// Set as given, not canonicalized: a consumer reads back the names the
-	// producer wrote (traceparent, not Traceparent).
-	set := func(name, v string) { h[name] = []string{v} }
+	// producer wrote (traceparent, not Traceparent). Each value is a slice
+	// of one array, one allocation for the message's headers instead of
+	// one each.
+	vals := make([]string, 0, len(env.Headers)+10)
+	set := func(name, v string) {
+		vals = append(vals, v)
+		h[name] = vals[len(vals)-1 : len(vals) : len(vals)]
+	}
 	data := env.Payload
 	if p.ce == nil {
 		herald.EventHeaders(env, set)
 	} else {
 		heraldce.ProducerHeaders(env, set)
-		h["Content-Type"] = []string{heraldce.StructuredContentType}
+		set("Content-Type", heraldce.StructuredContentType)
 		data = p.ce.Structured(env)
 	}
-	h[jetstream.MsgIDHeader] = []string{env.ID}
+	set(jetstream.MsgIDHeader, env.ID)
 	return &nats.Msg{Subject: subj, Header: h, Data: data}
 }
 
