@@ -130,8 +130,8 @@ type Config struct {
 	// statement, emitted in the order given. While the
 	// table's inserts default to ready (polling relays; before the switch
 	// to change-data-capture, or after `herald source poll`) that
-	// statement inserts the rows instead, for the claims, since no relay
-	// would read the messages. Each message carries a seq drawn from the
+	// statement emits nothing and the writer inserts the rows with a
+	// second one, for the claims, since no relay would read the messages. Each message carries a seq drawn from the
 	// table's sequence, as an insert would: an event that fails to
 	// publish is written back by the relay as a row with that seq, in
 	// its place among its key's events, and retried from the table.
