@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 )
 
@@ -38,32 +39,49 @@ func SendInRounds(ctx context.Context, batch []Envelope, perKey int, send RoundF
 	perKey = max(perKey, 1)
 	errs := make([]error, len(batch))
 	sent := make([]bool, len(batch))
-	closed := map[TopicKey]string{} // ordered key -> id of its failed event
-	round := make([]int, 0, len(batch))
-	taken := map[TopicKey]int{}
-	for first := true; ; first = false {
-		round = round[:0]
-		clear(taken)
-		for i := range batch {
-			env := &batch[i]
-			k, ordered := orderKey(env)
-			switch {
-			case sent[i]:
-			case !ordered && !first:
-				// Unordered events all went in the first round.
-			case ordered && closed[k] != "":
-				errs[i], sent[i] = fmt.Errorf("herald: event %s not sent after event %s of its key failed: %w",
-					env.ID, closed[k], ErrHeldBack), true
-			case ordered && taken[k] >= perKey:
-			default:
-				if ordered {
-					taken[k]++
-				}
-				round = append(round, i)
+	// Each ordered key's unsent events are a list in batch order (head,
+	// then next), so that a round costs what it sends: a batch of ten
+	// keys of a hundred events is a hundred rounds, and walking the whole
+	// batch for each cost more than sending it to a broker on the same
+	// machine.
+	var (
+		keyOf = map[TopicKey]int{}
+		head  []int // per key: its first unsent event, -1 when none is left
+		tail  []int
+		next  = make([]int, len(batch))
+		round = make([]int, 0, len(batch))
+	)
+	for i := range batch {
+		next[i] = -1
+		k, ordered := orderKey(&batch[i])
+		if !ordered {
+			round = append(round, i) // the first round has every unordered event
+			continue
+		}
+		q, ok := keyOf[k]
+		if !ok {
+			keyOf[k] = len(head)
+			head, tail = append(head, i), append(tail, i)
+			continue
+		}
+		next[tail[q]], tail[q] = i, i
+	}
+	open := make([]int, len(head)) // the keys with events left to send
+	for q := range open {
+		open[q] = q
+	}
+	for {
+		for _, q := range open {
+			for n := 0; n < perKey && head[q] >= 0; n++ {
+				round = append(round, head[q])
+				head[q] = next[head[q]]
 			}
 		}
 		if len(round) == 0 {
 			return errs
+		}
+		if !slices.IsSorted(round) {
+			slices.Sort(round)
 		}
 		if err := ctx.Err(); err != nil {
 			return notSent(errs, sent, fmt.Errorf("herald: not sent: %w", context.Cause(ctx)))
@@ -80,11 +98,27 @@ func SendInRounds(ctx context.Context, batch []Envelope, perKey int, send RoundF
 			}
 			return notSent(errs, sent, stop)
 		}
+		// A key with a failed event is closed: its later events are held
+		// back, named after the first of its failures in batch order.
 		for _, i := range round {
-			if k, ordered := orderKey(&batch[i]); ordered && errs[i] != nil && closed[k] == "" {
-				closed[k] = batch[i].ID
+			k, ordered := orderKey(&batch[i])
+			if !ordered || errs[i] == nil {
+				continue
+			}
+			q := keyOf[k]
+			for later := head[q]; later >= 0; later = next[later] {
+				errs[later], sent[later] = fmt.Errorf("herald: event %s not sent after event %s of its key failed: %w",
+					batch[later].ID, batch[i].ID, ErrHeldBack), true
+			}
+			head[q] = -1
+		}
+		kept := open[:0]
+		for _, q := range open {
+			if head[q] >= 0 {
+				kept = append(kept, q)
 			}
 		}
+		open, round = kept, round[:0]
 	}
 }
 

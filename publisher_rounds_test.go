@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 
@@ -194,5 +196,146 @@ func TestParseVersions(t *testing.T) {
 		require.NoError(t, err, "%q %q", c.event, c.aggregate)
 		require.Equal(t, c.wantEvent, ev)
 		require.Equal(t, c.wantAggregate, av)
+	}
+}
+
+// SendInRounds keeps each key's unsent events in a list so that a round
+// costs what it sends; referenceRounds is the rule written plainly, every
+// round walking the whole batch. On random batches (keys, unordered
+// events, refusals, forgotten events, perKey 1 to 3) both send the same
+// rounds and give the same errors.
+func TestSendInRoundsSendsWhatThePlainRuleSends(t *testing.T) {
+	t.Parallel()
+	rng := rand.New(rand.NewPCG(7, 11))
+	for run := range 3000 {
+		n := rng.IntN(40)
+		batch := make([]herald.Envelope, n)
+		for i := range batch {
+			key := ""
+			if rng.IntN(5) > 0 {
+				key = string(rune('a' + rng.IntN(1+rng.IntN(6))))
+			}
+			batch[i] = herald.Envelope{Message: herald.Message{ID: fmt.Sprint(i), Topic: "t", Key: key}, Ordered: rng.IntN(8) > 0}
+		}
+		answer := make([]int, n) // 0 confirmed, 1 refused, 2 forgotten
+		for i := range answer {
+			if rng.IntN(6) == 0 {
+				answer[i] = 1 + rng.IntN(2)
+			}
+		}
+		perKey := 1 + rng.IntN(3)
+		sender := func(rounds *[][]int) herald.RoundFunc {
+			return func(_ context.Context, round []int, errs []error) error {
+				*rounds = append(*rounds, slices.Clone(round))
+				for _, i := range round {
+					switch answer[i] {
+					case 0:
+						errs[i] = nil
+					case 1:
+						errs[i] = errors.New("refused")
+					}
+				}
+				return nil
+			}
+		}
+		var got, want [][]int
+		gotErrs := herald.SendInRounds(t.Context(), batch, perKey, sender(&got))
+		wantErrs := referenceRounds(t.Context(), batch, perKey, sender(&want))
+		require.Equal(t, want, got, "run %d: rounds", run)
+		require.Equal(t, fmt.Sprint(wantErrs), fmt.Sprint(gotErrs), "run %d: errors", run)
+	}
+}
+
+// referenceRounds is SendInRounds as it was first written.
+func referenceRounds(ctx context.Context, batch []herald.Envelope, perKey int, send herald.RoundFunc) []error {
+	perKey = max(perKey, 1)
+	errs := make([]error, len(batch))
+	sent := make([]bool, len(batch))
+	closed := map[herald.TopicKey]string{} // ordered key -> id of its failed event
+	round := make([]int, 0, len(batch))
+	taken := map[herald.TopicKey]int{}
+	for first := true; ; first = false {
+		round = round[:0]
+		clear(taken)
+		for i := range batch {
+			env := &batch[i]
+			k, ordered := refOrderKey(env)
+			switch {
+			case sent[i]:
+			case !ordered && !first:
+				// Unordered events all went in the first round.
+			case ordered && closed[k] != "":
+				errs[i], sent[i] = fmt.Errorf("herald: event %s not sent after event %s of its key failed: %w",
+					env.ID, closed[k], herald.ErrHeldBack), true
+			case ordered && taken[k] >= perKey:
+			default:
+				if ordered {
+					taken[k]++
+				}
+				round = append(round, i)
+			}
+		}
+		if len(round) == 0 {
+			return errs
+		}
+		if err := ctx.Err(); err != nil {
+			return refNotSent(errs, sent, fmt.Errorf("herald: not sent: %w", context.Cause(ctx)))
+		}
+		for _, i := range round {
+			errs[i], sent[i] = herald.ErrNoAnswer, true
+		}
+		stop := send(ctx, round, errs)
+		if stop != nil {
+			for _, i := range round {
+				if errors.Is(errs[i], herald.ErrNoAnswer) {
+					errs[i] = stop
+				}
+			}
+			return refNotSent(errs, sent, stop)
+		}
+		for _, i := range round {
+			if k, ordered := refOrderKey(&batch[i]); ordered && errs[i] != nil && closed[k] == "" {
+				closed[k] = batch[i].ID
+			}
+		}
+	}
+}
+
+func refOrderKey(env *herald.Envelope) (herald.TopicKey, bool) {
+	if !env.Ordered || env.Key == "" {
+		return herald.TopicKey{}, false
+	}
+	return herald.TopicKey{Topic: env.Topic, Key: env.Key}, true
+}
+
+func refNotSent(errs []error, sent []bool, err error) []error {
+	for i := range errs {
+		if !sent[i] {
+			errs[i] = err
+		}
+	}
+	return errs
+}
+
+// BenchmarkSendInRounds is the rule's own cost for a batch of 1,000
+// ordered events on 10, 100 and 1,000 keys (100, 10 and 1 rounds), with a
+// broker that confirms at once.
+func BenchmarkSendInRounds(b *testing.B) {
+	for _, keys := range []int{10, 100, 1000} {
+		b.Run(fmt.Sprintf("keys=%d", keys), func(b *testing.B) {
+			batch := make([]herald.Envelope, 1000)
+			for i := range batch {
+				batch[i] = ordered(fmt.Sprint(i), fmt.Sprintf("customer-%d", i%keys))
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				herald.SendInRounds(context.Background(), batch, 1, func(_ context.Context, round []int, errs []error) error {
+					for _, i := range round {
+						errs[i] = nil
+					}
+					return nil
+				})
+			}
+		})
 	}
 }
