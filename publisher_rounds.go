@@ -45,9 +45,9 @@ func SendInRounds(ctx context.Context, batch []Envelope, perKey int, send RoundF
 	// batch for each cost more than sending it to a broker on the same
 	// machine.
 	var (
-		keyOf = map[TopicKey]int{}
-		head  []int // per key: its first unsent event, -1 when none is left
-		tail  []int
+		keyOf = make(map[TopicKey]int, len(batch)) // sized once: a batch of as many keys as events is common
+		head  = make([]int, 0, len(batch))         // per key: its first unsent event, -1 when none is left
+		tail  = make([]int, 0, len(batch))
 		next  = make([]int, len(batch))
 		round = make([]int, 0, len(batch))
 	)
