@@ -39,49 +39,16 @@ func SendInRounds(ctx context.Context, batch []Envelope, perKey int, send RoundF
 	perKey = max(perKey, 1)
 	errs := make([]error, len(batch))
 	sent := make([]bool, len(batch))
-	// Each ordered key's unsent events are a list in batch order (head,
-	// then next), so that a round costs what it sends: a batch of ten
-	// keys of a hundred events is a hundred rounds, and walking the whole
-	// batch for each cost more than sending it to a broker on the same
-	// machine.
-	var (
-		keyOf = make(map[TopicKey]int, len(batch)) // sized once: a batch of as many keys as events is common
-		head  = make([]int, 0, len(batch))         // per key: its first unsent event, -1 when none is left
-		tail  = make([]int, 0, len(batch))
-		next  = make([]int, len(batch))
-		round = make([]int, 0, len(batch))
-	)
-	for i := range batch {
-		next[i] = -1
-		k, ordered := orderKey(&batch[i])
-		if !ordered {
-			round = append(round, i) // the first round has every unordered event
-			continue
-		}
-		q, ok := keyOf[k]
-		if !ok {
-			keyOf[k] = len(head)
-			head, tail = append(head, i), append(tail, i)
-			continue
-		}
-		next[tail[q]], tail[q] = i, i
-	}
-	open := make([]int, len(head)) // the keys with events left to send
+	round := make([]int, 0, len(batch))
+	keys := newKeyLists(batch, &round)  // the first round has every unordered event
+	open := make([]int, len(keys.head)) // the keys with events left to send
 	for q := range open {
 		open[q] = q
 	}
 	for {
-		for _, q := range open {
-			for n := 0; n < perKey && head[q] >= 0; n++ {
-				round = append(round, head[q])
-				head[q] = next[head[q]]
-			}
-		}
+		round = keys.take(open, perKey, round)
 		if len(round) == 0 {
 			return errs
-		}
-		if !slices.IsSorted(round) {
-			slices.Sort(round)
 		}
 		if err := ctx.Err(); err != nil {
 			return notSent(errs, sent, fmt.Errorf("herald: not sent: %w", context.Cause(ctx)))
@@ -89,8 +56,7 @@ func SendInRounds(ctx context.Context, batch []Envelope, perKey int, send RoundF
 		for _, i := range round {
 			errs[i], sent[i] = ErrNoAnswer, true
 		}
-		stop := send(ctx, round, errs)
-		if stop != nil {
+		if stop := send(ctx, round, errs); stop != nil {
 			for _, i := range round {
 				if errors.Is(errs[i], ErrNoAnswer) {
 					errs[i] = stop
@@ -98,28 +64,91 @@ func SendInRounds(ctx context.Context, batch []Envelope, perKey int, send RoundF
 			}
 			return notSent(errs, sent, stop)
 		}
-		// A key with a failed event is closed: its later events are held
-		// back, named after the first of its failures in batch order.
-		for _, i := range round {
-			k, ordered := orderKey(&batch[i])
-			if !ordered || errs[i] == nil {
-				continue
-			}
-			q := keyOf[k]
-			for later := head[q]; later >= 0; later = next[later] {
-				errs[later], sent[later] = fmt.Errorf("herald: event %s not sent after event %s of its key failed: %w",
-					batch[later].ID, batch[i].ID, ErrHeldBack), true
-			}
-			head[q] = -1
-		}
-		kept := open[:0]
-		for _, q := range open {
-			if head[q] >= 0 {
-				kept = append(kept, q)
-			}
-		}
-		open, round = kept, round[:0]
+		keys.closeFailed(batch, round, errs, sent)
+		open, round = keys.stillOpen(open), round[:0]
 	}
+}
+
+// keyLists holds each ordered key's unsent events of a batch as a list in
+// batch order (head, then next), so that a round of SendInRounds costs
+// what it sends: a batch of ten keys of a hundred events is a hundred
+// rounds, and walking the whole batch for each cost more than sending it
+// to a broker on the same machine.
+type keyLists struct {
+	keyOf      map[TopicKey]int // key -> its index in head and tail
+	head, tail []int            // per key: its first and last unsent events, head -1 when none is left
+	next       []int            // per event: the next event of its key, -1 for the last
+}
+
+// newKeyLists lists batch's ordered events by key, and appends the
+// others to unordered.
+func newKeyLists(batch []Envelope, unordered *[]int) *keyLists {
+	l := &keyLists{
+		keyOf: make(map[TopicKey]int, len(batch)), // sized once: a batch of as many keys as events is common
+		head:  make([]int, 0, len(batch)),
+		tail:  make([]int, 0, len(batch)),
+		next:  make([]int, len(batch)),
+	}
+	for i := range batch {
+		l.next[i] = -1
+		k, ordered := orderKey(&batch[i])
+		if !ordered {
+			*unordered = append(*unordered, i)
+			continue
+		}
+		q, ok := l.keyOf[k]
+		if !ok {
+			l.keyOf[k] = len(l.head)
+			l.head, l.tail = append(l.head, i), append(l.tail, i)
+			continue
+		}
+		l.next[l.tail[q]], l.tail[q] = i, i
+	}
+	return l
+}
+
+// take appends to round the next perKey events of every open key and
+// returns it in batch order.
+func (l *keyLists) take(open []int, perKey int, round []int) []int {
+	for _, q := range open {
+		for n := 0; n < perKey && l.head[q] >= 0; n++ {
+			round = append(round, l.head[q])
+			l.head[q] = l.next[l.head[q]]
+		}
+	}
+	if !slices.IsSorted(round) {
+		slices.Sort(round)
+	}
+	return round
+}
+
+// closeFailed closes every key with a failed event in round: its later
+// events are held back, named after the first of its failures in batch
+// order.
+func (l *keyLists) closeFailed(batch []Envelope, round []int, errs []error, sent []bool) {
+	for _, i := range round {
+		k, ordered := orderKey(&batch[i])
+		if !ordered || errs[i] == nil {
+			continue
+		}
+		q := l.keyOf[k]
+		for later := l.head[q]; later >= 0; later = l.next[later] {
+			errs[later], sent[later] = fmt.Errorf("herald: event %s not sent after event %s of its key failed: %w",
+				batch[later].ID, batch[i].ID, ErrHeldBack), true
+		}
+		l.head[q] = -1
+	}
+}
+
+// stillOpen keeps, of open, the keys with events left to send.
+func (l *keyLists) stillOpen(open []int) []int {
+	kept := open[:0]
+	for _, q := range open {
+		if l.head[q] >= 0 {
+			kept = append(kept, q)
+		}
+	}
+	return kept
 }
 
 // notSent gives every event not yet sent the error err.
