@@ -91,22 +91,19 @@ func (in inserter) deletion(msgs []herald.Message) (string, []any) {
 // the insert, then the delete if the writer has one (database/sql sends one
 // statement per call, with its arguments, so each is a round trip).
 func (in inserter) execTx(ctx context.Context, x Execer, msgs []herald.Message) error {
-	if in.emitOne != "" {
-		q, args, err := in.emitStatement(msgs)
-		if err != nil {
-			return err
-		}
+	emitted, err := in.emit(msgs, func(q string, args []any) (int64, error) {
 		res, err := x.ExecContext(ctx, q, args...)
 		if err != nil {
-			return fmt.Errorf("heraldpg: emitting %d events: %w", len(msgs), err)
+			return 0, err
 		}
 		n, err := res.RowsAffected()
 		if err != nil {
-			return fmt.Errorf("heraldpg: emitting %d events: the driver does not count the rows of a SELECT: %w", len(msgs), err)
+			return 0, fmt.Errorf("the driver does not count the rows of a SELECT: %w", err)
 		}
-		if emitted, err := emitted(n, msgs); emitted || err != nil {
-			return err
-		}
+		return n, nil
+	})
+	if emitted || err != nil {
+		return err
 	}
 	q, args, err := in.statement(msgs)
 	if err != nil {
@@ -123,15 +120,26 @@ func (in inserter) execTx(ctx context.Context, x Execer, msgs []herald.Message) 
 	return nil
 }
 
-// emitted reports whether the emit statement emitted msgs, from the rows
-// it returned: one per message on a streamed table, none on a table whose
-// inserts are ready (the writer then inserts them as rows, under the lock
-// the statement took).
-func emitted(rows int64, msgs []herald.Message) (bool, error) {
-	switch rows {
-	case int64(len(msgs)):
+// emit runs the emit statement of msgs through exec, which returns the
+// rows it returned, when the writer has one (Config.EmitMessages), and
+// reports whether it emitted them: one row per message on a streamed
+// table, none on a table whose inserts are ready (the writer then inserts
+// them as rows, under the lock the statement took).
+func (in inserter) emit(msgs []herald.Message, exec func(sql string, args []any) (int64, error)) (bool, error) {
+	if in.emitOne == "" {
+		return false, nil
+	}
+	q, args, err := in.emitStatement(msgs)
+	if err != nil {
+		return false, err
+	}
+	rows, err := exec(q, args)
+	switch {
+	case err != nil:
+		return false, fmt.Errorf("heraldpg: emitting %d events: %w", len(msgs), err)
+	case rows == int64(len(msgs)):
 		return true, nil
-	case 0:
+	case rows == 0:
 		return false, nil
 	}
 	return false, fmt.Errorf("heraldpg: emitting %d events: the statement returned %d rows", len(msgs), rows)
@@ -262,18 +270,12 @@ func (p pgxInserter) InsertTx(ctx context.Context, tx pgx.Tx, msgs []herald.Mess
 	if tx == nil {
 		return fmt.Errorf("heraldpg: WriteTx: tx is nil")
 	}
-	if p.emitOne != "" {
-		sql, args, err := p.emitStatement(msgs)
-		if err != nil {
-			return err
-		}
+	emitted, err := p.emit(msgs, func(sql string, args []any) (int64, error) {
 		tag, err := tx.Exec(ctx, sql, args...)
-		if err != nil {
-			return fmt.Errorf("heraldpg: emitting %d events: %w", len(msgs), err)
-		}
-		if emitted, err := emitted(tag.RowsAffected(), msgs); emitted || err != nil {
-			return err
-		}
+		return tag.RowsAffected(), err
+	})
+	if emitted || err != nil {
+		return err
 	}
 	sql, args, err := p.statement(msgs)
 	if err != nil {
