@@ -465,20 +465,27 @@ func TestBrowser(t *testing.T) {
 		"the charts are redrawn from the JSON, one bar a minute each")
 	screenshot("admin-overview.png")
 
-	// While a confirmation is open the page holds still.
-	// A refresh may replace the row between finding the node and the click:
-	// click again until the confirmation is open.
-	require.Eventually(t, func() bool {
-		sctx, c := context.WithTimeout(ctx, 5*time.Second)
-		defer c()
-		return chromedp.Do(sctx, chromedp.Click(chromedp.CSS(`#retry-groups tr details.confirm summary`)),
-			chromedp.WaitVisible(chromedp.CSS(`button.retry-now`))) == nil
-	}, 30*time.Second, 100*time.Millisecond, "the retry group's confirmation opens")
+	// While a confirmation is open the page holds still. The confirmation
+	// is opened as the summary's click opens it, by its open attribute: a
+	// mouse click goes to where the row was when it was found, and a
+	// refresh can move the rows in between, so that the click lands on
+	// another control of the live page (one CI run found the page
+	// refreshing again after such a click).
+	eval(`document.querySelector("#retry-groups tr details.confirm").open = true`)
+	do(chromedp.WaitVisible(chromedp.CSS(`#retry-groups button.retry-now`)))
 	ready = text("#total-ready")
 	b.write(t, herald.Message{Topic: "payments", Key: "p-4", AvailableAt: later2})
 	eval(`document.getElementById("live").dataset.state = ""`)
-	require.Eventually(t, func() bool { return eval(`document.getElementById("live").dataset.state`) == "paused" }, 10*time.Second,
-		20*time.Millisecond, "a refresh came and held back")
+	// Each poll reads the page's state whole, for the failure message.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		state, _ := eval(`JSON.stringify({page: location.href, open: !!document.querySelector("details.confirm[open]"),
+			state: document.getElementById("live").dataset.state, refreshes: document.getElementById("live").dataset.refreshes})`).(string)
+		if strings.Contains(state, `"state":"paused"`) {
+			break
+		}
+		require.Contains(t, state, `"open":true`, "the confirmation stays open under the live page")
+		require.True(t, time.Now().Before(deadline), "a refresh came and held back: %s", state)
+	}
 	require.Equal(t, ready, text("#total-ready"), "nothing moved under the open confirmation")
 	screenshot("admin-retrying.png")
 
