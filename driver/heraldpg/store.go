@@ -147,7 +147,7 @@ func (d *Driver) Complete(ctx context.Context, p herald.CompleteParams) (herald.
 		if p.Delete {
 			sql = d.q.publishDelete
 		}
-		n, err := d.changed(ctx, d.leaseKeys, sql, p.Published, p.Token)
+		n, err := d.changed(ctx, d.leaseKeys, sql, uuidArray(p.Published), p.Token)
 		if err != nil {
 			return res, fmt.Errorf("heraldpg: acknowledging batch: %w", err)
 		}
@@ -158,7 +158,7 @@ func (d *Driver) Complete(ctx context.Context, p herald.CompleteParams) (herald.
 	if p.Delete {
 		sql = d.q.completeDelete
 	}
-	err := d.db.query(ctx, sql, []any{w.IDs, p.Token, w.Published, w.Dead, w.Park, w.Refund, w.DelayUS, w.Error},
+	err := d.db.query(ctx, sql, []any{uuidArray(w.IDs), p.Token, w.Published, w.Dead, w.Park, w.Refund, w.DelayUS, w.Error},
 		func(scan func(...any) error) error {
 			var (
 				id        string
@@ -290,7 +290,7 @@ func filterSQL(f heraldadmin.EventFilter) (string, []any, int, error) {
 	switch {
 	case len(sel.IDs) > 0:
 		where += " AND id = ANY($2::uuid[])"
-		args = append(args, sel.IDs)
+		args = append(args, uuidArray(sel.IDs))
 	case sel.Topic != "":
 		where += " AND topic = $2"
 		args = append(args, sel.Topic)

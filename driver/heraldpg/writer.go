@@ -83,7 +83,7 @@ func (in inserter) deletion(msgs []herald.Message) (string, []any) {
 	for i, m := range msgs {
 		ids[i] = m.ID
 	}
-	return in.delMany, []any{ids}
+	return in.delMany, []any{uuidArray(ids)}
 }
 
 // execTx writes msgs through x, a database/sql transaction or what stands
@@ -177,7 +177,7 @@ func (in inserter) statement(msgs []herald.Message) (string, []any, error) {
 		payloads[i], avail[i] = payload(m.Payload), availableAt(m.AvailableAt)
 		versions[i], aggVers[i] = eventVersion(m.EventVersion), aggregateVersion(m.AggregateVersion)
 	}
-	return in.many, []any{ids, topics, keys, types, aggTypes, aggIDs, payloads, headers, avail, versions, aggVers}, nil
+	return in.many, []any{uuidArray(ids), topics, keys, types, aggTypes, aggIDs, payloads, headers, avail, versions, aggVers}, nil
 }
 
 // emitBody is the content of an event's logical decoding message
