@@ -16,7 +16,7 @@ var _ heraldadmin.Published = (*Driver)(nil)
 var pgDialect = sqlstore.Dialect{
 	Param: func(n int) string { return "$" + strconv.Itoa(n) },
 	InIDs: "id = ANY(%s::uuid[])",
-	IDs:   func(ids []string) any { return ids },
+	IDs:   uuidArray,
 	Time:  func(t time.Time) any { return t },
 }
 
