@@ -349,6 +349,20 @@ func TestBrowser(t *testing.T) {
 	equals("#rate-total", "20")
 	screenshot("admin-overview.png")
 
+	// The script's row rendering, on rows of its own: kept keys keep
+	// their row (updated), gone ones go, new ones come, in the JSON's order.
+	require.Equal(t, `{"keys":["c","d","a"],"texts":["30","4","10"],"keptA":true,"keptC":true,"children":4}`, eval(`(function () {
+		var box = document.createElement("tbody");
+		box.innerHTML = '<template><tr data-key="" data-key-f="id"><td data-f="n"></td></tr></template>';
+		renderRows(box, [{id: "a", n: 1}, {id: "b", n: 2}, {id: "c", n: 3}]);
+		var a = box.querySelector('tr[data-key="a"]'), c = box.querySelector('tr[data-key="c"]');
+		renderRows(box, [{id: "c", n: 30}, {id: "d", n: 4}, {id: "a", n: 10}]);
+		var rows = Array.from(box.children).filter(function (r) { return r.tagName === "TR"; });
+		return JSON.stringify({keys: rows.map(function (r) { return r.dataset.key; }),
+			texts: rows.map(function (r) { return r.textContent; }), keptA: rows[2] === a, keptC: rows[0] === c,
+			children: box.children.length});
+	})()`))
+
 	// The dead letters: both there; the script's select-all box works.
 	do(chromedp.Click(chromedp.CSS(`a[href="/dead"]`)), page("dead"),
 		chromedp.WaitVisible(chromedp.CSS(`tr[data-id="`+deadOrder+`"]`)),
@@ -450,8 +464,11 @@ func TestBrowser(t *testing.T) {
 	contains(`#relays`, "worker-2/311")
 	equals("#total-retrying", "2")
 
-	// Live: a figure changes without a reload.
+	// Live: a figure changes without a reload, and a row whose key stays
+	// is the same row after the refresh, updated in place, so that nothing
+	// that did not change moves under the operator's pointer.
 	eval(`window.heraldMarker = 42`)
+	eval(`document.querySelector('#destinations tr[data-key="webhook"]').heraldKept = true`)
 	ready := text("#total-ready")
 	later2 := time.Now().Add(time.Hour)
 	b.write(t, herald.Message{Topic: "payments", Key: "p-3", AvailableAt: later2})
@@ -460,6 +477,9 @@ func TestBrowser(t *testing.T) {
 	require.EqualValues(t, 42, eval(`window.heraldMarker`), "the page was not reloaded")
 	contains(`#destinations tr[data-key="webhook"]`, "503 Service Unavailable",
 		"rows refreshed in place keep their keys")
+	require.Equal(t, true, eval(`document.querySelector('#destinations tr[data-key="webhook"]').heraldKept === true`),
+		"the row was updated in place, not made again")
+	require.EqualValues(t, 1, eval(`document.querySelectorAll('#destinations tr[data-key="webhook"]').length`))
 	require.NotContains(t, text("#destinations"), "undefined", "a field the JSON leaves out is shown empty")
 	require.EqualValues(t, 3*len(rec.rate()), eval(`document.querySelectorAll("svg.chart rect").length`),
 		"the charts are redrawn from the JSON, one bar a minute each")

@@ -52,22 +52,48 @@ function fill(el, row) {
     n.setAttribute("href", n.dataset.hrefBase + encodeURIComponent(text(at(row, n.dataset.href))));
   });
   el.querySelectorAll("[data-class]").forEach(function (n) {
-    n.className = n.className.replace(/\bstate-\S+/g, "") + " state-" + text(at(row, n.dataset.class));
+    n.className = (n.className.replace(/\bstate-\S+/g, "").trim() + " state-" + text(at(row, n.dataset.class))).trim();
   });
   el.querySelectorAll("[data-show]").forEach(function (n) { n.hidden = !truthy(at(row, n.dataset.show)); });
 }
 
+// renderRows makes box's rows those of the JSON, in its order. A row whose
+// key (data-key-f) the box shows already is updated in place, so that what
+// did not change does not move under the operator's pointer; rows without
+// a key are made again.
 function renderRows(box, rows) {
   var tpl = box.querySelector(":scope > template");
+  var keyF = tpl.content.firstElementChild.dataset.keyF;
+  var shown = {};
   Array.from(box.children).forEach(function (c) {
-    if (c !== tpl) {
+    if (c === tpl) {
+      return;
+    }
+    if (keyF && c.dataset.key !== undefined && !(c.dataset.key in shown)) {
+      shown[c.dataset.key] = c;
+    } else {
       c.remove();
     }
   });
-  (rows || []).forEach(function (row) {
-    var copy = tpl.content.firstElementChild.cloneNode(true);
-    fill(copy, row);
-    box.appendChild(copy);
+  var next = (rows || []).map(function (row) {
+    var key = keyF ? text(at(row, keyF)) : undefined;
+    var el = key !== undefined && shown[key];
+    if (el) {
+      delete shown[key];
+    } else {
+      el = tpl.content.firstElementChild.cloneNode(true);
+    }
+    fill(el, row);
+    return el;
+  });
+  Object.keys(shown).forEach(function (k) { shown[k].remove(); });
+  // In order after the template, moving only the rows out of place.
+  var prev = tpl;
+  next.forEach(function (el) {
+    if (prev.nextElementSibling !== el) {
+      box.insertBefore(el, prev.nextElementSibling);
+    }
+    prev = el;
   });
 }
 
