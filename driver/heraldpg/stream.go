@@ -208,10 +208,10 @@ func (w *returnWrites) addEvent(env *herald.Envelope, f herald.Failure) error {
 func (w returnWrites) args() []any {
 	e, u := w.events, w.unreadable
 	return []any{
-		uuidArray(nonNil(w.ids)), nonNil(w.seqs), nonNil(w.topics), nonNil(w.keys), nonNil(w.types), nonNil(w.aggTypes), nonNil(w.aggIDs),
+		uuidArray(w.ids), nonNil(w.seqs), nonNil(w.topics), nonNil(w.keys), nonNil(w.types), nonNil(w.aggTypes), nonNil(w.aggIDs),
 		nonNil(w.payloads), nonNil(w.headers), nonNil(w.created), nonNil(w.versions), nonNil(w.aggVers),
 		nonNil(e.dead), nonNil(e.park), nonNil(e.attempts), nonNil(e.delayUS), nonNil(e.err),
-		uuidArray(nonNil(w.unreadableIDs)), nonNil(u.dead), nonNil(u.park), nonNil(u.attempts), nonNil(u.delayUS), nonNil(u.err),
+		uuidArray(w.unreadableIDs), nonNil(u.dead), nonNil(u.park), nonNil(u.attempts), nonNil(u.delayUS), nonNil(u.err),
 		nonNil(w.available),
 	}
 }

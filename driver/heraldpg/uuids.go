@@ -10,8 +10,9 @@ import (
 // first, which a string element cannot be, and builds the error of that
 // attempt, every id quoted in it, before it falls back to text (34 µs for
 // 100 ids against 7.5 µs as UUIDs, BenchmarkUUIDArray); PostgreSQL then
-// reads the ids as text, where binary ones are copied. If an id does not
-// parse, ids go as they are, for PostgreSQL to refuse as before.
+// reads the ids as text, where binary ones are copied. No ids is an empty
+// array, never NULL. If an id does not parse, ids go as they are, for
+// PostgreSQL to refuse as before.
 func uuidArray(ids []string) any {
 	out := make([]pgtype.UUID, len(ids))
 	for i, s := range ids {
