@@ -64,29 +64,29 @@ function fill(el, row) {
 function renderRows(box, rows) {
   var tpl = box.querySelector(":scope > template");
   var keyF = tpl.content.firstElementChild.dataset.keyF;
-  var shown = {};
+  var shown = new Map(); // a Map: a key may be any text, "constructor" too
   Array.from(box.children).forEach(function (c) {
     if (c === tpl) {
       return;
     }
-    if (keyF && c.dataset.key !== undefined && !(c.dataset.key in shown)) {
-      shown[c.dataset.key] = c;
+    if (keyF && c.dataset.key !== undefined && !shown.has(c.dataset.key)) {
+      shown.set(c.dataset.key, c);
     } else {
       c.remove();
     }
   });
   var next = (rows || []).map(function (row) {
     var key = keyF ? text(at(row, keyF)) : undefined;
-    var el = key !== undefined && shown[key];
+    var el = key !== undefined && shown.get(key);
     if (el) {
-      delete shown[key];
+      shown.delete(key);
     } else {
       el = tpl.content.firstElementChild.cloneNode(true);
     }
     fill(el, row);
     return el;
   });
-  Object.keys(shown).forEach(function (k) { shown[k].remove(); });
+  shown.forEach(function (el) { el.remove(); });
   // In order after the template, moving only the rows out of place.
   var prev = tpl;
   next.forEach(function (el) {
