@@ -59,7 +59,7 @@ func (r *Relay) send(c claimed) (errs []error, whole error) {
 			// A Source's unreadable mark is no valid header name, so only
 			// an event the validation refuses can carry one.
 			if errs[i] = unreadable(&env.Message); errs[i] == nil {
-				errs[i] = Permanent(fmt.Errorf("invalid row: %w", err))
+				errs[i] = Permanent(invalidRow(err))
 			}
 			if ordered {
 				if invalidKeys == nil {
@@ -93,6 +93,18 @@ func (r *Relay) send(c claimed) (errs []error, whole error) {
 		whole = err
 	}
 	return errs, whole
+}
+
+// invalidRow is why a row that breaks WriteTx's rules is dead: the field
+// and the reason ("invalid row: topic: contains whitespace ..."), without
+// the index a ValidationError gives for a WriteTx call, which in a dead
+// letter would be the row's place in a batch and mean nothing.
+func invalidRow(err error) error {
+	var ve *ValidationError
+	if errors.As(err, &ve) {
+		return fmt.Errorf("invalid row: %s: %s", ve.Field, ve.Reason)
+	}
+	return fmt.Errorf("invalid row: %w", err)
 }
 
 // publish calls the publisher. A panic in it fails the batch's events (an

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"unicode/utf8"
 )
 
 // Source is a change-data-capture source of committed events: instead of
@@ -89,15 +90,37 @@ type ReturnParams struct {
 	Failed []Failure  // their outcomes, by ID, and unreadable rows'
 }
 
-// UnreadableHeader starts the name of the header a Source adds to an
-// event it could not read whole, followed by what could not be read
-// ("row: column headers: ..."). The relay refuses such an event as a claim
-// refuses an unreadable row: it is dead, its ordered key parked, with the
-// header's name as its last error ("herald: unreadable row: ..."). The
-// name is no valid header name (it holds spaces), so the event stays
-// refused wherever it goes next: written back to the table and requeued,
-// it is refused again.
+// UnreadableHeader starts the name of the header MarkUnreadable adds to
+// an event a Store's claim or a Source could not read whole, followed by
+// what could not be read ("row: column headers: ..."). The relay refuses
+// such an event as it refuses a row that breaks WriteTx's rules: it is
+// dead, its ordered key parked, with the header's name as its last error
+// ("herald: unreadable row: ..."), and it is logged and counted with every
+// other dead event. The name is no valid header name (it holds spaces), so
+// the event stays refused wherever it goes next: written back to the table
+// and requeued, it is refused again.
 const UnreadableHeader = "herald: unreadable "
+
+// MarkUnreadable marks an event that a Store's claim or a Source could not
+// read whole (a header that is a number, a created_at at infinity), so
+// that the relay refuses it rather than publish it without what is
+// missing; see UnreadableHeader. why says what could not be read, starting
+// with what was being read ("row: header \"n\" is a number"); it is
+// scrubbed of secrets and cut to MaxHeaderNameLen with the prefix.
+func MarkUnreadable(env *Envelope, why string) {
+	name := UnreadableHeader + Scrub(why)
+	if len(name) > MaxHeaderNameLen {
+		n := MaxHeaderNameLen
+		for n > 0 && !utf8.RuneStart(name[n]) {
+			n--
+		}
+		name = name[:n]
+	}
+	if env.Headers == nil {
+		env.Headers = map[string]string{}
+	}
+	env.Headers[name] = ""
+}
 
 // unreadable returns, for an event a Source marked with UnreadableHeader,
 // why it cannot be published, as an error IsPermanent reports and whose

@@ -187,13 +187,13 @@ func (d *decoder) add(rel *pglogrepl.RelationMessage, cols []column) {
 		d.cur.size += stringOverhead + len(env.ID)
 	case bad != nil && env.ID != "" && env.Topic != "":
 		// A row that cannot be read is not the stream's failure: it is
-		// an event the relay refuses (markUnreadable), so that it goes
+		// an event the relay refuses (herald.MarkUnreadable), so that it goes
 		// to the dead letters saying why and, ordered, parks its key
 		// with the key's later events held behind it, as a claim of the
 		// row would. Return marks its row dead, or, when the producer
 		// deleted it (Config.DeleteAfterInsert), writes it again with
 		// its fields as read.
-		markUnreadable(&env, unreadableRowPrefix, bad)
+		herald.MarkUnreadable(&env, "row: "+bad.Error())
 		d.cur.Events = append(d.cur.Events, env)
 		d.cur.size += envelopeSize(&env)
 	case bad != nil:
@@ -360,7 +360,7 @@ func (d *decoder) addMessage(m *pglogrepl.LogicalDecodingMessage) {
 		return
 	}
 	if problem != nil {
-		markUnreadable(&env, unreadablePrefix, problem)
+		herald.MarkUnreadable(&env, "event message: "+problem.Error())
 	}
 	d.cur.Events = append(d.cur.Events, env)
 	d.cur.size += envelopeSize(&env)
@@ -400,38 +400,6 @@ func preview(content []byte) string {
 		n--
 	}
 	return s[:n] + "..."
-}
-
-// unreadablePrefix and unreadableRowPrefix start the name of the header
-// markUnreadable adds to an event read from a message and from a row.
-const (
-	unreadablePrefix    = herald.UnreadableHeader + "event message: "
-	unreadableRowPrefix = herald.UnreadableHeader + "row: "
-)
-
-// markUnreadable makes the relay refuse an event read from a message or a
-// row whose fields could not all be read, rather than publish it without
-// them: a header herald.UnreadableHeader names, whose name says why. The
-// relay makes the event dead with that name as its last error ("herald:
-// unreadable row: ...", as a claim's unreadable row), and Return writes
-// it to the table as a dead row: a row still there keeps its columns as
-// the producer wrote them; one that is gone (a message, a deleted row) is
-// written with the fields and the marker as read, which stays dead if
-// requeued (the name is no valid header name). The name is cut to
-// herald.MaxHeaderNameLen.
-func markUnreadable(env *herald.Envelope, prefix string, problem error) {
-	name := prefix + herald.Scrub(problem.Error())
-	if len(name) > herald.MaxHeaderNameLen {
-		n := herald.MaxHeaderNameLen
-		for n > 0 && !utf8.RuneStart(name[n]) {
-			n--
-		}
-		name = name[:n]
-	}
-	if env.Headers == nil {
-		env.Headers = map[string]string{}
-	}
-	env.Headers[name] = ""
 }
 
 // messageEnvelope reads an event message's content: a JSON object of the

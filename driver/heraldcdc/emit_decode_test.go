@@ -153,10 +153,10 @@ func TestDecoderMarksAnEventMessageWithFieldsThatCannotBeRead(t *testing.T) {
 		env, ok, problem := messageEnvelope([]byte(tc.content))
 		require.True(t, ok, what)
 		require.ErrorContains(t, problem, tc.reason, what)
-		markUnreadable(&env, unreadablePrefix, problem)
+		herald.MarkUnreadable(&env, "event message: "+problem.Error())
 		_, err := herald.Prepare([]herald.Message{env.Message}, 0)
 		require.ErrorIs(t, err, herald.ErrInvalidMessage, what)
-		quoted := strconv.Quote(unreadablePrefix + tc.reason) // as the validation's error shows the name
+		quoted := strconv.Quote(herald.UnreadableHeader + "event message: " + tc.reason) // as the validation's error shows the name
 		require.ErrorContains(t, err, quoted[1:len(quoted)-1], what)
 		for k, v := range env.Headers {
 			require.NotContains(t, k+v+env.Key, "\x00", what)
@@ -167,9 +167,9 @@ func TestDecoderMarksAnEventMessageWithFieldsThatCannotBeRead(t *testing.T) {
 	// validation's error still shows it.
 	env, ok, problem := messageEnvelope([]byte(`{` + id + `,"payload":"","headers":{"` + strings.Repeat("é", 300) + `":1}}`))
 	require.True(t, ok)
-	markUnreadable(&env, unreadablePrefix, problem)
+	herald.MarkUnreadable(&env, "event message: "+problem.Error())
 	_, err := herald.Prepare([]herald.Message{env.Message}, 0)
-	require.ErrorContains(t, err, unreadablePrefix+"headers:")
+	require.ErrorContains(t, err, herald.UnreadableHeader+"event message: headers:")
 }
 
 // Whatever a message holds, reading it neither panics nor hands out an
@@ -202,7 +202,7 @@ func FuzzMessageEnvelope(f *testing.F) {
 		}
 		require.GreaterOrEqual(t, env.Seq, int64(0))
 		if problem != nil {
-			markUnreadable(&env, unreadablePrefix, problem)
+			herald.MarkUnreadable(&env, "event message: "+problem.Error())
 			_, err := herald.Prepare([]herald.Message{env.Message}, 0)
 			require.Error(t, err)
 		}

@@ -141,11 +141,11 @@ func TestDecoderHandsOutATransactionInPartsOfRows(t *testing.T) {
 	require.Equal(t, [][]string{{"e1", "bad", "polled:r1"}, {"e2", "e3", "e4"}, {"e5"}}, got)
 	var marker []string // an unreadable row is an event the relay refuses, in its place
 	for name := range parts[0].Events[1].Headers {
-		if strings.HasPrefix(name, unreadableRowPrefix) {
+		if strings.HasPrefix(name, herald.UnreadableHeader+"row: ") {
 			marker = append(marker, name)
 		}
 	}
-	require.Equal(t, []string{unreadableRowPrefix + `column headers: header "n" is a number, not a string`}, marker)
+	require.Equal(t, []string{herald.UnreadableHeader + "row: " + `column headers: header "n" is a number, not a string`}, marker)
 	require.Equal(t, pglogrepl.LSN(0x510), parts[2].End)
 	require.Equal(t, []byte("p5"), parts[2].Events[0].Payload)
 	require.Equal(t, map[string]string{"a": "b"}, parts[1].Events[1].Headers)

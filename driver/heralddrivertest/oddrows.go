@@ -3,6 +3,7 @@ package heralddrivertest
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"slices"
 	"sync"
 	"testing"
@@ -59,12 +60,23 @@ func (o *Kit) oddRows(t *testing.T, unordered bool) {
 	odd = append(odd, plain...)
 	o.requireReadable(t, odd)
 
+	// The rows this relay is to make dead: those the driver did not write
+	// dead already.
+	var killed []string
+	for _, row := range odd {
+		if row.Want == heraldadmin.StateDead && o.Get(row.ID).State != heraldadmin.StateDead {
+			killed = append(killed, row.ID)
+		}
+	}
 	normal := o.writeKeys("normal", oddNormal, oddKeys)
 	store := &watchedStore{Store: o.d.Store}
 	rec := NewRecorder()
+	deaths := &deathWatch{}
 	relay := StartRelay(t, store, rec, func(c *herald.RelayConfig) {
 		c.Unordered = unordered
 		c.MaxInFlight = 4
+		c.Observer = deaths
+		c.Logger = slog.New(deathLog{c.Logger.Handler(), deaths})
 	})
 
 	var unhealthy []herald.Health
@@ -79,7 +91,15 @@ func (o *Kit) oddRows(t *testing.T, unordered bool) {
 			require.NoError(c, err)
 			require.Equal(c, row.Want, ev.State, "%s: %s", row.Class, row.ID)
 		}
+		// The observer hears of an acknowledgement just after the
+		// database has it.
+		require.ElementsMatch(c, killed, deaths.observed(), "the relay's Observer heard of every death, and of no other")
 	}, time.Minute, 10*time.Millisecond, "every ordinary event published, every odd row where it belongs")
+	// However a row dies (a publish failure, a row that breaks WriteTx's
+	// rules, one the claim could not read), the relay counts it and logs it
+	// at ERROR, as its metrics and summary count it.
+	require.Equal(t, int64(len(killed)), relay.Stats().Dead, "the relay's count of dead events")
+	require.ElementsMatch(t, killed, deaths.logged(), "every dead event logged at ERROR with its id")
 
 	rec.RequireAllDeliveredOnce(t, normal)
 	require.Empty(t, unhealthy, "the relay reported its database or destination failing")
@@ -197,6 +217,74 @@ func (o *Kit) requireReadable(t *testing.T, odd []OddRow) {
 	for _, row := range odd {
 		o.Get(row.ID)
 	}
+}
+
+// deathWatch is a relay's Observer and the sink of its logger's ERROR
+// records: the events it heard of as dead, and those it logged at ERROR.
+type deathWatch struct {
+	mu       sync.Mutex
+	reported []string // by the Observer
+	errors   []string // event_id of ERROR log records
+}
+
+func (w *deathWatch) Claimed([]herald.Envelope) {}
+func (w *deathWatch) Rescued(int)               {}
+func (w *deathWatch) Acknowledged(a herald.Acknowledgement) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, f := range a.Failed {
+		if f.Outcome == herald.OutcomeDead || f.Outcome == herald.OutcomeParked {
+			w.reported = append(w.reported, f.ID)
+		}
+	}
+}
+
+func (w *deathWatch) observed() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Clone(w.reported)
+}
+
+func (w *deathWatch) logged() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Clone(w.errors)
+}
+
+// deathLog passes a relay's log on to its handler, and tells a deathWatch
+// the event_id of every ERROR record.
+type deathLog struct {
+	slog.Handler
+	w *deathWatch
+}
+
+func (l deathLog) Handle(ctx context.Context, r slog.Record) error {
+	if r.Level >= slog.LevelError {
+		r.Attrs(func(a slog.Attr) bool {
+			if a.Key == "event_id" {
+				l.w.mu.Lock()
+				l.w.errors = append(l.w.errors, a.Value.String())
+				l.w.mu.Unlock()
+			}
+			return true
+		})
+	}
+	if !l.Handler.Enabled(ctx, r.Level) {
+		return nil
+	}
+	return l.Handler.Handle(ctx, r)
+}
+
+func (l deathLog) Enabled(ctx context.Context, level slog.Level) bool {
+	return level >= slog.LevelError || l.Handler.Enabled(ctx, level)
+}
+
+func (l deathLog) WithAttrs(as []slog.Attr) slog.Handler {
+	return deathLog{l.Handler.WithAttrs(as), l.w}
+}
+
+func (l deathLog) WithGroup(name string) slog.Handler {
+	return deathLog{l.Handler.WithGroup(name), l.w}
 }
 
 // watchedStore remembers every error of a store's calls.

@@ -132,10 +132,6 @@ func (d *Driver) Claim(ctx context.Context, p herald.ClaimParams) ([]herald.Enve
 	return sqlstore.Claim(ctx, "heraldmysql", p, sqlstore.Claimers{
 		Unordered: d.claimUnordered,
 		Ordered:   d.claimOrdered,
-		Bury: func(ctx context.Context, p herald.CompleteParams) error {
-			_, err := d.Complete(ctx, p)
-			return err
-		},
 	})
 }
 

@@ -38,10 +38,6 @@ func (d *Driver) Claim(ctx context.Context, p herald.ClaimParams) ([]herald.Enve
 			return rows, err
 		},
 		Ordered: d.claimOrdered,
-		Bury: func(ctx context.Context, p herald.CompleteParams) error {
-			_, err := d.Complete(ctx, p)
-			return err
-		},
 	})
 }
 

@@ -30,10 +30,6 @@ func (d *Driver) Claim(ctx context.Context, p herald.ClaimParams) ([]herald.Enve
 			return claimRows(ctx, d.db, d.q.claim, p.Limit, p.Token, p.Owner, p.Lease.Microseconds(), p.MaxBytes)
 		},
 		Ordered: d.claimOrdered,
-		Bury: func(ctx context.Context, p herald.CompleteParams) error {
-			_, err := d.Complete(ctx, p)
-			return err
-		},
 	})
 }
 

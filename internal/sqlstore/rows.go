@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"slices"
 	"sort"
 	"time"
 	"unicode/utf8"
@@ -24,50 +23,12 @@ import (
 // the default five-minute backoff cap take nine years.
 const MaxAttempts = 1_000_000
 
-// UnreadablePrefix starts the last_error of a row that a claim took but
-// could not turn into an Envelope.
-const UnreadablePrefix = "herald: unreadable row: "
-
 // ClaimedRow is one row a claim took: its envelope, or why there is none.
 type ClaimedRow struct {
 	herald.Envelope
 	// Unreadable says why the row cannot become an Envelope ("created_at
 	// is infinity"); empty when it can.
 	Unreadable string
-}
-
-// Split separates a claim's rows, in seq order, into the envelopes for the
-// relay and the failures that dispose of the rest, for the driver to write
-// before the claim returns. An unreadable row is dead with its reason as
-// last_error. When the claim keeps its key's order it also parks the key,
-// as the relay parks a key behind any event it cannot publish, and the
-// key's later events in the claim are held back: ready again with their
-// attempt refunded, waiting behind it. Other rows are not held up.
-func Split(rows []ClaimedRow, p herald.ClaimParams) ([]herald.Envelope, []herald.Failure) {
-	envs := make([]herald.Envelope, 0, len(rows))
-	var (
-		failed []herald.Failure
-		parked map[[2]string]bool
-	)
-	for _, r := range rows {
-		k := [2]string{r.Topic, r.Key}
-		ordered := !p.Unordered && r.Key != "" && !slices.Contains(p.UnorderedTopics, r.Topic)
-		switch {
-		case ordered && parked[k]:
-			failed = append(failed, herald.Failure{ID: r.ID, Outcome: herald.OutcomeHeldBack, Error: herald.ErrHeldBack.Error()})
-		case r.Unreadable == "":
-			envs = append(envs, r.Envelope)
-		case ordered:
-			if parked == nil {
-				parked = map[[2]string]bool{}
-			}
-			parked[k] = true
-			failed = append(failed, herald.Failure{ID: r.ID, Outcome: herald.OutcomeParked, Error: UnreadablePrefix + r.Unreadable})
-		default:
-			failed = append(failed, herald.Failure{ID: r.ID, Outcome: herald.OutcomeDead, Error: UnreadablePrefix + r.Unreadable})
-		}
-	}
-	return envs, failed
 }
 
 // DecodeHeaders reads the headers column of a claimed row: a JSON object

@@ -133,24 +133,21 @@ func MigrationScript(table, migrationsTable, begin string, setup []string, ms []
 // bounded walk; a cursor makes the next claim go on from there.
 const WalkKeysFactor = 2
 
-// Claimers are a driver's two claim forms and how it disposes of the rows
-// a claim could not read.
+// Claimers are a driver's two claim forms.
 type Claimers struct {
 	Unordered func(ctx context.Context, p herald.ClaimParams) ([]ClaimedRow, error)
 	// Ordered walks the keys. It takes every key as free (as of an
 	// unordered topic) when p.Unordered: Claim calls it then for a claim
 	// with paused topics.
 	Ordered func(ctx context.Context, p herald.ClaimParams, perKey int) ([]ClaimedRow, error)
-	// Bury writes the failures Split decided for the claim's unreadable
-	// rows, checking the claim's token: the driver's Complete.
-	Bury func(ctx context.Context, p herald.CompleteParams) error
 }
 
 // Claim is every driver's Store.Claim: it checks the limit, picks the
 // claim form, and returns the batch in write order, which is each key's
-// order (RETURNING comes in no particular order). Rows it could not read
-// never reach the relay: they are dead before Claim returns (see Split).
-// Should that write fail, so does the claim, and the relay releases it.
+// order (RETURNING comes in no particular order). A row it could not read
+// comes back marked (herald.MarkUnreadable) for the relay to refuse, so
+// that it is dead with the reason, its ordered key parked and the key's
+// later events held back, and counted and logged as every dead event is.
 func Claim(ctx context.Context, pkg string, p herald.ClaimParams, c Claimers) ([]herald.Envelope, error) {
 	if p.Limit < 0 {
 		return nil, fmt.Errorf("%s: claiming: negative limit %d", pkg, p.Limit)
@@ -185,10 +182,14 @@ func Claim(ctx context.Context, pkg string, p herald.ClaimParams, c Claimers) ([
 		return nil, fmt.Errorf("%s: claiming: %w", pkg, err)
 	}
 	slices.SortFunc(rows, func(a, b ClaimedRow) int { return cmp.Compare(a.Seq, b.Seq) })
-	envs, failed := Split(rows, p)
-	if len(failed) > 0 {
-		if err := c.Bury(ctx, herald.CompleteParams{Token: p.Token, Failed: failed}); err != nil {
-			return nil, fmt.Errorf("%s: claiming: disposing of unreadable rows: %w", pkg, err)
+	if len(rows) == 0 {
+		return nil, nil
+	}
+	envs := make([]herald.Envelope, len(rows))
+	for i := range rows {
+		envs[i] = rows[i].Envelope
+		if rows[i].Unreadable != "" {
+			herald.MarkUnreadable(&envs[i], "row: "+rows[i].Unreadable)
 		}
 	}
 	return envs, nil

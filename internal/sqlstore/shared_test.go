@@ -88,10 +88,6 @@ func TestClaimDispatchesAndSortsBySeq(t *testing.T) {
 			gotPerKey = perKey
 			return rows(9, 2), nil
 		},
-		Bury: func(context.Context, herald.CompleteParams) error {
-			t.Error("nothing to bury")
-			return nil
-		},
 	}
 	envs, err := sqlstore.Claim(t.Context(), "drv", herald.ClaimParams{Limit: 10, Unordered: true}, c)
 	require.NoError(t, err)
@@ -122,71 +118,27 @@ func row(seq int64, topic, key, why string) sqlstore.ClaimedRow {
 	return r
 }
 
-func TestSplitDisposesOfUnreadableRowsAsTheRelayWould(t *testing.T) {
+// A row the claim could not read reaches the relay in its place in the
+// batch, marked, so that the relay refuses it (dead, its key parked, the
+// key's later events held back) and counts and logs it as every dead event;
+// the relay's side is TestRelayCountsAndLogsAnUnreadableRowAsDead.
+func TestClaimMarksUnreadableRowsForTheRelay(t *testing.T) {
 	t.Parallel()
-	batch := []sqlstore.ClaimedRow{
-		row(1, "t", "a", ""),
-		row(2, "t", "a", "created_at is infinity"),
-		row(3, "t", "b", ""),
-		row(4, "t", "a", ""),                        // behind 2 on its key
-		row(5, "t", "", "header \"n\" is a number"), // no key: no order to keep
-		row(6, "t", "", ""),
-		row(7, "free", "a", "created_at is -infinity"), // an unordered topic
-		row(8, "free", "a", ""),
-		row(9, "u", "a", ""), // same key name on another topic
-	}
-	dead := func(id, why string) herald.Failure {
-		return herald.Failure{ID: id, Outcome: herald.OutcomeDead, Error: "herald: unreadable row: " + why}
-	}
-	parked := func(id, why string) herald.Failure {
-		return herald.Failure{ID: id, Outcome: herald.OutcomeParked, Error: "herald: unreadable row: " + why}
-	}
-	heldBack := herald.Failure{ID: "4", Outcome: herald.OutcomeHeldBack, Error: herald.ErrHeldBack.Error()}
-
-	envs, failed := sqlstore.Split(batch, herald.ClaimParams{UnorderedTopics: []string{"free"}})
-	require.Equal(t, []string{"1", "3", "6", "8", "9"}, ids(envs))
-	require.Equal(t, []herald.Failure{
-		parked("2", "created_at is infinity"), heldBack,
-		dead("5", `header "n" is a number`), dead("7", "created_at is -infinity"),
-	}, failed)
-
-	envs, failed = sqlstore.Split(batch, herald.ClaimParams{Unordered: true})
-	require.Equal(t, []string{"1", "3", "4", "6", "8", "9"}, ids(envs), "an unordered claim holds nothing back")
-	require.Equal(t, []herald.Failure{
-		dead("2", "created_at is infinity"), dead("5", `header "n" is a number`), dead("7", "created_at is -infinity"),
-	}, failed)
-
-	envs, failed = sqlstore.Split(batch[:1], herald.ClaimParams{})
-	require.Len(t, envs, 1)
-	require.Empty(t, failed)
-}
-
-func TestClaimBuriesUnreadableRowsBeforeReturning(t *testing.T) {
-	t.Parallel()
-	var buried []herald.CompleteParams
-	buryErr := error(nil)
+	readable := row(1, "t", "b", "")
+	readable.Headers = map[string]string{"h": "v"}
+	late := row(3, "t", "c", "created_at is infinity")
+	late.Headers = map[string]string{"h": "v"}
 	c := sqlstore.Claimers{
 		Ordered: func(context.Context, herald.ClaimParams, int) ([]sqlstore.ClaimedRow, error) {
-			return []sqlstore.ClaimedRow{row(2, "t", "a", "created_at is infinity"), row(1, "t", "b", "")}, nil
-		},
-		Bury: func(_ context.Context, p herald.CompleteParams) error {
-			buried = append(buried, p)
-			return buryErr
+			return []sqlstore.ClaimedRow{late, row(2, "t", "a", `header "n" is a number`), readable}, nil
 		},
 	}
 	envs, err := sqlstore.Claim(t.Context(), "drv", herald.ClaimParams{Token: "tok", Limit: 10}, c)
 	require.NoError(t, err)
-	require.Equal(t, []string{"1"}, ids(envs))
-	require.Len(t, buried, 1)
-	require.Equal(t, "tok", buried[0].Token, "the claim's token guards the write")
-	require.Equal(t, []herald.Failure{{ID: "2", Outcome: herald.OutcomeParked, Error: "herald: unreadable row: created_at is infinity"}},
-		buried[0].Failed)
-	require.Empty(t, buried[0].Published)
-
-	buryErr = errors.New("connection reset")
-	_, err = sqlstore.Claim(t.Context(), "drv", herald.ClaimParams{Token: "tok", Limit: 10}, c)
-	require.ErrorIs(t, err, buryErr, "a claim whose rows were not all accounted for fails, and is released")
-	require.ErrorContains(t, err, "drv: claiming: disposing of unreadable rows")
+	require.Equal(t, []string{"1", "2", "3"}, ids(envs), "every row, in seq order")
+	require.Equal(t, map[string]string{"h": "v"}, envs[0].Headers, "a readable row is as read")
+	require.Equal(t, map[string]string{`herald: unreadable row: header "n" is a number`: ""}, envs[1].Headers)
+	require.Equal(t, map[string]string{"h": "v", "herald: unreadable row: created_at is infinity": ""}, envs[2].Headers)
 }
 
 func ids(envs []herald.Envelope) []string {
