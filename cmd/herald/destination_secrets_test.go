@@ -9,11 +9,13 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"fmt"
 	"math/big"
 	"net"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -21,13 +23,18 @@ import (
 )
 
 // testPKI is a throwaway CA that issues server and client certificates
-// for 127.0.0.1, written as PEM files in a directory of the test's.
+// for 127.0.0.1, written as PEM files in a directory of the test's. Parallel
+// subtests share one: each certificate takes the next serial under mu and
+// its files go to a directory of their own, so two certificates of the same
+// name never write the same file.
 type testPKI struct {
 	dir    string
 	ca     *x509.Certificate
 	caKey  *ecdsa.PrivateKey
 	CAFile string
 	pool   *x509.CertPool
+
+	mu     sync.Mutex
 	serial int64
 }
 
@@ -61,12 +68,15 @@ func (p *testPKI) issue(t *testing.T, name string, client bool) (pair tls.Certif
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	require.NoError(t, err)
+	p.mu.Lock()
 	p.serial++
+	serial := p.serial
+	p.mu.Unlock()
 	usage := x509.ExtKeyUsageServerAuth
 	if client {
 		usage = x509.ExtKeyUsageClientAuth
 	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(p.serial), Subject: pkix.Name{CommonName: name},
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: name},
 		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
 		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}, KeyUsage: x509.KeyUsageDigitalSignature,
 		ExtKeyUsage: []x509.ExtKeyUsage{usage}}
@@ -78,7 +88,9 @@ func (p *testPKI) issue(t *testing.T, name string, client bool) (pair tls.Certif
 	keyPEM := pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER})
 	pair, err = tls.X509KeyPair(certPEM, keyPEM)
 	require.NoError(t, err)
-	return pair, p.write(t, name+".pem", certPEM), p.write(t, name+".key", keyPEM)
+	own := fmt.Sprintf("%s-%d", name, serial)
+	require.NoError(t, os.Mkdir(filepath.Join(p.dir, own), 0o700))
+	return pair, p.write(t, filepath.Join(own, name+".pem"), certPEM), p.write(t, filepath.Join(own, name+".key"), keyPEM)
 }
 
 // serverTLS is a server's TLS configuration; mutual asks for a client
