@@ -30,6 +30,56 @@ import (
 // in docs/.
 const screenshotsEnv = "HERALD_SCREENSHOTS"
 
+// longTopic is a topic name longer than a table's column should be.
+const longTopic = "cache.invalidate.customer-profile-projection.eu-west-1.tenant-acme-international"
+
+// layoutProblems lists what is wrong with the page's layout at the
+// window's width: the page wider than the window, a badge on two lines, a
+// topic, key or destination name broken over two lines (the text of the
+// first two columns of a table whose first is a name). Lines are counted
+// as the distinct bottoms of the boxes of a text's fragments.
+const layoutProblems = `(function () {
+	function lines(node) {
+		var r = document.createRange();
+		r.selectNodeContents(node);
+		var bottoms = new Set();
+		Array.from(r.getClientRects()).forEach(function (x) {
+			if (x.width > 0 && x.height > 0) { bottoms.add(Math.round(x.bottom)); }
+		});
+		return bottoms.size;
+	}
+	var bad = [], page = document.documentElement;
+	if (page.scrollWidth > page.clientWidth) {
+		bad.push("the page is " + page.scrollWidth + "px wide in a " + page.clientWidth + "px window");
+	}
+	document.querySelectorAll(".badge").forEach(function (b) {
+		if (b.getClientRects().length > 0 && lines(b) > 1) { bad.push("badge on " + lines(b) + " lines: " + b.textContent); }
+	});
+	document.querySelectorAll("td.topic, td.topic + td").forEach(function (td) {
+		var w = document.createTreeWalker(td, NodeFilter.SHOW_TEXT);
+		for (var n = w.nextNode(); n; n = w.nextNode()) {
+			if (n.textContent.trim() !== "" && !n.parentElement.closest(".badge, form") && lines(n) > 1) {
+				bad.push("name on " + lines(n) + " lines: " + n.textContent.trim());
+			}
+		}
+	});
+	return bad;
+})()`
+
+// headerColumn measures the event page's headers: the names' column as a
+// percentage of the table's width, and its width beyond the widest name.
+const headerColumn = `(function () {
+	var box = document.getElementById("event-headers");
+	var names = Array.from(box.querySelectorAll("th, dt")), widest = 0;
+	names.forEach(function (n) {
+		var r = document.createRange();
+		r.selectNodeContents(n);
+		widest = Math.max(widest, r.getBoundingClientRect().width);
+	});
+	var col = names[0].getBoundingClientRect().width;
+	return {share: Math.round(100 * col / box.getBoundingClientRect().width), spare: Math.round(col - widest)};
+})()`
+
 // browserPath finds Chromium. Without it the test skips, except in CI.
 func browserPath(t *testing.T) string {
 	t.Helper()
@@ -48,7 +98,8 @@ func browserPath(t *testing.T) string {
 type recorder struct {
 	mu        sync.Mutex
 	refuse    map[string]bool
-	flaky     map[string]bool // topics failing with an error worth a retry
+	refusal   map[string]error // a refused topic's error, if not the schema mismatch
+	flaky     map[string]bool  // topics failing with an error worth a retry
 	failed    []time.Time
 	oldest    func() time.Duration // the oldest pending age now, for the last minute
 	published map[string]time.Time
@@ -56,7 +107,7 @@ type recorder struct {
 }
 
 func newRecorder(refuse ...string) *recorder {
-	r := &recorder{refuse: map[string]bool{}, flaky: map[string]bool{}, published: map[string]time.Time{}}
+	r := &recorder{refuse: map[string]bool{}, refusal: map[string]error{}, flaky: map[string]bool{}, published: map[string]time.Time{}}
 	for _, topic := range refuse {
 		r.refuse[topic] = true
 	}
@@ -75,6 +126,9 @@ func (r *recorder) Publish(_ context.Context, batch []herald.Envelope) error {
 			errs[i], failed = herald.ErrHeldBack, true
 		case r.refuse[e.Topic]:
 			errs[i], failed = herald.Permanent(errors.New(`broker rejected the event: <b>schema mismatch</b>, token=tok-9f8e7d`)), true
+			if err := r.refusal[e.Topic]; err != nil {
+				errs[i] = err
+			}
 			failedKeys[e.Topic+"\x00"+e.Key] = true
 			r.failed = append(r.failed, time.Now())
 		case r.flaky[e.Topic]:
@@ -155,8 +209,13 @@ func TestBrowser(t *testing.T) {
 	t.Parallel()
 	chromium := browserPath(t)
 	rec := newRecorder("orders", "invoices")
+	// An invoice dies with the text a relay stored before it left the
+	// batch index out of a refused row's error: the page leaves it out.
+	rec.refusal["invoices"] = herald.Permanent(errors.New("invalid row: herald: message 15: topic: contains whitespace or a control character"))
 	// The destinations: kafka takes every topic but hooks.*, which goes to
-	// a webhook whose breaker the test opens.
+	// a webhook whose breaker the test opens, and cache.*, which goes to a
+	// Redis whose last error, long ago, is long enough to squeeze the
+	// table at 1,400 pixels.
 	var webhookDown atomic.Bool
 	var store *heraldsqlite.Driver
 	b := setup(t, testToken, func(c *adminui.Config) {
@@ -168,8 +227,11 @@ func TestBrowser(t *testing.T) {
 			{Owner: "worker-2/311", Version: "v1.4.0", StartedAt: started.Add(time.Hour), HeartbeatAt: time.Now(), Published: 1840},
 		}}
 		c.DestinationOf = func(topic string) string {
-			if strings.HasPrefix(topic, "hooks.") {
+			switch {
+			case strings.HasPrefix(topic, "hooks."):
 				return "webhook"
+			case strings.HasPrefix(topic, "cache."):
+				return "sync.redis"
 			}
 			return "kafka"
 		}
@@ -179,7 +241,10 @@ func TestBrowser(t *testing.T) {
 				hook = adminui.Destination{Name: "webhook", Breaker: "open", Failures: 5, LastError: "POST https://hooks.example/in: 503 Service Unavailable",
 					LastErrorAt: time.Now()}
 			}
-			return []adminui.Destination{{Name: "kafka", Breaker: "closed", InFlight: 1}, hook}
+			redis := adminui.Destination{Name: "sync.redis", Breaker: "closed", LastErrorAt: time.Now().Add(-time.Hour),
+				LastError: "XADD herald:cache.invalidate.customer-profile-projection: dial tcp 10.0.12.7:6379: connect: connection refused " +
+					"(redis-sentinel master sync-redis-primary.cache.svc.cluster.local:26379 was failing over; READONLY You can't write against a read only replica)"}
+			return []adminui.Destination{{Name: "kafka", Breaker: "closed", InFlight: 1}, hook, redis}
 		}
 		c.Replay = func(ctx context.Context, req adminui.ReplayRequest) (adminui.ReplayResult, error) {
 			return browserReplay(ctx, store, rec, req)
@@ -231,16 +296,24 @@ func TestBrowser(t *testing.T) {
 	deadOrder := b.write(t, herald.Message{
 		Topic: "orders", Key: "order-42", Type: "order.placed", AggregateType: "order", AggregateID: "42",
 		Payload: []byte(`{"order":42,"note":"<img src=x onerror=\"document.title='pwned'\"><script>document.title='pwned'</script>"}`),
-		Headers: map[string]string{"X-Tenant": "acme", "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"},
+		// Names longer than their values, as tracing headers have: the
+		// names' column is no wider than they need.
+		Headers: map[string]string{"X-Tenant": "acme", "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+			"x-datadog-sampling-priority": "1", "x-b3-sampled": "1", "ce-specversion": "1.0"},
 	})[0]
-	deadInvoice := b.write(t, herald.Message{Topic: "invoices", Key: "inv-7", Type: "invoice.issued", Payload: []byte{0x1f, 0x8b, 0x08, 0x00, 0xff}})[0]
+	deadInvoice := b.write(t, herald.Message{Topic: "invoices", Key: "inv-7", Type: "invoice.issued", Payload: []byte{0x1f, 0x8b, 0x08, 0x00, 0xff},
+		// A value longer than the page is wide wraps.
+		Headers: map[string]string{"baggage": "tenant=acme-international,region=eu-west-1,plan=enterprise,origin=checkout-web," +
+			"flags=new-pricing%2Cfast-checkout%2Cone-click%2Csplit-shipping%2Cgift-wrap,cohort=pricing-v7-b,source=ios-17.4.1-build-20261128-" +
+			strings.Repeat("0123456789abcdef", 8)}})[0]
 	require.Eventually(t, func() bool {
 		return b.state(t, deadOrder) == heraldadmin.StateDead && b.state(t, deadInvoice) == heraldadmin.StateDead
 	}, 10*time.Second, 10*time.Millisecond)
 	waiting := b.write(t, herald.Message{Topic: "orders", Key: "order-42", Type: "order.paid"},
 		herald.Message{Topic: "orders", Key: "order-42", Type: "order.shipped"})
 	later := time.Now().Add(time.Hour)
-	b.write(t, herald.Message{Topic: "payments", Key: "p-1", AvailableAt: later}, herald.Message{Topic: "payments", Key: "p-2", AvailableAt: later})
+	b.write(t, herald.Message{Topic: "payments", Key: "p-1", AvailableAt: later}, herald.Message{Topic: "payments", Key: "p-2", AvailableAt: later},
+		herald.Message{Topic: longTopic, Key: "customer-7f3a9c2e-4b1d-4e8a-9f0c-2d7b6a1e5c33", AvailableAt: later})
 	// The broker takes orders again; the dead one stays dead until requeued,
 	// and its key stays parked.
 	rec.accept("orders")
@@ -252,7 +325,7 @@ func TestBrowser(t *testing.T) {
 	allocCtx, allocCancel := chromedp.NewExecAllocator(context.Background(),
 		append(chromedp.DefaultExecAllocatorOptions[:],
 			chromedp.ExecPath(chromium),
-			chromedp.WindowSize(1280, 900),
+			chromedp.WindowSize(1400, 900),
 			chromedp.CombinedOutput(browserLogs),
 		)...)
 	ctx, cancel := chromedp.NewContext(allocCtx)
@@ -323,6 +396,11 @@ func TestBrowser(t *testing.T) {
 	page := func(name string) chromedp.Action[chromedp.Void] {
 		return chromedp.WaitVisible(chromedp.CSS(`body[data-page="` + name + `"]`))
 	}
+	// fits checks the page's layout (layoutProblems).
+	fits := func(where string) {
+		t.Helper()
+		require.Empty(t, eval(layoutProblems), "the layout of the %s at 1400px", where)
+	}
 	screenshot := func(name string) {
 		t.Helper()
 		if os.Getenv(screenshotsEnv) != "1" {
@@ -345,8 +423,15 @@ func TestBrowser(t *testing.T) {
 		chromedp.Click(chromedp.ID("login-submit")), page("overview"))
 	equals("#total-dead", "2")
 	equals("#total-parked", "1")
-	equals("#total-ready", "4", "two orders behind the parked key, two payments for later")
+	equals("#total-ready", "5", "two orders behind the parked key, two payments and a cache event for later")
 	equals("#rate-total", "20")
+	fits("overview")
+	require.Equal(t, longTopic, eval(`document.querySelector('#backlog tr[data-key="`+longTopic+`"] .name').title`),
+		"a long topic is cut, whole in its title")
+	// Where retrying and waiting for a down destination are counted, the
+	// page says how they differ.
+	contains("#states-help", "each waits out its own backoff, and every attempt counts")
+	contains("#states-help", "the relay stops sending to it and waits, spending no attempts")
 	screenshot("admin-overview.png")
 
 	// The script's row rendering, on rows of its own: kept keys keep
@@ -372,6 +457,24 @@ func TestBrowser(t *testing.T) {
 	require.EqualValues(t, 2, eval(`document.querySelectorAll("input.pick:checked").length`))
 	do(chromedp.Click(chromedp.ID("select-all")))
 	require.EqualValues(t, 0, eval(`document.querySelectorAll("input.pick:checked").length`))
+	fits("dead letters")
+	// The invoice's error is shown without the batch index older relays
+	// stored; the stored text is its title.
+	invoiceError := `tr[data-id="` + deadInvoice + `"] td.err`
+	require.Equal(t, "permanent: invalid row: topic: contains whitespace or a control character", text(invoiceError))
+	require.Equal(t, "permanent: invalid row: herald: message 15: topic: contains whitespace or a control character",
+		eval(`document.querySelector('`+invoiceError+`').title`))
+	screenshot("admin-dead-list.png")
+
+	// The invoice's page: the error without the index, the stored text
+	// below it; a header value wider than the page wraps.
+	do(chromedp.Navigate(srv.URL+"/events/"+deadInvoice), page("event"))
+	require.Equal(t, "permanent: invalid row: topic: contains whitespace or a control character", text("#event-error"))
+	require.Contains(t, text("#event-error-stored"), "herald: message 15: topic:")
+	fits("invoice's page")
+	require.Equal(t, true, eval(`document.querySelector("#event-headers dd, #event-headers td").getClientRects()[0].height > 40`),
+		"the long value wraps")
+	do(chromedp.Navigate(srv.URL+"/dead"), page("dead"), chromedp.WaitVisible(chromedp.CSS(`tr[data-id="`+deadOrder+`"]`)))
 
 	// The order's page: its payload is shown as text, never run.
 	do(chromedp.Click(chromedp.CSS(`a[href="/events/`+deadOrder+`"]`)), page("event"))
@@ -382,6 +485,11 @@ func TestBrowser(t *testing.T) {
 	require.NotEqual(t, "pwned", eval(`document.title`))
 	require.Contains(t, text("#event-error"), "<b>schema mismatch</b>", "shown as text")
 	require.NotContains(t, text("#event-error"), "tok-9f8e7d", "scrubbed")
+	fits("event's page")
+	// The header names take the width they need, not most of the table.
+	cols, _ := eval(headerColumn).(map[string]any)
+	require.LessOrEqual(t, cols["share"], 30.0, "%v", cols)
+	require.LessOrEqual(t, cols["spare"], 24.0, "the names' column is as wide as the widest name and its padding: %v", cols)
 	screenshot("admin-dead.png")
 
 	// Requeue it, through the confirmation page.
@@ -422,6 +530,11 @@ func TestBrowser(t *testing.T) {
 	do(chromedp.Navigate(srv.URL+"/"), page("overview"))
 	equals(`#paused tr[data-name="orders.shipped"] td.waiting`, "3")
 	contains("#backlog", "paused")
+	// The destination the topic goes to says one of its topics is paused.
+	contains(`#destinations tr[data-key="kafka"]`, "1 topic paused")
+	require.Equal(t, "paused: orders.shipped", eval(`document.querySelector('#destinations tr[data-key="kafka"] .badge.paused').title`))
+	require.NotContains(t, text(`#destinations tr[data-key="webhook"]`), "paused")
+	fits("overview with a pause")
 	require.False(t, rec.has(held[0]), "nothing of a paused topic is published")
 	for _, id := range held {
 		require.Equal(t, heraldadmin.StateReady, b.state(t, id))
@@ -484,6 +597,7 @@ func TestBrowser(t *testing.T) {
 	require.NotContains(t, text("#destinations"), "undefined", "a field the JSON leaves out is shown empty")
 	require.EqualValues(t, 3*len(rec.rate()), eval(`document.querySelectorAll("svg.chart rect").length`),
 		"the charts are redrawn from the JSON, one bar a minute each")
+	fits("overview with an outage")
 	screenshot("admin-overview.png")
 
 	// While a confirmation is open the page holds still. The confirmation

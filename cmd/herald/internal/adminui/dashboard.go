@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/herald-outbox/herald"
@@ -84,6 +85,12 @@ type destinationView struct {
 	Paused      bool   `json:"paused"`
 	LastErrorAt string `json:"last_error_time"`
 	State       string `json:"state"` // the breaker, or "paused"
+	// PausedTopics counts the paused topics routed to it (0 when the
+	// routes are not known), PausedNote says so ("1 topic paused") and
+	// PausedNames names them, for its title.
+	PausedTopics int    `json:"paused_topics"`
+	PausedNote   string `json:"paused_note"`
+	PausedNames  string `json:"paused_topic_names"`
 }
 
 type relayView struct {
@@ -105,8 +112,9 @@ type retryingView struct {
 }
 
 type retryGroupView struct {
-	ID          string `json:"id"` // stands for the error in forms and URLs: the error may be long
-	LastError   string `json:"last_error"`
+	ID          string `json:"id"`           // stands for the error in forms and URLs: the error may be long
+	LastError   string `json:"last_error"`   // as shown (shownError), cut at 300 characters
+	StoredError string `json:"stored_error"` // as stored (storedError), for its title
 	Count       int64  `json:"count"`
 	Topics      int64  `json:"topics"`
 	MaxAttempts int    `json:"max_attempts"`
@@ -267,9 +275,17 @@ func (h *handler) destinationsOf(v *overviewView, backlog []heraldadmin.TopicBac
 	}
 	v.HasDests = true
 	paused := map[string]bool{}
+	pausedTopics := map[string][]string{} // by destination
 	for _, held := range v.Pauses.Held {
-		if held.Kind == herald.PauseDestination {
+		switch held.Kind {
+		case herald.PauseDestination:
 			paused[held.Name] = true
+		case herald.PauseTopic:
+			// The topic's own route, not the backlog's topics: a paused
+			// topic with nothing waiting is paused all the same.
+			if d := h.destinationOf(held.Name); d != "" {
+				pausedTopics[d] = append(pausedTopics[d], clean(held.Name))
+			}
 		}
 	}
 	for _, d := range h.cfg.DestinationStatus() {
@@ -280,6 +296,11 @@ func (h *handler) destinationsOf(v *overviewView, backlog []heraldadmin.TopicBac
 		}
 		if dv.Paused {
 			dv.State = "paused"
+		}
+		if names := pausedTopics[d.Name]; len(names) > 0 {
+			slices.Sort(names)
+			dv.PausedTopics, dv.PausedNote = len(names), plural(len(names), "topic")+" paused"
+			dv.PausedNames = "paused: " + strings.Join(names, ", ")
 		}
 		for _, b := range backlog {
 			if h.destinationOf(b.Topic) == d.Name {
@@ -301,7 +322,8 @@ func retryingOf(groups []heraldadmin.RetryGroup, shown int, now time.Time) retry
 	for _, g := range groups[:min(len(groups), shown)] {
 		v.Total += g.Count
 		v.Groups = append(v.Groups, retryGroupView{
-			ID: groupID(g.LastError), LastError: clean(truncate(herald.Scrub(g.LastError), 300)), Count: g.Count, Topics: g.Topics,
+			ID: groupID(g.LastError), LastError: truncate(shownError(g.LastError), 300), StoredError: truncate(storedError(g.LastError), 2000),
+			Count: g.Count, Topics: g.Topics,
 			MaxAttempts: g.MaxAttempts, NextAttempt: until(g.NextAttempt, now), Oldest: age(now.Sub(g.Oldest)),
 		})
 	}

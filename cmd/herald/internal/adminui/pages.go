@@ -111,7 +111,8 @@ type eventView struct {
 	Row       heraldadmin.EventRow
 	Headers   []header
 	Payload   preview
-	LastError string
+	LastError string // as shown (shownError)
+	Stored    string // as stored, when that differs (storedError)
 }
 
 func (h *handler) event(w http.ResponseWriter, r *http.Request) {
@@ -135,9 +136,11 @@ func (h *handler) event(w http.ResponseWriter, r *http.Request) {
 		h.writeJSON(w, http.StatusOK, eventOf(row, true))
 		return
 	}
-	h.render(w, r, http.StatusOK, "event", "Event "+id, eventView{
-		Row: row, Headers: headersOf(row.Headers), Payload: newPreview(row.Payload), LastError: herald.Scrub(row.LastError),
-	})
+	v := eventView{Row: row, Headers: headersOf(row.Headers), Payload: newPreview(row.Payload), LastError: shownError(row.LastError)}
+	if stored := storedError(row.LastError); stored != v.LastError {
+		v.Stored = stored
+	}
+	h.render(w, r, http.StatusOK, "event", "Event "+id, v)
 }
 
 // selection is what an action applies to: the dead events with IDs, or

@@ -3,12 +3,14 @@ package adminui_test
 import (
 	"net/http"
 	"net/url"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/herald-outbox/herald"
 	"github.com/herald-outbox/herald/cmd/herald/internal/adminui"
+	"github.com/herald-outbox/herald/heraldadmin"
 )
 
 func TestPauses(t *testing.T) {
@@ -54,6 +56,53 @@ func TestPauses(t *testing.T) {
 		require.Equal(t, "broker upgrade", pause["reason"])
 		require.Equal(t, "resume", resumed["action"])
 		require.Equal(t, "done", resumed["outcome"])
+	})
+
+	t.Run("ADestinationSaysWhichOfItsTopicsArePaused", func(t *testing.T) {
+		t.Parallel()
+		dests := func() []adminui.Destination {
+			return []adminui.Destination{{Name: "kafka", Breaker: "closed"}, {Name: "webhook", Breaker: "closed"}}
+		}
+		routed := setup(t, testToken, func(c *adminui.Config) {
+			c.DestinationStatus = dests
+			c.DestinationOf = func(topic string) string {
+				if strings.HasPrefix(topic, "hooks.") {
+					return "webhook"
+				}
+				return "kafka"
+			}
+		})
+		unrouted := setup(t, testToken, func(c *adminui.Config) { c.DestinationStatus = dests })
+		for _, b := range []*bundle{routed, unrouted} {
+			b.write(t, herald.Message{Topic: "orders"})
+			// billing has no event: paused all the same.
+			for _, topic := range []string{"orders", "billing"} {
+				require.NoError(t, b.store.Pause(t.Context(), heraldadmin.PauseParams{Kind: herald.PauseTopic, Name: topic}))
+			}
+		}
+
+		byName := func(b *bundle) map[string]map[string]any {
+			out := map[string]map[string]any{}
+			for _, d := range jsonOf(t, b.get(t, "/", asJSON))["destinations"].([]any) {
+				out[d.(map[string]any)["name"].(string)] = d.(map[string]any)
+			}
+			return out
+		}
+		ds := byName(routed)
+		require.Equal(t, "2 topics paused", ds["kafka"]["paused_note"])
+		require.Equal(t, "paused: billing, orders", ds["kafka"]["paused_topic_names"])
+		require.Equal(t, "closed", ds["kafka"]["state"], "the destination itself is not paused")
+		require.InDelta(t, 0, ds["webhook"]["paused_topics"], 0)
+		page := routed.get(t, "/").Body
+		require.Regexp(t, `<tr data-key="kafka"(?s:.)*?title="paused: billing, orders">2 topics paused</span>`, page)
+
+		// Without routes the page cannot tell where a topic goes: it says
+		// nothing on the destinations' rows (the Paused section lists the
+		// topics).
+		for name, d := range byName(unrouted) {
+			require.InDelta(t, 0, d["paused_topics"], 0, name)
+			require.Empty(t, d["paused_note"], name)
+		}
 	})
 
 	t.Run("PausingNeedsTheTokenAndTheCSRFToken", func(t *testing.T) {

@@ -28,7 +28,8 @@ type retryEvent struct {
 	Attempts    int    `json:"attempts"`
 	NextAttempt string `json:"next_attempt"`
 	AvailableAt string `json:"available_at"`
-	LastError   string `json:"last_error"`
+	LastError   string `json:"last_error"`   // as shown (shownError)
+	StoredError string `json:"stored_error"` // as stored (storedError)
 }
 
 // retrying lists the retry groups, and with ?group= the events of one.
@@ -74,7 +75,7 @@ func (h *handler) retrying(w http.ResponseWriter, r *http.Request) {
 		for _, row := range rows[:min(len(rows), defaultListLimit)] {
 			v.Events = append(v.Events, retryEvent{ID: row.ID, Topic: clean(row.Topic), Key: clean(row.Key), Type: clean(row.Type),
 				Attempts: row.Attempt, NextAttempt: until(row.AvailableAt, now), AvailableAt: when(row.AvailableAt),
-				LastError: clean(herald.Scrub(row.LastError))})
+				LastError: shownError(row.LastError), StoredError: storedError(row.LastError)})
 		}
 	}
 	if wantsJSON(r) {

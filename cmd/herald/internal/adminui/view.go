@@ -47,6 +47,10 @@ var templateFuncs = template.FuncMap{
 		}
 		return m, nil
 	},
+	// shownError and storedError are a stored last error as the page
+	// shows it, and whole, for a title or the event page.
+	"shownError":  shownError,
+	"storedError": storedError,
 }
 
 // preview is how the event page shows a payload.
@@ -95,6 +99,23 @@ func headersOf(m map[string]string) []header {
 	}
 	return out
 }
+
+// batchIndex is the "herald: message N: " of a validation error: N is the
+// event's place in the batch the relay claimed, which tells an operator
+// nothing. Relays no longer store it ("invalid row: topic: ..."), but rows
+// already in a database keep the old text. Anchored after the start or a
+// ": ", the way the relay wraps it ("permanent: invalid row: herald:
+// message 15: topic: ..."), so that a broker's own text is left alone.
+var batchIndex = regexp.MustCompile(`(^|: )herald: message \d+: `)
+
+// shownError is a stored last error as the page shows it: scrubbed, on
+// one line, without the batch index that older relays wrote into it.
+func shownError(stored string) string {
+	return clean(batchIndex.ReplaceAllString(herald.Scrub(stored), "$1"))
+}
+
+// storedError is a stored last error whole, scrubbed, on one line.
+func storedError(stored string) string { return clean(herald.Scrub(stored)) }
 
 // age renders a duration the way an operator reads it: 42s, 3m05s, 2h10m,
 // 3d04h.

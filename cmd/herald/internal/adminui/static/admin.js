@@ -48,6 +48,7 @@ function fill(el, row) {
   }
   el.querySelectorAll("[data-f]").forEach(function (n) { n.textContent = text(at(row, n.dataset.f)); });
   el.querySelectorAll("[data-v]").forEach(function (n) { n.value = text(at(row, n.dataset.v)); });
+  el.querySelectorAll("[data-title]").forEach(function (n) { n.title = text(at(row, n.dataset.title)); });
   el.querySelectorAll("[data-href]").forEach(function (n) {
     n.setAttribute("href", n.dataset.hrefBase + encodeURIComponent(text(at(row, n.dataset.href))));
   });
