@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 
 	"io"
-	"net"
 	"net/http"
 	"net/url"
 	"strings"
@@ -17,13 +16,11 @@ import (
 	"github.com/herald-outbox/herald/internal/heraldtest"
 )
 
+// freeAddr is an address for a server the test starts: see
+// heraldtest.FreeAddr for why not port 0's.
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	addr := ln.Addr().String()
-	require.NoError(t, ln.Close())
-	return addr
+	return heraldtest.FreeAddr(t)
 }
 
 func get(addr, path string) (int, string, error) {

@@ -21,6 +21,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -623,15 +624,10 @@ func testCertificates(t *testing.T) (caPEM, certPEM, keyPEM []byte) {
 		pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER})
 }
 
-// freeTCPPort returns a port of 127.0.0.1 that was free a moment ago.
+// freeTCPPort returns a port of 127.0.0.1 that nothing listens on.
 func freeTCPPort(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer l.Close()
-	_, port, err := net.SplitHostPort(l.Addr().String())
-	require.NoError(t, err)
-	return port
+	return strconv.Itoa(heraldtest.FreePort(t))
 }
 
 // startTestMosquitto runs Mosquitto with the configuration lines conf,

@@ -1,5 +1,3 @@
-//go:build linux || darwin
-
 package heraldtest
 
 import (
@@ -9,7 +7,29 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"testing"
 )
+
+// FreeAddr returns an address of 127.0.0.1 that nothing listens on, for a
+// server a test starts (a relay's admin server): FreePort's port.
+func FreeAddr(t testing.TB) string {
+	t.Helper()
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(FreePort(t)))
+}
+
+// FreePort returns a port of 127.0.0.1 that nothing listens on, for a
+// server a test starts, in process or as another program (Mosquitto, a
+// private Redis). Unlike listening on port 0, it is not from the kernel's
+// ephemeral range, where every outgoing connection of the machine's other
+// tests takes its source port: see freePort.
+func FreePort(t testing.TB) int {
+	t.Helper()
+	port, err := freePort()
+	if err != nil {
+		t.Fatalf("heraldtest: finding a free port: %v", err)
+	}
+	return port
+}
 
 // freePort returns a port of 127.0.0.1 that nothing listens on, for a
 // server the test starts as another process. It is chosen below the

@@ -199,10 +199,7 @@ func startMosquitto(t *testing.T, conf string, files map[string]string) *private
 			unavailable(t, "mosquitto is not installed (apt-get install mosquitto)")
 		}
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	port := l.Addr().(*net.TCPAddr).Port
-	require.NoError(t, l.Close())
+	port := heraldtest.FreePort(t)
 
 	dir := t.TempDir()
 	for name, content := range files {

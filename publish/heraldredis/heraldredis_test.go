@@ -504,10 +504,7 @@ func startRedis(t *testing.T) *privateRedis {
 	if err != nil {
 		unavailable(t, "redis-server is not installed (apt-get install redis-server)")
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	port := l.Addr().(*net.TCPAddr).Port
-	require.NoError(t, l.Close())
+	port := heraldtest.FreePort(t)
 
 	cmd := exec.Command(bin, "--bind", "127.0.0.1", "--port", strconv.Itoa(port),
 		"--save", "", "--appendonly", "no", "--dir", t.TempDir())
