@@ -5,10 +5,6 @@ import (
 	"time"
 )
 
-// abortGrace is how long, after Stop's deadline, the relay keeps trying to
-// acknowledge and release in-flight rows.
-const abortGrace = 2 * time.Second
-
 // acknowledge writes a batch's decision down in one Complete call, then
 // counts, logs and reports what the database changed.
 func (r *Relay) acknowledge(c claimed, d decision) {
@@ -90,7 +86,7 @@ func (r *Relay) retryStore(deadline time.Time, what string, op func(context.Cont
 		// instead of the rest of the lease: rows it cannot release now are
 		// rescued when their lease expires, and Stop returns.
 		if at := r.abortedAt.Load(); at != 0 {
-			if grace := time.Unix(0, at).Add(abortGrace); grace.Before(deadline) {
+			if grace := time.Unix(0, at).Add(r.cfg.StopGrace); grace.Before(deadline) {
 				deadline = grace
 			}
 		}

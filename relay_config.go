@@ -50,6 +50,12 @@ type RelayConfig struct {
 	Lease time.Duration
 	// PublishTimeout bounds one Publish call. Defaults to 20s.
 	PublishTimeout time.Duration
+	// StopGrace is how long, once Stop's context has ended, the relay
+	// still tries to write down the outcomes of its in-flight batches and
+	// release their unpublished rows. What it has not written by then is
+	// left to the rescuer, which returns the rows once their lease
+	// expires. A slow or far database may need more. Defaults to 2s.
+	StopGrace time.Duration
 	// PollInterval is the wait between claims while there is work but less
 	// than a full batch. A full batch is followed by the next claim at once.
 	// Defaults to 5ms.
@@ -149,6 +155,7 @@ func (c *RelayConfig) withDefaults() RelayConfig {
 	setDefault(&out.ClaimConcurrency, min(2, out.MaxInFlight))
 	setDefault(&out.Lease, time.Minute)
 	setDefault(&out.PublishTimeout, 20*time.Second)
+	setDefault(&out.StopGrace, 2*time.Second)
 	setDefault(&out.PollInterval, 5*time.Millisecond)
 	setDefault(&out.IdlePollInterval, 250*time.Millisecond)
 	setDefault(&out.OutageBackoffCap, 5*time.Second)
@@ -198,6 +205,7 @@ func (c *RelayConfig) validate() error {
 	check(c.MaxInFlight > 0, "MaxInFlight", "must be positive")
 	check(c.ClaimConcurrency > 0 && c.ClaimConcurrency <= c.MaxInFlight, "ClaimConcurrency", "must be between 1 and MaxInFlight")
 	check(c.PublishTimeout > 0, "PublishTimeout", "must be positive")
+	check(c.StopGrace > 0, "StopGrace", "must be positive")
 	check(c.Lease >= c.PublishTimeout+time.Second, "Lease", "must exceed PublishTimeout by at least 1s")
 	check(c.PollInterval > 0, "PollInterval", "must be positive")
 	check(c.IdlePollInterval >= c.PollInterval, "IdlePollInterval", "must not be below PollInterval")

@@ -107,6 +107,60 @@ func TestStopIsBoundedWhenTheDatabaseIsGoneAtShutdown(t *testing.T) {
 	require.Less(t, time.Since(start), 15*time.Second)
 }
 
+// StopGrace is what the database gets, after Stop's deadline, to take the
+// outcomes of the batches in flight: one that answers only after longer
+// than the default still gets them when the grace is longer.
+func TestStopGraceIsTheDatabasesTimeAfterTheDeadline(t *testing.T) {
+	t.Parallel()
+	var (
+		once    sync.Once
+		mu      sync.Mutex
+		stopped time.Time // when Stop was called; zero before
+		written atomic.Bool
+	)
+	store := &fakeStore{
+		ClaimFunc: func(context.Context, herald.ClaimParams) (batch []herald.Envelope, err error) {
+			once.Do(func() {
+				batch = []herald.Envelope{{Message: herald.Message{ID: herald.NewID(), Topic: "t"}, Attempt: 1}}
+			})
+			return batch, nil
+		},
+		CompleteFunc: func(_ context.Context, p herald.CompleteParams) (herald.CompleteResult, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			if stopped.IsZero() || time.Since(stopped) < 3*time.Second {
+				return herald.CompleteResult{}, errors.New("connection refused")
+			}
+			written.Store(true)
+			return herald.CompleteResult{Failed: failedIDs(p)}, nil
+		},
+	}
+	publishing := make(chan struct{})
+	relay, err := herald.NewRelay(&herald.RelayConfig{
+		Store: store, Logger: slog.New(slog.DiscardHandler), Lease: time.Hour, PublishTimeout: time.Minute,
+		StopGrace: time.Minute,
+		Publisher: herald.PublisherFunc(func(ctx context.Context, batch []herald.Envelope) error {
+			close(publishing)
+			<-ctx.Done()
+			return ctx.Err()
+		}),
+	})
+	require.NoError(t, err)
+	require.NoError(t, relay.Start(context.Background()))
+	<-publishing
+
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	mu.Lock()
+	stopped = time.Now()
+	mu.Unlock()
+	require.NoError(t, relay.Stop(ctx))
+	require.True(t, written.Load(), "the batch's outcome was written within the grace, past the default 2s")
+
+	_, err = herald.NewRelay(&herald.RelayConfig{Store: store, Publisher: herald.PublisherFunc(nil), StopGrace: -time.Second})
+	require.ErrorContains(t, err, "RelayConfig.StopGrace must be positive")
+}
+
 // A claim whose answer never came may have committed: once the database
 // answers again, the relay releases that claim's rows by its token instead
 // of leaving them to wait for their lease.
