@@ -54,10 +54,18 @@ func createMigrationsSQL(n names) string {
 	applied_at timestamptz NOT NULL DEFAULT now())`
 }
 
+// migrateIdleTimeout is the idle timeout of the migration's transaction in
+// place of the relay's second (txIdleTimeout): a migration is many round
+// trips, and a client that is starved of CPU for a second between two of
+// them (a throttled container, a loaded machine) lost the session and the
+// migration with it. A migrate cut off still gives up its locks, which
+// hold back producers, within seconds.
+const migrateIdleTimeout = `SET LOCAL idle_in_transaction_session_timeout = '10s'`
+
 // migrate applies ms, a prefix of migrations: all of them but in tests of
 // a migration on an older table.
 func (d *Driver) migrate(ctx context.Context, ms []sqlstore.Migration) error {
-	err := d.db.inTx(ctx, func(tx conn) error {
+	err := d.db.inTxSet(ctx, migrateIdleTimeout, func(tx conn) error {
 		if _, err := tx.exec(ctx, `SELECT pg_advisory_xact_lock(hashtext($1))`, "herald:"+d.names.Qualified); err != nil {
 			return fmt.Errorf("taking the migration lock: %w", err)
 		}
