@@ -258,6 +258,7 @@ func TestRelayRetriesAnAcknowledgementWhoseAnswerWasLost(t *testing.T) {
 // database too slow to claim a whole batch within the claim's deadline
 // (Lease/2) still drains, instead of repeating the same cancelled work.
 func TestRelayHalvesAClaimThatRanOutOfTime(t *testing.T) {
+	heraldtest.Long(t)
 	t.Parallel()
 	var (
 		mu      sync.Mutex

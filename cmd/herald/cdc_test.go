@@ -144,6 +144,7 @@ func (w cdcWorld) payloads(t *testing.T) []string {
 // transaction; the next one delivers every event, each key's in commit
 // order, and the broker's dedup ids absorb what the first had in flight.
 func TestCDCRelayKilledMidTransactionDeliversEverythingInKeyOrder(t *testing.T) {
+	heraldtest.Long(t)
 	w := newCDCWorld(t)
 	args := []string{"relay", "--db", w.dsn, "--publisher", w.nats.URL(), "--source", "cdc", "--batch-size", "500"}
 	first := startChild(t, append(args, "--cdc-create-slot")...)

@@ -159,6 +159,7 @@ func readAll(t *testing.T, resp *http.Response) string {
 // names it; once it answers its events follow. An operator stops and
 // starts one database without the others.
 func TestRelayRelaysSeveralDatabases(t *testing.T) {
+	heraldtest.Long(t)
 	t.Parallel()
 	const canary = "canary-Pw-8812"
 	const token = "multi-db-admin-token-0099"
@@ -329,6 +330,7 @@ func TestRelayRelaysSeveralDatabases(t *testing.T) {
 // bounded all along: the backlog cannot take the destination's publish
 // slots (nor the process's byte budget) another database needs.
 func TestOneDatabasesBacklogDoesNotStarveAnother(t *testing.T) {
+	heraldtest.Long(t)
 	t.Parallel()
 	const secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 	const backlog = 1500

@@ -236,6 +236,7 @@ func TestWebhookDestinationIsShownByItsOrigin(t *testing.T) {
 // and an SNS FIFO topic (its account found with STS) with a FIFO queue
 // subscribed; credentials from the environment, never shown.
 func TestRelayPublishesToSQSAndSNS(t *testing.T) {
+	heraldtest.Long(t)
 	t.Parallel()
 	d := setup(t)
 	moto := heraldtest.Moto(t)
@@ -353,6 +354,7 @@ func TestAWSDestinationURLsAreChecked(t *testing.T) {
 // A queue that does not exist is waited for, as an unreachable broker is:
 // it may be created after the relay starts.
 func TestMissingQueueIsWaitedFor(t *testing.T) {
+	heraldtest.Long(t)
 	t.Parallel()
 	moto := heraldtest.Moto(t)
 	inv := &invocation{stderr: &redactor{w: io.Discard}, flags: newFlagSet("relay"),

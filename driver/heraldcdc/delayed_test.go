@@ -11,6 +11,7 @@ import (
 	"github.com/herald-outbox/herald"
 	"github.com/herald-outbox/herald/driver/heraldpg"
 	kit "github.com/herald-outbox/herald/heraldtest" // the users' test kit (Recorder), not internal/heraldtest
+	iheraldtest "github.com/herald-outbox/herald/internal/heraldtest"
 )
 
 // An event written with a delay (Message.AvailableAt), as a row or as a
@@ -20,6 +21,7 @@ import (
 // in order. An event of another key written after it is published from
 // the log at once.
 func TestDelayedEventsWaitInTheTableUntilDue(t *testing.T) {
+	iheraldtest.Long(t)
 	t.Parallel()
 	f := setup(t)
 	ctx := context.Background()

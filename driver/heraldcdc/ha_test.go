@@ -41,6 +41,7 @@ func newHASource(t *testing.T, cfg heraldcdc.Config) *heraldcdc.Source {
 // few StandbyIntervals and delivers exactly what the first did not finish:
 // the batch handed out and not done, and what the first never handed out.
 func TestASecondSourceStandsByAndTakesOverWhereTheFirstLeft(t *testing.T) {
+	heraldtest.Long(t)
 	t.Parallel()
 	f := setup(t)
 	firstLogs, secondLogs := &heraldtest.LogBuffer{}, &heraldtest.LogBuffer{}

@@ -124,6 +124,7 @@ func (f fixture) slotConfirmed(t *testing.T) pglogrepl.LSN {
 // in; a rolled-back one never comes; the slot's confirmed position only
 // moves where Confirm says, and a new stream starts there.
 func TestStreamDeliversCommitOrderAndResumesFromTheConfirmedPosition(t *testing.T) {
+	heraldtest.Long(t)
 	t.Parallel()
 	f := setup(t)
 	s := f.open(t, true)
@@ -235,6 +236,7 @@ func (f fixture) dropSlot(t *testing.T) {
 // would skip it silently. The record that tells is the furthest position
 // Herald let the slot confirm (heraldpg's migration 009).
 func TestStreamRefusesASlotDroppedBehindItsBack(t *testing.T) {
+	heraldtest.Long(t)
 	t.Parallel()
 	f := setup(t)
 	s := f.open(t, true)
@@ -278,6 +280,7 @@ func TestStreamRefusesASlotDroppedBehindItsBack(t *testing.T) {
 // counts it handed out from its first part, so a heartbeat does not pass
 // it before its end is confirmed.
 func TestStreamHandsOutALargeTransactionInParts(t *testing.T) {
+	heraldtest.Long(t)
 	t.Parallel()
 	f := setup(t)
 	s, err := heraldcdc.Open(context.Background(), heraldcdc.Config{ConnString: f.dsn, CreateSlot: true, StatusInterval: 100 * time.Millisecond,

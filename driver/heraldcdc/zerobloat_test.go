@@ -11,6 +11,7 @@ import (
 
 	"github.com/herald-outbox/herald"
 	"github.com/herald-outbox/herald/driver/heraldpg"
+	"github.com/herald-outbox/herald/internal/heraldtest"
 )
 
 // The zero-bloat write mode (heraldpg.Config.DeleteAfterInsert): the
@@ -19,6 +20,7 @@ import (
 // which does. A failure goes to the table as ever: Return inserts the
 // event again, whole, and the polling path retries it.
 func TestZeroBloatWritesArePublishedFromTheLog(t *testing.T) {
+	heraldtest.Long(t)
 	t.Parallel()
 	f := setup(t)
 	ctx := context.Background()

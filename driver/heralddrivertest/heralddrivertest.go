@@ -165,10 +165,18 @@ func Exercise(t *testing.T, h Harness) {
 			t.Errorf("heralddrivertest: Harness.Skip names %q, which is no case of the suite", name)
 		}
 	}
+	for name := range longCases {
+		if !known[name] {
+			t.Errorf("heralddrivertest: longCases names %q, which is no case of the suite", name)
+		}
+	}
 	for _, c := range all {
 		t.Run(c.name, func(t *testing.T) {
 			if reason, ok := h.Skip[c.name]; ok {
 				t.Skip(reason)
+			}
+			if longCases[c.name] && testing.Short() {
+				t.Skip("long: left out under -short; the full suite runs it")
 			}
 			t.Parallel()
 			d := h.New(t)
@@ -225,6 +233,17 @@ func newKey() string { return fmt.Sprintf("k%019d", keys.Add(1)) }
 type testCase struct {
 	name string
 	run  func(t *testing.T, o *Kit)
+}
+
+// longCases run relays over thousands of events, for seconds (a minute on
+// SQLite under the race detector): the inner loop, `go test -short`,
+// leaves them out.
+var longCases = map[string]bool{
+	"SeveralRelaysPublishEveryEventExactlyOnce":           true,
+	"SeveralOrderedRelaysKeepEveryKeysOrderUnderFailures": true,
+	"RelaysThatDeleteOnPublishKeepEveryGuarantee":         true,
+	"OddRowsNeverStopAnOrderedRelay":                      true,
+	"OddRowsNeverStopAnUnorderedRelay":                    true,
 }
 
 func allCases() []testCase {

@@ -20,6 +20,7 @@ import (
 // rows never analyzed, as a scan of the whole table (24 ms against 9 ms
 // for the probes); the ids now come through a subquery (batchIDsSQL).
 func TestAcknowledgementsAreIDProbesWhateverThePlan(t *testing.T) {
+	heraldtest.Long(t)
 	t.Parallel()
 	ctx := context.Background()
 	pool := heraldtest.PostgresPool(t)

@@ -86,6 +86,7 @@ func TestClaimIsOneIndexProbe(t *testing.T) {
 // join would read the whole table on every claim; the last case is where
 // it did.
 func TestEveryClaimFormIsIndexProbesWhateverThePlan(t *testing.T) {
+	heraldtest.Long(t)
 	t.Parallel()
 	ctx := context.Background()
 	pool := heraldtest.PostgresPool(t)

@@ -308,6 +308,7 @@ func childLogs(children []*child) string {
 }
 
 func TestOrderedRelayProcessesKeepEveryKeysOrderUnderFailures(t *testing.T) {
+	heraldtest.Long(t)
 	const keys, events = 200, 20000
 	b := setup(t)
 	log := createBrokerLog(t, b)
@@ -339,6 +340,7 @@ func TestOrderedRelayProcessesKeepEveryKeysOrderUnderFailures(t *testing.T) {
 }
 
 func TestOrderedRelayProcessesSurviveKillAndPause(t *testing.T) {
+	heraldtest.Long(t)
 	const keys, events = 200, 20000
 	b := setup(t)
 	log := createBrokerLog(t, b)

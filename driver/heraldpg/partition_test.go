@@ -75,6 +75,7 @@ func tableBytes(t *testing.T, pool *pgxpool.Pool, d *Driver) int64 {
 // deleted one by one meanwhile; dead rows move to the dead-letter table;
 // and every row is accounted for. -short writes a tenth as many.
 func TestPartitionedMillionEventsOverSimulatedDays(t *testing.T) {
+	heraldtest.Long(t)
 	t.Parallel()
 	ctx := t.Context()
 	perDay, days := 100_000, 10

@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/herald-outbox/herald/internal/heraldtest"
 )
 
 // planStatement is one of the relay's statements with arguments for
@@ -39,6 +41,7 @@ type planStatement struct {
 // not covered: SQLite then plans most of these statements as scans of the
 // table (README, "SQLite").
 func TestRelayStatementsAreIndexProbesWhateverTheStatistics(t *testing.T) {
+	heraldtest.Long(t)
 	t.Parallel()
 	ctx := context.Background()
 	db, err := Open(filepath.Join(t.TempDir(), "outbox.db"))

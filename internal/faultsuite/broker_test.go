@@ -19,6 +19,7 @@ var brokerLoad = load{writers: 4, keys: 100, perTx: 3, pace: 10 * time.Milliseco
 // drops the copies by their Nats-Msg-Id), keep each key's order, and
 // drain everything once the broker is fast again.
 func TestSlowBrokerPastThePublishTimeout(t *testing.T) {
+	heraldtest.Long(t)
 	w := newWorld(t)
 	px := heraldtest.NewProxy(t, w.natsAddr())
 	const name = "fault-slow"
@@ -47,6 +48,7 @@ func TestSlowBrokerPastThePublishTimeout(t *testing.T) {
 // them again once the connection is back: duplicates on the wire, each
 // event once on the stream, and nothing lost.
 func TestDroppedBrokerAcks(t *testing.T) {
+	heraldtest.Long(t)
 	w := newWorld(t)
 	px := heraldtest.NewProxy(t, w.natsAddr())
 	const name = "fault-acks"
@@ -77,6 +79,7 @@ func TestDroppedBrokerAcks(t *testing.T) {
 // must pause for the outage without spending attempts, and publish
 // everything once the broker takes connections again.
 func TestBrokerConnectionsCutThenRefusedAndBlackholed(t *testing.T) {
+	heraldtest.Long(t)
 	w := newWorld(t)
 	px := heraldtest.NewProxy(t, w.natsAddr())
 	const name = "fault-refused"

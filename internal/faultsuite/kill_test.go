@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/herald-outbox/herald/internal/heraldtest"
 )
 
 // Five relays run as processes, and one after another is SIGKILLed while
@@ -16,6 +18,7 @@ import (
 // publish them again. Every duplicate must trace back to a killed relay,
 // and there can be no more than the killed relays had in flight.
 func TestFiveRelayProcessesKilledUnderLoad(t *testing.T) {
+	heraldtest.Long(t)
 	const relays, kills = 5, 4
 	w := newWorld(t)
 	watch := watchRelayTx(t, w.pool, "fault-kill-")

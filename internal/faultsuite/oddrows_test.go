@@ -29,6 +29,7 @@ import (
 // fault touches never reports its database (or broker) failing: an odd
 // value that failed a claim would show there.
 func TestOddRowsUnderLoad(t *testing.T) {
+	heraldtest.Long(t)
 	w := newWorld(t)
 	w.dropChecks(t)
 	pgPx, natsPx := heraldtest.NewProxy(t, w.pgAddr(t)), heraldtest.NewProxy(t, w.natsAddr())

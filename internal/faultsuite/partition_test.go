@@ -21,6 +21,7 @@ import (
 // cut-off relay's transactions are watched before the cut and from the
 // heal on, the other relay's throughout.
 func TestRelayCutOffFromPostgresPastItsLease(t *testing.T) {
+	heraldtest.Long(t)
 	w := newWorld(t)
 	px := heraldtest.NewProxy(t, w.pgAddr(t))
 	const cut, other = "fault-cut-a", "fault-cut-b"
@@ -81,6 +82,7 @@ func TestRelayCutOffFromPostgresPastItsLease(t *testing.T) {
 // for as long as the partition lasts (or, if the relay's host is gone,
 // until TCP keepalive notices: two hours by default).
 func TestRelayCutOffInsideAClaimTransaction(t *testing.T) {
+	heraldtest.Long(t)
 	w := newWorld(t)
 	px := heraldtest.NewProxy(t, w.pgAddr(t))
 	const cut = "fault-intx"

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/herald-outbox/herald/internal/heraldtest"
 )
 
 // Producers run as processes that commit a business row and its event in
@@ -18,6 +20,7 @@ import (
 // every event its business row, nothing a producer saw committed is
 // missing, and the relay publishes exactly the committed events.
 func TestProducerProcessesKilledMidTransaction(t *testing.T) {
+	heraldtest.Long(t)
 	const producers, kills, orders = 3, 6, 2000
 	w := newWorld(t)
 	const relay = "fault-prod-relay"

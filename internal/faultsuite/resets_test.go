@@ -18,6 +18,7 @@ import (
 // not: the relay retries it, and the token check makes a late retry
 // change nothing).
 func TestConnectionResetsMidClaimAndMidAck(t *testing.T) {
+	heraldtest.Long(t)
 	w := newWorld(t)
 	px := heraldtest.NewProxy(t, w.pgAddr(t))
 	const name = "fault-reset"

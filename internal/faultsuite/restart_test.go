@@ -19,6 +19,7 @@ import (
 // business rows and events must agree. The relay must ride the outage out
 // and publish every committed event, without ghosts and in key order.
 func TestPostgresRestartUnderLoad(t *testing.T) {
+	heraldtest.Long(t)
 	pc := heraldtest.PrivateCluster(t)
 	conn, err := pgx.Connect(t.Context(), pc.DSN)
 	require.NoError(t, err)

@@ -51,6 +51,7 @@ func selfSigned(t *testing.T) (cert, key string, pool *x509.CertPool) {
 // A private node speaks AMQP over TLS with the configured certificate, and
 // is gone, with every process of its group, once its test ended.
 func TestRabbitTLS(t *testing.T) {
+	Long(t)
 	t.Parallel()
 	cert, key, pool := selfSigned(t)
 	var node *RabbitNode

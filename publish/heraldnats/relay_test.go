@@ -66,6 +66,7 @@ func (s *restartableServer) stop() {
 // committed event reaches the stream once, none dies, and the relay keeps
 // running throughout.
 func TestRelayDeliversEverythingAcrossABrokerRestart(t *testing.T) {
+	heraldtest.Long(t)
 	t.Parallel()
 	ctx := context.Background()
 	const events = 3000

@@ -530,6 +530,7 @@ func TestDialer(t *testing.T) {
 // broker is unreachable, not when it refuses the credentials, not when the
 // URL does not parse.
 func TestPasswordNeverAppears(t *testing.T) {
+	heraldtest.Long(t)
 	t.Parallel()
 	const password = "s3cret-Pa55"
 	var logs heraldtest.LogBuffer

@@ -47,6 +47,7 @@ func gauge(t *testing.T, reg *prometheus.Registry, name string, labels map[strin
 // and lag grow while nothing is confirmed and drop after Confirm; lag in
 // seconds ages the oldest unconfirmed transaction.
 func TestCollectorFollowsTheSlot(t *testing.T) {
+	heraldtest.Long(t)
 	t.Parallel()
 	ctx := context.Background()
 	pc := heraldtest.PrivateCluster(t)

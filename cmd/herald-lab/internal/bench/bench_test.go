@@ -28,6 +28,7 @@ func TestMain(m *testing.M) { heraldtest.Main(m) }
 // A tiny run of every benchmark: exit code 0 and one JSON object holding
 // every figure, each positive.
 func TestTinyRunReportsEveryFigure(t *testing.T) {
+	heraldtest.Long(t)
 	dsn := heraldtest.PostgresDSN(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()

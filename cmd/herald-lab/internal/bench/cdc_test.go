@@ -19,6 +19,7 @@ import (
 // change-data-capture relay as a third system, verified as the others, and
 // the latency runs with it; neither leaves a slot or a publication behind.
 func TestCDC(t *testing.T) {
+	heraldtest.Long(t)
 	cluster := heraldtest.PrivateCluster(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -133,6 +134,7 @@ func TestCDC(t *testing.T) {
 // relayed by change-data-capture: WriteTx on the streamed table, and with
 // EmitMessages (no row), with the second's rate against the first's.
 func TestCDCProducersCompareTheWriteModes(t *testing.T) {
+	heraldtest.Long(t)
 	cluster := heraldtest.PrivateCluster(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()

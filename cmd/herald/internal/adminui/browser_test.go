@@ -206,6 +206,7 @@ func (r *recorder) rate() []adminui.RatePoint {
 // on the same SQLite outbox: a dead letter is found, inspected, requeued
 // through its confirmation page, and really published.
 func TestBrowser(t *testing.T) {
+	heraldtest.Long(t)
 	t.Parallel()
 	chromium := browserPath(t)
 	rec := newRecorder("orders", "invoices")
