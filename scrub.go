@@ -21,6 +21,11 @@ var (
 	// driver that fails to parse such a URL echoes it whole. A URL in
 	// running text ends at a space or a quote.
 	urlPassword = regexp.MustCompile("([a-zA-Z][a-zA-Z0-9+.-]*://[^:/?#\\s\"'<>`]*):(?:[^/?#\\s\"'<>`]*|[^\\s\"'<>`]*)@")
+	// mysqlPassword is the password of a Go MySQL driver DSN,
+	// user:password@tcp(host:3306)/db or user:password@/db (group 2). As
+	// the driver reads it, the password runs to the last '@' before the
+	// address, so it may hold ':', '@' and '/'.
+	mysqlPassword = regexp.MustCompile("([^\\s:@/\"'<>`]*):([^\\s\"'<>`]*)@(?:[a-zA-Z][a-zA-Z0-9_]*\\(|/)")
 	// secretWord finds the words that name a credential. It only finds
 	// candidates: secretValue decides whether one is the name of a value.
 	secretWord = regexp.MustCompile(`(?i)password|passwd|pwd|secret|token|api[_-]?key|authorization`)
@@ -47,6 +52,7 @@ func Scrub(s string) string {
 	// inside "pass\x00word" would otherwise hide the name, then vanish.
 	s = strings.ToValidUTF8(strings.ReplaceAll(s, "\x00", ""), "?")
 	s = scrubURLPasswords(s)
+	s = scrubMySQLPasswords(s)
 	s = scrubNamedValues(s)
 	// Capping last means that no credential is cut into a shape the
 	// patterns no longer recognise (a URL whose '@' fell past the cap).
@@ -66,6 +72,36 @@ func scrubURLPasswords(s string) string {
 	return urlPassword.ReplaceAllString(s, "${1}:"+redacted+"@")
 }
 
+// scrubMySQLPasswords replaces the password of every
+// user:password@tcp(address) and user:password@/db in s.
+func scrubMySQLPasswords(s string) string {
+	var b strings.Builder
+	pos := 0
+	for _, m := range mysqlPassword.FindAllStringSubmatchIndex(s, -1) {
+		start, end := m[4], m[5]
+		if rest, ok := strings.CutPrefix(s[start:end], "//"); ok {
+			// mysql://user:password@tcp(host)/db is a URL: the user comes
+			// first, and without a ':' after it there is no password.
+			i := strings.IndexByte(rest, ':')
+			if i < 0 {
+				continue
+			}
+			start += len("//") + i + 1
+		}
+		if start == end {
+			continue
+		}
+		b.WriteString(s[pos:start])
+		b.WriteString(redacted)
+		pos = end
+	}
+	if pos == 0 {
+		return s
+	}
+	b.WriteString(s[pos:])
+	return b.String()
+}
+
 // scrubNamedValues replaces the value of every name that names a
 // credential.
 func scrubNamedValues(s string) string {
@@ -78,7 +114,7 @@ func scrubNamedValues(s string) string {
 	lastEnd, judged := -1, [2]bool{}
 	for _, w := range secretWord.FindAllStringIndex(s, -1) {
 		i, j := w[0], w[1]
-		if !startsName(s, i) || !endsNamePart(s, j) {
+		if !startsName(s, i) || !endsNamePart(s, j) || mysqlUsingPassword(s, i, j) {
 			continue
 		}
 		// The word may be the first part of a longer name: secret_key,
@@ -167,6 +203,14 @@ func (v *valueFinder) valueAfterName(k int, auth bool) (start, end int, ok bool)
 	start = p + m[1]
 	end = v.bare.next(start)
 	return start, end, end > start
+}
+
+// mysqlUsingPassword reports whether the name s[i:j] is the one of MySQL's
+// "Access denied for user 'u'@'host' (using password: YES)", whose YES or
+// NO only says whether a password was sent.
+func mysqlUsingPassword(s string, i, j int) bool {
+	return s[i:j] == "password" && strings.HasSuffix(s[:i], "(using ") &&
+		(strings.HasPrefix(s[j:], ": YES)") || strings.HasPrefix(s[j:], ": NO)"))
 }
 
 // startsName reports whether the word at s[i] starts a name or a part of

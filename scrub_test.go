@@ -44,6 +44,16 @@ func TestScrubHidesCredentials(t *testing.T) {
 		{"AuthorizationSchemeGluedToToken", "Authorization: Bearer-abc", "Authorization: xxxxx"},
 		{"SchemeHiddenWithTheValueOfAnotherName", "token: Bearer abc.def", "token: xxxxx"},
 		{"UnclosedQuoteRunningOverAnotherName", "password='abc token='def' end", "password='xxxxx'xxxxx' end"},
+		{"MySQLDSN", "open root:hunter2@tcp(127.0.0.1:3306)/outbox: refused", "open root:xxxxx@tcp(127.0.0.1:3306)/outbox: refused"},
+		{"MySQLDSNWithAtAndColon", "dsn root:p@ss:w/rd@tcp(db:3306)/x?parseTime=true", "dsn root:xxxxx@tcp(db:3306)/x?parseTime=true"},
+		{"MySQLDSNOverASocket", `"app:hunter2@unix(/run/mysqld/mysqld.sock)/shop"`, `"app:xxxxx@unix(/run/mysqld/mysqld.sock)/shop"`},
+		{"MySQLDSNWithoutAddress", "app:hunter2@/shop", "app:xxxxx@/shop"},
+		{"MySQLURL", "mysql://app:hunter2@tcp(db:3306)/shop", "mysql://app:xxxxx@tcp(db:3306)/shop"},
+		{"MySQLAccessDeniedAndDSN", "Error 1045 (28000): Access denied for user 'app'@'10.0.0.7' (using password: YES) dsn=app:hunter2@tcp(db)/shop",
+			"Error 1045 (28000): Access denied for user 'app'@'10.0.0.7' (using password: YES) dsn=app:xxxxx@tcp(db)/shop"},
+		{"PasswordYESOutsideMySQLsPhrase", "password: YES", "password: xxxxx"},
+		{"KeywordDSNSpacesAroundEquals", "host=db password = 'a b' user=x", "host=db password = 'xxxxx' user=x"},
+		{"KeywordDSNDoubleQuoted", `host=db password="a b" user=x`, `host=db password="xxxxx" user=x`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -76,6 +86,12 @@ func TestScrubKeepsOrdinaryText(t *testing.T) {
 		"Authorization header missing",
 		"Basic auth failed",
 		"key=value a:b",
+		"Error 1045: Access denied for user 'x'@'localhost' (using password: YES)",
+		"Error 1045 (28000): Access denied for user 'root'@'172.17.0.1' (using password: NO)",
+		"mysql://app@tcp(db:3306)/shop",
+		"app@tcp(db:3306)/shop",
+		"dial tcp 127.0.0.1:3306: connect: connection refused",
+		"at 10:30 the job ran",
 		"",
 	} {
 		t.Run(in, func(t *testing.T) {
@@ -139,6 +155,44 @@ var plantedForms = []string{
 	"Authorization Bearer %s",
 	"Proxy-Authorization: Negotiate %s",
 	"Authorization: %s",
+	"password = '%s'",
+	`password="%s"`,
+	"host=db.internal password=%s dbname=outbox",
+	"root:%s@tcp(127.0.0.1:3306)/outbox",
+	"app:%s@unix(/run/mysqld/mysqld.sock)/outbox?parseTime=true",
+	"app:%s@/outbox",
+	"mysql://root:%s@tcp(db:3306)/outbox",
+	`{"dsn":"root:%s@tcp(db:3306)/outbox"}`,
+}
+
+// mysqlForm reports whether a planted form is a Go MySQL driver DSN
+// written without a scheme: user:%s@.
+func mysqlForm(shape string) bool {
+	return strings.Contains(shape, ":%s@") && !strings.Contains(shape, "://")
+}
+
+// ordinaryPhrases are error text that holds no secret, though some of it
+// looks like a name and a value: FuzzScrub checks they come out whole in
+// any text around them.
+var ordinaryPhrases = []string{
+	"Error 1045 (28000): Access denied for user 'x'@'localhost' (using password: YES)",
+	"Error 1045: Access denied for user 'root'@'172.17.0.1' (using password: NO)",
+	"token required",
+	"password the user gave is wrong",
+	"Token expired, log in again",
+	"invalid bearer token",
+	"open /etc/passwd: permission denied",
+	`Post "https://auth.example.com/oauth/token": context deadline exceeded`,
+	"panic at token.go:12: nil map",
+	"reading secret.json: no such file",
+	"https://example.com:8443/path",
+	"nats://token@127.0.0.1:4222 unreachable",
+	"Authorization required",
+	"Basic auth failed",
+	"dial tcp 127.0.0.1:3306: connect: connection refused",
+	"mysql://app@tcp(db:3306)/shop",
+	"key=value a:b",
+	"at 10:30 the job ran",
 }
 
 // secretAlphabet holds the characters of a planted secret: those a bare
@@ -170,6 +224,14 @@ func requireKept(t *testing.T, in string) {
 	require.Greater(t, len(out), herald.MaxLastErrorLen-utf8.UTFMax)
 }
 
+// FuzzScrub checks Scrub both ways. (a) A secret planted in any of the
+// forms Scrub knows (plantedForms), with any text around it, never
+// survives. (b) Text that holds no secret form comes out unchanged: text
+// without ':', '=' and '@' and without the word "authorization" has no
+// named value (a name needs ':' or '=' after it, or an authorization
+// scheme), no URL password and no MySQL DSN (both need ':' and '@'); text
+// without '@' that names no credential has none either; and an ordinary
+// phrase between two such texts stays whole.
 func FuzzScrub(f *testing.F) {
 	f.Add("dial tcp: connection refused", "hunter2", "(retrying)", uint8(0))
 	f.Add("token required", "tok-123", "", uint8(16))
@@ -179,15 +241,26 @@ func FuzzScrub(f *testing.F) {
 	f.Add("Authorization:", "abc.def", "Bearer", uint8(20))
 	f.Add("pass\x00word=", "hunter2", "\xff", uint8(3))
 	f.Add(strings.Repeat("é", 1100), "hunter2", "tail", uint8(19))
+	// MySQL: a DSN's password, and the "(using password: YES)" that is none.
+	f.Add("Error 1045", "hunter2", "(using password: YES)", uint8(26))
+	f.Add("dsn", "p@ss:w/rd", "@tcp(x)/y", uint8(27))
+	f.Add("(using", "YES)", "", uint8(29))
+	f.Add("open", "//hunter2", "", uint8(26))
+	f.Add("connect", "ab@/cd", "", uint8(28))
+	f.Add("connect", "hunter2", "", uint8(30))
 	f.Fuzz(func(t *testing.T, prefix, secret, suffix string, form uint8) {
 		requireStorable(t, herald.Scrub(prefix))
 
-		// Text without ':' or '=' has no named value and no URL password,
-		// and without an authorization name no scheme counts: Scrub must
-		// leave it alone.
-		plain := storable(strings.NewReplacer(":", "", "=", "").Replace(prefix))
+		// (b) Text without ':', '=' or '@', and without an authorization
+		// name (no scheme counts then), is left alone.
+		plain := storable(strings.NewReplacer(":", "", "=", "", "@", "").Replace(prefix))
+		plainSuffix := storable(strings.NewReplacer(":", "", "=", "", "@", "").Replace(suffix))
 		if !strings.Contains(strings.ToLower(plain), "authorization") {
 			requireKept(t, plain)
+			if !strings.Contains(strings.ToLower(plainSuffix), "authorization") {
+				// So is an ordinary phrase in such text.
+				requireKept(t, plain+" "+ordinaryPhrases[int(form)%len(ordinaryPhrases)]+" "+plainSuffix)
+			}
 		}
 		// Nor does text that names no credential and holds no '@'.
 		plain = storable(strings.ReplaceAll(prefix, "@", ""))
@@ -195,7 +268,7 @@ func FuzzScrub(f *testing.F) {
 			requireKept(t, plain)
 		}
 
-		// A secret planted in any supported form, in any text, is hidden.
+		// (a) A secret planted in any supported form, in any text, is hidden.
 		secret = fromAlphabet(secret)
 		prefix, suffix = storable(prefix), storable(suffix)
 		shape := plantedForms[int(form)%len(plantedForms)]
@@ -209,6 +282,10 @@ func FuzzScrub(f *testing.F) {
 		if strings.HasPrefix(shape, "Authorization: %s") && isAuthScheme(secret) {
 			// "Authorization: Basic" names a scheme, which stays visible;
 			// the word after it is the credential.
+			return
+		}
+		if mysqlForm(shape) && strings.HasPrefix(secret, "//") {
+			// root://secret@tcp(...) is a URL with a user and no password.
 			return
 		}
 		in := prefix + " " + strings.Replace(shape, "%s", secret, 1) + " " + suffix

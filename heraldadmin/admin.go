@@ -30,8 +30,11 @@ type Admin interface {
 	// attempt counts reset; it returns how many rows changed.
 	RequeueDead(ctx context.Context, f EventFilter) (int, error)
 	// DiscardDead deletes the dead rows matched by f and returns how many.
-	// A dead row that parks its key is deleted only with f.Resume; without
-	// it DiscardDead deletes nothing and returns a *ParkedError.
+	// A dead row that parks its key with ready events waiting behind it is
+	// deleted only with f.Resume; without it DiscardDead deletes nothing
+	// and returns a *ParkedError. A parked key with nothing waiting needs
+	// no Resume: discarding its dead event and letting it go on are then
+	// the same thing.
 	DiscardDead(ctx context.Context, f EventFilter) (int, error)
 	// BlockedKeys lists up to limit keys parked by a dead event, oldest
 	// first.
@@ -90,8 +93,8 @@ type EventFilter struct {
 	All   bool
 	State State // defaults to StateDead
 	Limit int   // for listings; defaults to 100
-	// Resume lets DiscardDead delete dead events that park their key, so
-	// that the key's waiting events go on.
+	// Resume lets DiscardDead delete dead events that park their key with
+	// events waiting, so that the key's waiting events go on.
 	Resume bool
 }
 

@@ -9,8 +9,9 @@ import (
 var ErrNotFound = errors.New("heraldadmin: event not found")
 
 // ParkedError is returned by DiscardDead when the selection holds dead
-// events that park their key and Resume was not set: discarding them lets
-// the events waiting behind them go on, which the operator must ask for.
+// events that park their key with events waiting behind them and Resume
+// was not set: discarding them lets those events go on, which the operator
+// must ask for.
 type ParkedError struct {
 	Keys []BlockedKey
 }

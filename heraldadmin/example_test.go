@@ -15,9 +15,9 @@ import (
 	"github.com/herald-outbox/herald/heraldadmin"
 )
 
-// An event the broker refuses for good goes dead and parks its key. An
-// operator finds it, learns that discarding it needs an explicit resume,
-// and requeues it instead. Every driver's store is an Admin; SQLite here.
+// An event the broker refuses for good goes dead and parks its key; the
+// key's next event waits behind it. An operator finds it, learns that
+// discarding it needs an explicit resume, and requeues it instead. Every driver's store is an Admin; SQLite here.
 func Example_deadLetters() {
 	dir, _ := os.MkdirTemp("", "heraldadmin-example-")
 	defer os.RemoveAll(dir)
@@ -88,6 +88,18 @@ func Example_deadLetters() {
 		log.Fatal(err)
 	}
 
+	// The next event of order-2 waits behind the parked one.
+	tx, err = db.BeginTx(ctx, nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := outbox.WriteTx(ctx, tx, herald.Message{Topic: "orders.placed", AggregateID: "order-2", Payload: []byte(`{}`)}); err != nil {
+		log.Fatal(err)
+	}
+	if err := tx.Commit(); err != nil {
+		log.Fatal(err)
+	}
+
 	var admin heraldadmin.Admin = store
 	dead, err := admin.ListEvents(ctx, heraldadmin.EventFilter{Topic: "orders.placed"}) // dead ones by default
 	if err != nil {
@@ -100,7 +112,7 @@ func Example_deadLetters() {
 	_, err = admin.DiscardDead(ctx, heraldadmin.EventFilter{All: true})
 	var parked *heraldadmin.ParkedError
 	if errors.As(err, &parked) {
-		fmt.Println("discard refused: it parks key", parked.Keys[0].Key)
+		fmt.Println("discard refused: it parks key", parked.Keys[0].Key, "with", parked.Keys[0].Waiting, "event waiting")
 	}
 
 	n, err := admin.RequeueDead(ctx, heraldadmin.EventFilter{IDs: []string{dead[0].ID}})
@@ -114,6 +126,6 @@ func Example_deadLetters() {
 	fmt.Println("requeued", n, "now", ev.State)
 	// Output:
 	// order-2 dead parked=true: permanent: schema rejected
-	// discard refused: it parks key order-2
+	// discard refused: it parks key order-2 with 1 event waiting
 	// requeued 1 now ready
 }

@@ -157,7 +157,8 @@ func openKafka(ctx context.Context, inv *invocation, log *slog.Logger, ep endpoi
 		log.Warn("SASL PLAIN without TLS sends the Kafka password in the clear: add tls=true", "destination", ep.name)
 	}
 	hangups := &saslHangups{}
-	client, err := heraldkafka.NewClient(ep.hosts, append(auth.opts, kgo.WithHooks(hangups))...)
+	client, err := heraldkafka.NewClient(ep.hosts,
+		append(auth.opts, kgo.WithHooks(hangups), kgo.WithLogger(heraldkafka.Logger(log)))...)
 	if err != nil {
 		return nil, nil, unreachable(err)
 	}

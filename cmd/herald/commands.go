@@ -31,7 +31,7 @@ var commands = []*command{
 	{name: "replay", args: "(ID... | --topic T | --key K | --type T | --since T | --until T | --all) [--dry-run] [--to NAME]",
 		summary: "republish published events, in their order, to their destination or another", setup: setupReplay},
 	{name: "keys blocked", args: "[--limit N] [--json]", summary: "keys parked behind a dead event: topic, key, dead event, waiting count, since", setup: setupKeysBlocked},
-	{name: "pause", args: "(--topic T | --destination D) [--reason TEXT]", summary: "stop every relay claiming a topic's events, or those of every topic routed to a destination", setup: setupPause},
+	{name: "pause", args: "(--topic T | --destination D) [--reason TEXT] [--relay-admin URL] [--force]", summary: "stop every relay claiming a topic's events, or those of every topic routed to a destination", setup: setupPause},
 	{name: "resume", args: "(--topic T | --destination D)", summary: "end a pause: the events are claimed again, in order", setup: setupResume},
 	{name: "source poll", args: "[--cdc-slot S] [--wait D | --requeue-since T]", summary: "switch a table relayed by --source cdc back to polling: new events are polled, then wait until the change stream settled every streamed one", setup: setupSourcePoll},
 }

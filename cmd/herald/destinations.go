@@ -127,7 +127,8 @@ func parseEndpoint(inv *invocation, label, name, raw string) (endpoint, error) {
 			}
 		}
 		if kind == "pubsub" {
-			if _, err := parsePubSub(label, u); err != nil {
+			emulator, _ := inv.getenv(pubsubEmulatorEnv)
+			if _, err := parsePubSub(label, u, emulator); err != nil {
 				return ep, err
 			}
 		}
@@ -744,7 +745,7 @@ func openAWS(ctx context.Context, inv *invocation, log *slog.Logger, ep endpoint
 		return nil, nil, usagef("destination %s: %v", ep.name, err)
 	}
 	d.ce = ep.ce
-	cfg, err := loadAWSConfig(ctx, inv, d)
+	cfg, err := loadAWSConfig(ctx, inv, log, d)
 	if err != nil {
 		return nil, nil, usagef("destination %s: %s", ep.name, inv.stderr.scrub(err.Error()))
 	}
@@ -827,9 +828,13 @@ func (d awsDestination) openSNS(ctx context.Context, cfg aws.Config, log *slog.L
 // loadAWSConfig loads the AWS configuration as the SDK does, with the
 // region of the URL, and the credentials, region and profile of the
 // daemon's environment. The secret key and session token are registered
-// with the redactor first.
-func loadAWSConfig(ctx context.Context, inv *invocation, d awsDestination) (aws.Config, error) {
-	var opts []func(*config.LoadOptions) error
+// with the redactor first. The SDK logs to log (it would print its
+// warnings to stderr), and its retries too when log shows Debug.
+func loadAWSConfig(ctx context.Context, inv *invocation, log *slog.Logger, d awsDestination) (aws.Config, error) {
+	opts := []func(*config.LoadOptions) error{config.WithLogger(heraldaws.Logger(log))}
+	if log.Enabled(ctx, slog.LevelDebug) {
+		opts = append(opts, config.WithClientLogMode(aws.LogRetries))
+	}
 	if p, _ := inv.getenv(awsProfileEnv); p != "" {
 		opts = append(opts, config.WithSharedConfigProfile(p))
 	}
@@ -1043,13 +1048,17 @@ type pubsubDest struct {
 // reads it; emulator= wins over it.
 const pubsubEmulatorEnv = "PUBSUB_EMULATOR_HOST"
 
-// pubsubProject is Google Cloud's rule for project IDs.
+// pubsubProject is Google Cloud's rule for project IDs. An emulator takes
+// any name (gcloud's own examples use short ones such as "p").
 var pubsubProject = regexp.MustCompile(`^[a-z][a-z0-9-]{4,28}[a-z0-9]$`)
 
 // parsePubSub checks a pubsub:// URL. Credentials never appear in it: the
-// client takes Application Default Credentials.
-func parsePubSub(label string, u *url.URL) (pubsubDest, error) {
+// client takes Application Default Credentials. envEmulator is
+// PUBSUB_EMULATOR_HOST: with an emulator, from it or from emulator=, the
+// project is only a name.
+func parsePubSub(label string, u *url.URL, envEmulator string) (pubsubDest, error) {
 	d := pubsubDest{project: u.Hostname()}
+	emulated := envEmulator != "" || u.Query().Has("emulator")
 	switch {
 	case u.User != nil:
 		return d, usagef("%s: pubsub:// takes no user information: credentials come from Application Default Credentials (GOOGLE_APPLICATION_CREDENTIALS)", label)
@@ -1057,8 +1066,11 @@ func parsePubSub(label string, u *url.URL) (pubsubDest, error) {
 		return d, usagef("%s: pubsub://PROJECT takes no port: give an emulator as ?emulator=HOST:PORT", label)
 	case u.Path != "" && u.Path != "/":
 		return d, usagef("%s: pubsub://PROJECT takes no path: give a topic prefix as ?prefix=PREFIX", label)
-	case !pubsubProject.MatchString(d.project):
-		return d, usagef("%s: %q is not a Google Cloud project ID (6 to 30 lower-case letters, digits and hyphens)", label, clean(d.project))
+	case emulated && (d.project == "" || strings.ContainsAny(d.project, "/ \t\r\n")):
+		return d, usagef("%s: %q is not a project name for the emulator (no '/' or spaces)", label, clean(d.project))
+	case !emulated && !pubsubProject.MatchString(d.project):
+		return d, usagef("%s: %q is not a Google Cloud project ID (6 to 30 lower-case letters, digits and hyphens, starting with a letter); "+
+			"an emulator takes any name: set %s or add ?emulator=HOST:PORT", label, clean(d.project), pubsubEmulatorEnv)
 	}
 	q := u.Query()
 	names := make([]string, 0, len(q))
@@ -1096,12 +1108,13 @@ func openPubSub(ctx context.Context, inv *invocation, log *slog.Logger, ep endpo
 	if err != nil {
 		return nil, nil, usagef("%s: not a URL", label)
 	}
-	d, err := parsePubSub(label, u)
+	envEmulator, _ := inv.getenv(pubsubEmulatorEnv)
+	d, err := parsePubSub(label, u, envEmulator)
 	if err != nil {
 		return nil, nil, err
 	}
 	if d.emulator == "" {
-		d.emulator, _ = inv.getenv(pubsubEmulatorEnv)
+		d.emulator = envEmulator
 	}
 	// Without an emulator the client finds Application Default
 	// Credentials: GOOGLE_APPLICATION_CREDENTIALS, gcloud's application

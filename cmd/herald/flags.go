@@ -265,7 +265,7 @@ func (f *flagSet) parseError(err error) error {
 	switch {
 	case strings.HasPrefix(msg, "flag provided but not defined: "):
 		name := strings.TrimLeft(strings.TrimPrefix(msg, "flag provided but not defined: "), "-")
-		return usagef("unknown flag --%s (see %s -h)", name, f.fs.Name())
+		return usagef("unknown flag --%s (%ssee %s -h)", name, didYouMeanFlag(name, f.fs), f.fs.Name())
 	case strings.HasPrefix(msg, "flag needs an argument: "):
 		name := strings.TrimLeft(strings.TrimPrefix(msg, "flag needs an argument: "), "-")
 		return usagef("--%s needs a value", name)

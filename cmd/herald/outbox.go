@@ -54,7 +54,7 @@ func addDBFlags(f *flagSet) *dbFlags {
 }
 
 // logger builds the logger the flags ask for. Logs go to stderr, through
-// the redactor.
+// the redactor; the libraries' own logs go to it too (liblogs.go).
 func (d *dbFlags) logger(inv *invocation) (*slog.Logger, error) {
 	var level slog.Level
 	switch strings.ToLower(*d.logLevel) {
@@ -70,13 +70,17 @@ func (d *dbFlags) logger(inv *invocation) (*slog.Logger, error) {
 		return nil, usagef("%s: %q is not one of debug, info, warn, error", inv.flags.label("log-level"), *d.logLevel)
 	}
 	opts := &slog.HandlerOptions{Level: level}
+	var log *slog.Logger
 	switch strings.ToLower(*d.logFormat) {
 	case "text":
-		return slog.New(slog.NewTextHandler(inv.stderr, opts)), nil
+		log = slog.New(slog.NewTextHandler(inv.stderr, opts))
 	case "json":
-		return slog.New(slog.NewJSONHandler(inv.stderr, opts)), nil
+		log = slog.New(slog.NewJSONHandler(inv.stderr, opts))
+	default:
+		return nil, usagef("%s: %q is not text or json", inv.flags.label("log-format"), *d.logFormat)
 	}
-	return nil, usagef("%s: %q is not text or json", inv.flags.label("log-format"), *d.logFormat)
+	setLibraryLogger(log)
+	return log, nil
 }
 
 var schemeLike = regexp.MustCompile(`^[a-zA-Z][a-zA-Z0-9+.-]*$`)

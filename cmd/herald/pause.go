@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"os/user"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -50,6 +51,8 @@ func setupPause(f *flagSet) func(context.Context, *invocation) error {
 	d := addDBFlags(f)
 	target := addPauseTarget(f, "pause")
 	reason := f.LocalString("reason", "", "why, for other operators (herald status, the admin page)")
+	relayAdmin := f.String("relay-admin", "", "check --destination against the destinations of the relay whose admin server is at this `URL` (http://127.0.0.1:9464)")
+	force := f.LocalBool("force", "pause a --destination that is not known yet: one no relay at --relay-admin has, or, without it, one never paused before")
 	return func(ctx context.Context, inv *invocation) error {
 		kind, name, err := target.parse(inv)
 		if err != nil {
@@ -58,11 +61,20 @@ func setupPause(f *flagSet) func(context.Context, *invocation) error {
 		if len(*reason) > heraldadmin.MaxPauseText || strings.ContainsRune(*reason, 0) {
 			return usagef("--reason: at most %d bytes of text", heraldadmin.MaxPauseText)
 		}
+		adminURL, err := parseRelayAdmin(inv, *relayAdmin)
+		if err != nil {
+			return err
+		}
 		pool, driver, err := d.open(ctx, inv)
 		if err != nil {
 			return err
 		}
 		defer pool.Close()
+		if kind == herald.PauseDestination && !*force {
+			if err := checkDestinationKnown(ctx, inv, driver, adminURL, name); err != nil {
+				return err
+			}
+		}
 		err = driver.Pause(ctx, heraldadmin.PauseParams{Kind: kind, Name: name, Reason: *reason, By: cliActor()})
 		if err != nil {
 			return err
@@ -71,6 +83,66 @@ func setupPause(f *flagSet) func(context.Context, *invocation) error {
 			kind, clean(name), herald.PauseRefresh, kind)
 		return nil
 	}
+}
+
+// checkDestinationKnown refuses to pause a destination that is not known,
+// most likely a typo, which would pause nothing and say it did. The
+// destinations are the relay's flags, which the CLI does not see: a running
+// relay's admin server (--relay-admin) names them; without one the only
+// names the database holds are those of destinations paused before (no
+// relay writes its destinations down). A destination no relay has yet can
+// be paused ahead of time, with --force.
+func checkDestinationKnown(ctx context.Context, inv *invocation, driver outbox, adminURL, name string) error {
+	var known []string
+	if adminURL != "" {
+		ds, err := fetchDestinations(ctx, inv, adminURL)
+		if err != nil {
+			return fmt.Errorf("--relay-admin: %w (to pause without checking the destination, add --force)", err)
+		}
+		for _, d := range ds {
+			known = append(known, d.Name)
+		}
+		if slices.Contains(known, name) {
+			return nil
+		}
+		return usagef("--destination: the relay at %s has no destination %q (%sit has %s); to pause it ahead of a relay that will have it, add --force",
+			strings.TrimSuffix(adminURL, "/destinations"), clean(name), didYouMean(name, known...), quotedList(known))
+	}
+	pauses, err := driver.Pauses(ctx)
+	if err != nil {
+		return err
+	}
+	for _, p := range pauses {
+		if p.Kind == herald.PauseDestination && !slices.Contains(known, p.Name) {
+			known = append(known, p.Name)
+		}
+	}
+	if slices.Contains(known, name) {
+		return nil
+	}
+	seen := "no destination was paused before on this table"
+	if len(known) > 0 {
+		slices.Sort(known)
+		seen = didYouMean(name, known...) + "destinations paused before on this table: " + quotedList(known)
+	}
+	return usagef("--destination: %q is not a known destination (%s); herald pause cannot see a relay's --destination flags: "+
+		"check against a running relay with --relay-admin URL, or pause it ahead of time with --force", clean(name), seen)
+}
+
+// quotedList spells names as "a", "b", "c", at most ten of them.
+func quotedList(names []string) string {
+	if len(names) == 0 {
+		return "none"
+	}
+	var parts []string
+	for i, n := range names {
+		if i == 10 {
+			parts = append(parts, fmt.Sprintf("and %d more", len(names)-i))
+			break
+		}
+		parts = append(parts, fmt.Sprintf("%q", clean(n)))
+	}
+	return strings.Join(parts, ", ")
 }
 
 func setupResume(f *flagSet) func(context.Context, *invocation) error {
@@ -119,7 +191,9 @@ type pausedJSON struct {
 	By     string           `json:"by"`
 	Since  time.Time        `json:"since"`
 	// Waiting counts the ready events it holds; for a destination only
-	// with --relay-admin (which knows the routes), else -1.
+	// with --relay-admin (which knows the routes), else -1. It is -1 with
+	// --relay-admin too when that relay has no such destination (the text
+	// output shows "-") or could not count.
 	Waiting int64 `json:"waiting"`
 }
 
@@ -145,18 +219,32 @@ func pausedOf(pauses []herald.Pause, st heraldadmin.Status, dests []destinationJ
 	return out
 }
 
-func printPaused(w io.Writer, ps []pausedJSON) {
+// printPaused prints the pauses in force. relay is the admin server that
+// counted the destinations' waiting events (dests is its answer), "" without
+// --relay-admin.
+func printPaused(w io.Writer, ps []pausedJSON, relay string, dests []destinationJSON) {
 	if len(ps) == 0 {
 		return
 	}
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "PAUSED\tNAME\tWAITING\tSINCE\tBY\tREASON")
-	unknown := false
+	var unknown, notThere, uncounted, opening bool
 	for _, p := range ps {
 		waiting := fmt.Sprint(p.Waiting)
 		if p.Waiting < 0 {
-			waiting, unknown = "?", true
+			switch {
+			case relay == "":
+				waiting, unknown = "?", true
+			case len(dests) == 0:
+				waiting, opening = "?", true
+			case !slices.ContainsFunc(dests, func(d destinationJSON) bool { return d.Name == p.Name }):
+				// No topic of that relay routes to it: it holds none of the
+				// relay's events, whatever other relays route to it.
+				waiting, notThere = "-", true
+			default:
+				waiting, uncounted = "?", true
+			}
 		}
 		since := p.Since
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", p.Kind, truncate(clean(p.Name), 40), waiting, fmtTime(&since),
@@ -165,6 +253,19 @@ func printPaused(w io.Writer, ps []pausedJSON) {
 	tw.Flush()
 	if unknown {
 		fmt.Fprintln(w, "a destination's waiting events: add --relay-admin URL (the relay knows the routes)")
+	}
+	if notThere {
+		names := make([]string, 0, len(dests))
+		for _, d := range dests {
+			names = append(names, d.Name)
+		}
+		fmt.Fprintf(w, "-: not a destination of the relay at %s (it has %s), which routes no events to it\n", relay, quotedList(names))
+	}
+	if opening {
+		fmt.Fprintf(w, "?: the relay at %s cannot count them yet: it has no destinations open\n", relay)
+	}
+	if uncounted {
+		fmt.Fprintf(w, "?: the relay at %s could not count the waiting events (it could not read the outbox)\n", relay)
 	}
 	fmt.Fprintln(w, "resume: herald resume --topic T | --destination D")
 }

@@ -21,7 +21,7 @@ func TestPauseAndResumeFromTheCLI(t *testing.T) {
 	r := d.cli(t, "pause", "--topic", "orders", "--reason", "consumer migration")
 	require.Equal(t, 0, r.code, r)
 	require.Contains(t, r.stdout, `paused topic "orders": every relay stops claiming its events within 1s`)
-	r = d.cli(t, "pause", "--destination", "kafka")
+	r = d.cli(t, "pause", "--destination", "kafka", "--force") // no relay has it: ahead of time
 	require.Equal(t, 0, r.code, r)
 
 	r = d.cli(t, "status")
@@ -79,7 +79,7 @@ func TestPausedDestinationInARunningRelay(t *testing.T) {
 	ns := heraldtest.NATS(t)
 	ns.CreateStream(t, "PAUSE", "orders.>")
 	addr := freeAddr(t)
-	require.Equal(t, 0, d.cli(t, "pause", "--destination", "default", "--reason", "broker upgrade").code)
+	require.Equal(t, 0, d.cli(t, "pause", "--destination", "default", "--reason", "broker upgrade", "--force").code, "before the relay starts")
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

@@ -348,16 +348,34 @@ func (rp *replay) count(ctx context.Context) error {
 	total, counts := res.total, res.byTopicDest
 	rp.audit("replay dry run", "events", total)
 	fmt.Fprintf(rp.inv.stdout, "would replay %s (dry run: nothing was published)\n", plural(total, "event"))
+	if rp.plan == nil {
+		// Without destinations there are no routes: no destination can be
+		// named, and --to names one that nothing checked.
+		unchecked := ""
+		if *rp.flags.to != "" {
+			unchecked = fmt.Sprintf("; --to %q is not checked", clean(*rp.flags.to))
+		}
+		fmt.Fprintf(rp.inv.stdout, "no destination given (--publisher or --destination): counted by topic only, not by destination%s; "+
+			"a replay that publishes needs one\n", unchecked)
+	}
 	if total == 0 {
 		fmt.Fprintln(rp.inv.stdout, noneToReplay)
 		return nil
 	}
 	tw := tabwriter.NewWriter(rp.inv.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "TOPIC\tDESTINATION\tEVENTS")
+	if rp.plan == nil {
+		fmt.Fprintln(tw, "TOPIC\tEVENTS")
+	} else {
+		fmt.Fprintln(tw, "TOPIC\tDESTINATION\tEVENTS")
+	}
 	for _, k := range slices.SortedFunc(maps.Keys(counts), func(a, b [2]string) int {
 		return strings.Compare(a[0]+"\x00"+a[1], b[0]+"\x00"+b[1])
 	}) {
-		fmt.Fprintf(tw, "%s\t%s\t%d\n", clean(k[0]), clean(k[1]), counts[k])
+		if rp.plan == nil {
+			fmt.Fprintf(tw, "%s\t%d\n", clean(k[0]), counts[k]) // one destination a topic: "-" or --to
+		} else {
+			fmt.Fprintf(tw, "%s\t%s\t%d\n", clean(k[0]), clean(k[1]), counts[k])
+		}
 	}
 	return tw.Flush()
 }

@@ -87,7 +87,7 @@ func TestReplayRepublishesPublishedEventsInOrder(t *testing.T) {
 		r = replay(nil, "--topic", "orders.placed", "--since", "1h", "--dry-run")
 		require.Equal(t, 0, r.code, r)
 		require.Contains(t, r.stdout, "would replay 1 event")
-		require.Regexp(t, `orders\.placed\s+-\s+1\n`, r.stdout, "without destinations, none is named")
+		require.Regexp(t, `orders\.placed\s+1\n`, r.stdout, "without destinations, none is named")
 		require.Empty(t, streamMessages(t, ns, "REPLAY"))
 	})
 

@@ -44,8 +44,10 @@ type system struct {
 }
 
 // run is the whole program. The first SIGINT or SIGTERM cancels the
-// command's context (the relay then drains); a second one aborts.
+// command's context (the relay then drains); a second one aborts. The
+// libraries' own logs go to the command's logger (liblogs.go).
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	routeLibraryLogs(stderr)
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
 	defer signal.Stop(sigs)

@@ -206,17 +206,20 @@ func setupStatus(f *flagSet) func(context.Context, *invocation) error {
 		if *asJSON {
 			return writeJSON(inv.stdout, out)
 		}
-		printStatus(inv.stdout, out, st)
+		printStatus(inv.stdout, out, st, strings.TrimSuffix(adminURL, "/destinations"))
 		return nil
 	}
 }
 
-func printStatus(w io.Writer, out statusJSON, st heraldadmin.Status) {
+// printStatus prints the status; relay is the admin server the
+// destinations were read from, "" without --relay-admin.
+func printStatus(w io.Writer, out statusJSON, st heraldadmin.Status, relay string) {
 	fmt.Fprintf(w, "outbox %s\n\n", strings.TrimPrefix(out.Schema+"."+out.Table, "."))
 	if len(st.Topics) == 0 {
 		fmt.Fprintln(w, "no rows")
 		printRelays(w, out.Relays)
-		printPaused(w, out.Paused)
+		printDestinations(w, out.Destinations, relay)
+		printPaused(w, out.Paused, relay, out.Destinations)
 		return
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
@@ -234,12 +237,15 @@ func printStatus(w io.Writer, out statusJSON, st heraldadmin.Status) {
 		fmt.Fprintln(w, "oldest pending: none")
 	}
 	printRelays(w, out.Relays)
-	printDestinations(w, out.Destinations)
-	printPaused(w, out.Paused)
+	printDestinations(w, out.Destinations, relay)
+	printPaused(w, out.Paused, relay, out.Destinations)
 }
 
-func printDestinations(w io.Writer, ds []destinationJSON) {
+func printDestinations(w io.Writer, ds []destinationJSON, relay string) {
 	if len(ds) == 0 {
+		if relay != "" {
+			fmt.Fprintf(w, "\nthe relay at %s has no destinations open yet\n", relay)
+		}
 		return
 	}
 	fmt.Fprintln(w)

@@ -1,6 +1,9 @@
 package main
 
-import "strings"
+import (
+	"flag"
+	"strings"
+)
 
 // topCommands are the words herald takes first.
 func topCommands() []string {
@@ -20,6 +23,26 @@ func topCommands() []string {
 // `did you mean "status"? `, when one is within two edits (one for words of
 // up to four letters), and is empty otherwise.
 func didYouMean(typed string, candidates ...string) string {
+	if best := closest(typed, candidates); best != "" {
+		return `did you mean "` + best + `"? `
+	}
+	return ""
+}
+
+// didYouMeanFlag is didYouMean for a mistyped flag name (without its
+// dashes), among the flags of fs: `did you mean "--batch-size"? `.
+func didYouMeanFlag(typed string, fs *flag.FlagSet) string {
+	var names []string
+	fs.VisitAll(func(f *flag.Flag) { names = append(names, f.Name) })
+	if best := closest(typed, names); best != "" {
+		return `did you mean "--` + best + `"? `
+	}
+	return ""
+}
+
+// closest is the candidate nearest to typed within two edits (one for
+// words of up to four letters), or "".
+func closest(typed string, candidates []string) string {
 	typed = strings.ToLower(typed)
 	best, bestDist := "", 3
 	if len(typed) <= 4 {
@@ -30,10 +53,7 @@ func didYouMean(typed string, candidates ...string) string {
 			best, bestDist = c, d
 		}
 	}
-	if best == "" {
-		return ""
-	}
-	return `did you mean "` + best + `"? `
+	return best
 }
 
 // editDistance is the edit distance of a and b in which swapping two

@@ -214,6 +214,34 @@ var orderingCases = []testCase{
 		require.Equal(t, a[1:], envIDs(envs), "the key goes on without the discarded event")
 	}},
 
+	{"DiscardOfAParkingEventWithNothingWaitingNeedsNoResume", func(t *testing.T, o *Kit) {
+		a := o.Write(keyed("t", "a"), keyed("t", "b"), keyed("t", "b"))
+		token, _ := o.claimP(herald.ClaimParams{Limit: 10})
+		o.Complete(herald.CompleteParams{Token: token, Failed: []herald.Failure{
+			{ID: a[0], Outcome: herald.OutcomeParked, Error: "poison"},
+			{ID: a[1], Outcome: herald.OutcomeParked, Error: "poison"},
+			{ID: a[2], Outcome: herald.OutcomeHeldBack, Error: "held"},
+		}})
+		require.True(t, o.Get(a[0]).Parked)
+		require.Len(t, o.blockedKeys(), 2)
+
+		_, err := o.d.Admin.DiscardDead(o.ctx(), heraldadmin.EventFilter{All: true})
+		var pe *heraldadmin.ParkedError
+		require.ErrorAs(t, err, &pe, "key b has an event waiting")
+		require.Len(t, pe.Keys, 1, "only the key with events waiting is named")
+		require.Equal(t, a[1], pe.Keys[0].EventID)
+		require.Equal(t, heraldadmin.StateDead, o.Get(a[0]).State, "nothing was discarded")
+
+		n, err := o.d.Admin.DiscardDead(o.ctx(), heraldadmin.EventFilter{IDs: a[:1]})
+		require.NoError(t, err, "nothing waits behind key a: discarding is letting it go on")
+		require.Equal(t, 1, n)
+		o.requireGone(a[0])
+		require.Len(t, o.blockedKeys(), 1)
+		late := o.Write(keyed("t", "a"))
+		_, envs := o.claimP(herald.ClaimParams{Limit: 10})
+		require.Equal(t, late, envIDs(envs), "key a goes on; key b stays parked")
+	}},
+
 	{"DeadEventWithoutParkLetsItsKeyGoOn", func(t *testing.T, o *Kit) {
 		a := o.Write(keyed("t", "a"), keyed("t", "a"))
 		token, _ := o.claimP(herald.ClaimParams{Limit: 10})

@@ -155,7 +155,7 @@ func (d *Driver) RequeueDead(ctx context.Context, f heraldadmin.EventFilter) (in
 
 // DiscardDead implements heraldadmin.Admin. Without f.Resume it first checks,
 // in the same transaction and holding the rows, that no selected row parks
-// its key.
+// a key with events waiting behind it.
 func (d *Driver) DiscardDead(ctx context.Context, f heraldadmin.EventFilter) (int, error) {
 	f.State = heraldadmin.StateDead
 	s, err := d.selection(f)
@@ -165,7 +165,7 @@ func (d *Driver) DiscardDead(ctx context.Context, f heraldadmin.EventFilter) (in
 	var n int
 	err = d.inTx(ctx, func(tx *sql.Tx) error {
 		if !f.Resume {
-			parked, err := blockedKeys(ctx, tx, d.q.blockedKeys+s.from+s.where+blockedKeysOrderSQL+` FOR UPDATE`,
+			parked, err := blockedKeys(ctx, tx, d.q.blockedKeys+s.from+s.where+d.q.waitingBehind+blockedKeysOrderSQL+` FOR UPDATE`,
 				append(s.args, 100)...)
 			if err != nil {
 				return err

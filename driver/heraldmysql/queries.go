@@ -265,6 +265,9 @@ const (
 		"\t(SELECT COUNT(*) FROM {{.Table}} w WHERE w.state = 'ready' AND w.topic = o.topic AND w.`key` = o.`key`)\n" +
 		"\tFROM "
 	blockedKeysOrderSQL = ` AND o.parked ORDER BY o.dead_at, o.seq LIMIT ?`
+	// waitingBehindSQL keeps the parked keys with events waiting behind
+	// their dead event: only those need Resume to be discarded.
+	waitingBehindSQL = " AND EXISTS (SELECT 1 FROM {{.Table}} w WHERE w.state = 'ready' AND w.topic = o.topic AND w.`key` = o.`key`)"
 
 	// The admin's row selections: FROM the table, or the table joined to
 	// a JSON array of ids; always aliased o.
@@ -282,6 +285,7 @@ type queries struct {
 	releaseClaim, expired, rescue, deletePublished string
 	claimedBy                                      string
 	status, backlog, getEvent, blockedKeys         string
+	waitingBehind                                  string
 	fromTable, fromIDs, table, listPublished       string
 	nextTopicKey, nextTopic, pauses, pause, resume string
 	relayPrune, relayBeat, relayGone, relays       string
@@ -320,6 +324,7 @@ func newQueries(n names) queries {
 		backlog:         n.render(backlogSQL),
 		getEvent:        n.render(getEventSQL),
 		blockedKeys:     n.render(blockedKeysSQL),
+		waitingBehind:   n.render(waitingBehindSQL),
 		fromTable:       n.render(fromTableSQL),
 		fromIDs:         n.render(fromIDsSQL),
 		table:           n.Qualified,

@@ -406,7 +406,8 @@ func (d *Driver) RequeueDead(ctx context.Context, f heraldadmin.EventFilter) (in
 }
 
 // DiscardDead implements heraldadmin.Admin. Without f.Resume it first checks,
-// in the same transaction, that no selected row parks its key.
+// in the same transaction, that no selected row parks a key with events
+// waiting behind it.
 func (d *Driver) DiscardDead(ctx context.Context, f heraldadmin.EventFilter) (int, error) {
 	f.State = heraldadmin.StateDead
 	where, args, _, err := filterSQL(f)
@@ -420,9 +421,13 @@ func (d *Driver) DiscardDead(ctx context.Context, f heraldadmin.EventFilter) (in
 	var n int64
 	err = d.db.inTx(ctx, func(tx conn) error {
 		if !f.Resume {
+			// Only a key with events waiting behind its dead event needs
+			// Resume: with none, discarding and unparking are the same.
 			parked, err := d.blockedKeys(ctx, tx, `SELECT d.topic, d.key, d.id, d.dead_at,
 				(SELECT count(*) FROM `+d.q.table+` w WHERE w.state = 'ready' AND w.topic = d.topic AND w.key = d.key)
-				FROM `+d.q.table+` d WHERE d.parked AND `+where+` ORDER BY d.dead_at, d.seq LIMIT 100 FOR UPDATE OF d`, args)
+				FROM `+d.q.table+` d WHERE d.parked AND `+where+`
+				AND EXISTS (SELECT 1 FROM `+d.q.table+` w WHERE w.state = 'ready' AND w.topic = d.topic AND w.key = d.key)
+				ORDER BY d.dead_at, d.seq LIMIT 100 FOR UPDATE OF d`, args)
 			if err != nil {
 				return err
 			}

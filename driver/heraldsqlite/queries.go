@@ -110,6 +110,9 @@ const (
 	       (SELECT count(*) FROM {{.Table}} w WHERE w.state = 'ready' AND w.topic = d.topic AND w.key = d.key)
 	FROM {{.Table}} d`
 	blockedKeysWhereSQL = ` AND d.parked = 1`
+	// waitingBehindSQL keeps the parked keys with events waiting behind
+	// their dead event: only those need Resume to be discarded.
+	waitingBehindSQL    = ` AND EXISTS (SELECT 1 FROM {{.Table}} w WHERE w.state = 'ready' AND w.topic = d.topic AND w.key = d.key)`
 	blockedKeysOrderSQL = ` ORDER BY d.dead_at, d.seq LIMIT ?`
 
 	// Acknowledgement when every event of a batch was confirmed: the
@@ -263,6 +266,7 @@ type queries struct {
 	insertPrefix, insertTuple                                                              string
 	claim, publish, publishDelete, complete, releaseClaim, rescue, deletePublished, status string
 	nextKey, keyBlocked, keyRun, keyAvailable, claimSeqs, blockedKeys                      string
+	waitingBehind                                                                          string
 	blockedKeysOf, runsOf                                                                  string
 	getEvent, listEvents, requeue, discard, backlog                                        string
 	nextTopic, pauses, pause, resume                                                       string
@@ -290,6 +294,7 @@ func newQueries(n names) queries {
 		blockedKeysOf:   n.render(blockedKeysOfSQL),
 		runsOf:          n.render(runsOfSQL),
 		blockedKeys:     n.render(blockedKeysSQL),
+		waitingBehind:   n.render(waitingBehindSQL),
 		backlog:         n.render(backlogSQL),
 		publish:         n.render(publishSQL),
 		publishDelete:   n.render(publishDeleteSQL),

@@ -557,7 +557,8 @@ func (d *Driver) RequeueDead(ctx context.Context, f heraldadmin.EventFilter) (in
 }
 
 // DiscardDead implements heraldadmin.Admin. Without f.Resume it first checks,
-// in the same transaction, that no selected row parks its key.
+// in the same transaction, that no selected row parks a key with events
+// waiting behind it.
 func (d *Driver) DiscardDead(ctx context.Context, f heraldadmin.EventFilter) (int, error) {
 	f.State = heraldadmin.StateDead
 	where, args, _, err := filterSQL(f)
@@ -572,7 +573,7 @@ func (d *Driver) DiscardDead(ctx context.Context, f heraldadmin.EventFilter) (in
 	if !f.Resume {
 		// The selection's columns are unqualified; d is the only table in
 		// the outer query.
-		parked, err := blockedKeys(ctx, tx, d.q.blockedKeys+where+blockedKeysWhereSQL+blockedKeysOrderSQL, append(args, 100)...)
+		parked, err := blockedKeys(ctx, tx, d.q.blockedKeys+where+blockedKeysWhereSQL+d.q.waitingBehind+blockedKeysOrderSQL, append(args, 100)...)
 		if err != nil {
 			return 0, fmt.Errorf("heraldsqlite: discarding dead events: %w", err)
 		}

@@ -141,7 +141,9 @@ type Config struct {
 	// neither ReconnectBackoff nor ConnectRetryDelay. They default to
 	// 100ms and 10s.
 	ReconnectMinDelay, ReconnectMaxDelay time.Duration
-	// Logger receives the publisher's logs. Defaults to slog.Default().
+	// Logger receives the publisher's logs, and those of autopaho and
+	// paho where the client configuration leaves their loggers nil.
+	// Defaults to slog.Default().
 	Logger *slog.Logger
 	// CloudEvents sends each event as a CloudEvent (the MQTT protocol
 	// binding, MQTT 5; see the package documentation), in binary mode
@@ -187,7 +189,10 @@ var _ herald.Publisher = (*Publisher)(nil)
 //     that two relays never take over each other's connection;
 //   - a zero KeepAlive is taken as DefaultKeepAlive;
 //   - OnConnectionUp, OnConnectionDown, OnConnectError and
-//     OnServerDisconnect, when set, are called after the Publisher's own.
+//     OnServerDisconnect, when set, are called after the Publisher's own;
+//   - Debug, Errors, PahoDebug and PahoErrors, when nil, write to
+//     Config.Logger: the errors at Warn, autopaho's debug lines at Debug,
+//     paho's per-packet ones at slog.LevelDebug-4.
 //
 // Neither New's errors nor the Publisher's logs hold ConnectPassword.
 func New(client autopaho.ClientConfig, cfg *Config) (*Publisher, error) {
@@ -231,6 +236,7 @@ func New(client autopaho.ClientConfig, cfg *Config) (*Publisher, error) {
 		cancel()
 		return nil, err
 	}
+	setLibraryLoggers(&client, c.Logger)
 	cm, err := autopaho.NewConnection(ctx, client)
 	if err != nil {
 		cancel()

@@ -292,8 +292,9 @@ func TestJSONAPI(t *testing.T) {
 		require.InDelta(t, 1, v["count"], 0)
 	})
 	t.Run("ActionsAnswerJSONWithBearer", func(t *testing.T) {
+		b.write(t, herald.Message{Topic: "orders", Key: "k", Payload: []byte(`{"n":2}`)}) // waits behind it
 		res := b.post(t, "/actions/discard", url.Values{"id": {dead[0]}, "confirm": {"yes"}}, asJSON, withBearer(testToken))
-		require.Equal(t, http.StatusConflict, res.Code, "it parks its key")
+		require.Equal(t, http.StatusConflict, res.Code, "it parks its key, with an event waiting")
 		require.Contains(t, jsonOf(t, res)["error"], "parks key")
 		res = b.post(t, "/actions/requeue", url.Values{"id": {dead[0]}, "confirm": {"yes"}}, asJSON, withBearer(testToken))
 		require.Equal(t, http.StatusOK, res.Code, res.Body)
