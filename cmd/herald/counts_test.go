@@ -81,8 +81,8 @@ func deadInMetrics(t *testing.T, exposition string) int {
 	t.Helper()
 	n := 0
 	for _, line := range strings.Split(exposition, "\n") {
-		if !strings.HasPrefix(line, "herald_failed_total{") ||
-			!(strings.Contains(line, `outcome="dead"`) || strings.Contains(line, `outcome="parked"`)) {
+		dead := strings.Contains(line, `outcome="dead"`) || strings.Contains(line, `outcome="parked"`)
+		if !dead || !strings.HasPrefix(line, "herald_failed_total{") {
 			continue
 		}
 		v, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
