@@ -707,10 +707,30 @@ func TestActions(t *testing.T) {
 		require.Equal(t, "done", last["outcome"])
 	})
 
+	t.Run("DiscardingAParkingEventWithNothingWaitingAsksNothing", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, testToken)
+		dead := b.kill(t, true, "x", herald.Message{Topic: "orders", Key: "order-8"})
+		s := b.login(t)
+		res := b.get(t, "/confirm?action=discard&id="+dead[0], s.send)
+		require.Equal(t, http.StatusOK, res.Code)
+		require.NotContains(t, res.Body, `id="parked-choice"`)
+		require.Contains(t, res.Body, "1 of these events parks its key, with no event waiting behind: discarding it resumes the key.")
+		form := formOf(t, res.Body, "confirm-form")
+		require.Empty(t, form.values.Get("resume"))
+		res = b.post(t, form.action, form.values, s.send)
+		require.Equal(t, http.StatusOK, res.Code, res.Body)
+		require.Contains(t, res.Body, "Discarded 1 dead event")
+		keys, err := b.store.BlockedKeys(t.Context(), 10)
+		require.NoError(t, err)
+		require.Empty(t, keys, "nothing is parked any more")
+	})
+
 	t.Run("DiscardingATopicWithAParkedKeyAsksToo", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, testToken)
 		b.kill(t, true, "x", herald.Message{Topic: "orders", Key: "k1"})
+		b.write(t, herald.Message{Topic: "orders", Key: "k1"}) // waits behind it
 		plain := b.kill(t, false, "x", herald.Message{Topic: "orders", Key: "k2"})
 		s := b.login(t)
 		res := b.get(t, "/confirm?action=discard&topic=orders", s.send)

@@ -210,6 +210,11 @@ type confirmView struct {
 	// how many there are in all (Parked may show fewer).
 	Parked      []heraldadmin.BlockedKey
 	ParkedCount int
+	// AsksResume says the discard needs the operator's resume choice: a
+	// parked key of the selection has events waiting behind it, or may
+	// have (Parked is not the whole list). A key with nothing waiting is
+	// discarded and unparked alike, without asking.
+	AsksResume bool
 }
 
 func (h *handler) confirm(w http.ResponseWriter, r *http.Request) {
@@ -274,8 +279,10 @@ func (h *handler) confirm(w http.ResponseWriter, r *http.Request) {
 		for _, k := range keys {
 			if (parking != nil && parking[k.EventID]) || (parking == nil && k.Topic == sel.Topic) {
 				v.Parked = append(v.Parked, k)
+				v.AsksResume = v.AsksResume || k.Waiting > 0
 			}
 		}
+		v.AsksResume = v.AsksResume || len(keys) >= maxListLimit
 	}
 	if wantsJSON(r) {
 		h.writeJSON(w, http.StatusOK, map[string]any{"action": sel.Action, "count": v.Count, "events": eventsOf(v.Events),
