@@ -20,22 +20,39 @@
 // packages of the module bring those in:
 //
 //   - store drivers, which give a Writer its transaction and a Relay its
-//     Store: driver/heraldpg (PostgreSQL through pgx v5 or database/sql) and
-//     driver/heraldsqlite (SQLite, pure Go);
+//     Store: driver/heraldpg (PostgreSQL through pgx v5 or database/sql,
+//     plain or partitioned by time; driver/heraldpg/heraldpgprom exports
+//     the table's size), driver/heraldsqlite (SQLite, pure Go) and
+//     driver/heraldmysql (MySQL 8 and MariaDB 10.6 or newer);
+//   - driver/heraldcdc: the change-data-capture source, which reads a
+//     PostgreSQL outbox's events from the write-ahead log instead of
+//     claiming them (driver/heraldcdc/heraldcdcprom: its replication slot's
+//     metrics);
 //   - publishers: publish/heraldnats (NATS JetStream),
 //     publish/heraldkafka (Kafka, franz-go), publish/heraldredis (Redis
-//     Streams), publish/heraldrabbit (RabbitMQ), publish/heraldwebhook
+//     Streams), publish/heraldrabbit (RabbitMQ), publish/heraldmqtt
+//     (MQTT 5), publish/heraldaws (Amazon SQS and SNS),
+//     publish/heraldpubsub (Google Cloud Pub/Sub), publish/heraldwebhook
 //     (signed HTTP webhooks) and publish/heraldroute (a destination per
-//     topic, each with its own limits and circuit breaker);
+//     topic, each with its own limits and circuit breaker); heraldce: the
+//     CloudEvents 1.0 mapping every publisher can send;
 //   - heraldadmin: what operators see of an outbox (counts, dead events,
 //     parked keys; requeue and discard), implemented by every driver;
 //   - heraldprom: Prometheus metrics; heraldotel: trace context through
 //     the outbox (OpenTelemetry); heraldinbox: the consumer's side, which
 //     makes a handler idempotent;
+//   - heraldtest: assertions for a service's own tests (the events its
+//     code wrote, a Publisher that records what a relay sends);
+//   - contract kits for new implementations: driver/heralddrivertest (the
+//     suite every store driver passes) and publish/publishertest (the
+//     suite every publisher passes);
 //   - heraldvet: a go vet analyzer that reports dual writes and misused
 //     WriteTx calls (cmd/heraldvet; heraldvet/golangci for golangci-lint);
 //   - cmd/herald: the relay as a daemon, and the operator CLI; cmd/herald-lab:
 //     the demo and the benchmarks, on embedded servers.
+//
+// The manual, one page per topic, is in the repository's docs directory;
+// its README.md maps it.
 //
 // Guarantees, each shown by a test:
 //   - an event row exists if and only if its transaction committed;

@@ -1,9 +1,10 @@
 // Package deploy_test checks the monitoring files in deploy/: the
 // Prometheus alerting rules, their promtool unit tests and the Grafana
 // dashboard. Every metric and label they use must be one that Herald's
-// README documents ("Metrics and health"), so that they cannot drift from
-// what heraldprom exports; promtool, when installed, checks the rules'
-// syntax, runs their unit tests and parses every dashboard query.
+// docs/operations.md documents ("Metrics and health"), so that they
+// cannot drift from what heraldprom exports; promtool, when installed,
+// checks the rules' syntax, runs their unit tests and parses every
+// dashboard query.
 package deploy_test
 
 import (
@@ -26,7 +27,8 @@ import (
 )
 
 const (
-	readmePath    = "../README.md"
+	metricsDoc    = "../docs/operations.md"
+	repoRoot      = ".."
 	rulesPath     = "prometheus/herald-alerts.yml"
 	rulesTestPath = "prometheus/herald-alerts_test.yml"
 	dashboardPath = "grafana/herald-dashboard.json"
@@ -58,11 +60,11 @@ var wantCommands = []string{
 // Labels Prometheus adds to every series it scrapes.
 var targetLabels = []string{"job", "instance"}
 
-// Labels whose values the README enumerates in the metric's meaning, as
-// `value`: a matcher on one of them must use a documented value.
+// Labels whose values the metrics table enumerates in the metric's
+// meaning, as `value`: a matcher on one of them must use a documented value.
 var enumeratedLabels = map[string]bool{"outcome": true, "state": true}
 
-// metricDoc is one row of the README's metrics table.
+// metricDoc is one row of the metrics table.
 type metricDoc struct {
 	kind    string   // gauge, counter, histogram
 	labels  []string // documented labels
@@ -77,32 +79,82 @@ var (
 	backtick = regexp.MustCompile("`([^`]+)`")
 )
 
-// readmeMetrics parses the table of the README's "Metrics and health"
-// section.
-// runbookBase is where the alerts' runbook_url point: the README's
-// runbook sections, one per alert, anchored by the alert's name.
-const runbookBase = "https://github.com/herald-outbox/herald/blob/main/README.md#"
+// repoURL is where a runbook_url points into the repository, and
+// runbookBase the page of the runbook sections, one per alert, anchored by
+// the alert's name.
+const (
+	repoURL     = "https://github.com/herald-outbox/herald/blob/main/"
+	runbookBase = repoURL + "docs/operations.md#"
+)
 
-// readmeHasHeading reports whether the README has the heading line.
-func readmeHasHeading(t *testing.T, heading string) bool {
-	t.Helper()
-	b, err := os.ReadFile(readmePath)
-	if err != nil {
-		t.Fatal(err)
+// followRepoURL checks that a URL into the repository names a file that
+// exists and, for a Markdown file, a heading that gives its anchor (GitHub's
+// rule: lower-case, punctuation dropped, spaces as hyphens, a repeated
+// heading numbered -1, -2...). It returns what is wrong, or "".
+func followRepoURL(u string) string {
+	rest, ok := strings.CutPrefix(u, repoURL)
+	if !ok {
+		return "does not start with " + repoURL
 	}
-	return slices.Contains(strings.Split(string(b), "\n"), heading)
+	file, anchor, _ := strings.Cut(rest, "#")
+	b, err := os.ReadFile(filepath.Join(repoRoot, filepath.FromSlash(file)))
+	if err != nil {
+		return fmt.Sprintf("no file %s in the repository", file)
+	}
+	if anchor == "" || !strings.HasSuffix(file, ".md") {
+		return ""
+	}
+	if !slices.Contains(markdownAnchors(string(b)), anchor) {
+		return fmt.Sprintf("%s has no heading with the anchor #%s", file, anchor)
+	}
+	return ""
 }
 
-func readmeMetrics(t *testing.T) map[string]metricDoc {
+var (
+	headingLine = regexp.MustCompile(`^ {0,3}#{1,6}[ \t]+(.*?)(?:[ \t]+#+)?[ \t]*$`)
+	notInAnchor = regexp.MustCompile(`[^\p{L}\p{M}\p{N}_\- ]`)
+)
+
+// markdownAnchors are the anchors of a Markdown text's headings, fenced
+// code left out.
+func markdownAnchors(text string) []string {
+	var anchors []string
+	seen := map[string]int{}
+	inFence := false
+	for line := range strings.SplitSeq(text, "\n") {
+		if strings.HasPrefix(strings.TrimSpace(line), "```") {
+			inFence = !inFence
+			continue
+		}
+		m := headingLine.FindStringSubmatch(line)
+		if inFence || m == nil {
+			continue
+		}
+		a := strings.ToLower(strings.TrimSpace(strings.ReplaceAll(m[1], "`", "")))
+		a = strings.ReplaceAll(notInAnchor.ReplaceAllString(a, ""), " ", "-")
+		if n, dup := seen[a]; dup {
+			seen[a] = n + 1
+			a = fmt.Sprintf("%s-%d", a, n+1)
+		} else {
+			seen[a] = 0
+		}
+		anchors = append(anchors, a)
+	}
+	return anchors
+}
+
+// docMetrics parses the table of the "Metrics and health" section of
+// docs/operations.md.
+func docMetrics(t *testing.T) map[string]metricDoc {
 	t.Helper()
-	b, err := os.ReadFile(readmePath)
+	b, err := os.ReadFile(metricsDoc)
 	if err != nil {
 		t.Fatal(err)
 	}
 	text := string(b)
 	start := strings.Index(text, "\n## Metrics and health\n")
 	if start < 0 {
-		t.Fatalf("%s has no \"## Metrics and health\" section", readmePath)
+		t.Fatalf("%s has no \"## Metrics and health\" section", metricsDoc)
 	}
 	section := text[start+1:]
 	if end := strings.Index(section, "\n## "); end >= 0 {
@@ -115,7 +167,7 @@ func readmeMetrics(t *testing.T) map[string]metricDoc {
 		}
 		cells := strings.Split(strings.Trim(line, "|"), "|")
 		if len(cells) < 4 {
-			t.Fatalf("%s: metrics table row with %d cells: %q", readmePath, len(cells), line)
+			t.Fatalf("%s: metrics table row with %d cells: %q", metricsDoc, len(cells), line)
 		}
 		name := strings.Trim(strings.TrimSpace(cells[0]), "`")
 		d := metricDoc{
@@ -132,7 +184,7 @@ func readmeMetrics(t *testing.T) map[string]metricDoc {
 	// Guard against the table changing shape and this parser reading
 	// nothing: heraldprom exports more than ten herald_ metrics.
 	if len(docs) < 10 {
-		t.Fatalf("%s: read only %d metrics from the \"Metrics and health\" table: %v", readmePath, len(docs), docs)
+		t.Fatalf("%s: read only %d metrics from the \"Metrics and health\" table: %v", metricsDoc, len(docs), docs)
 	}
 	return docs
 }
@@ -153,9 +205,9 @@ func resolve(docs map[string]metricDoc, name string) (string, bool) {
 	return "", false
 }
 
-// checkText reports every metric name in text that the README does not
-// document, and every label matcher on a herald metric that uses a label
-// (or, for enumerated labels, a value) the README does not list. It
+// checkText reports every metric name in text that the metrics table does
+// not document, and every label matcher on a herald metric that uses a label
+// (or, for enumerated labels, a value) the table does not list. It
 // returns the documented metrics text uses.
 func checkText(t *testing.T, docs map[string]metricDoc, where, text string) []string {
 	t.Helper()
@@ -163,7 +215,7 @@ func checkText(t *testing.T, docs map[string]metricDoc, where, text string) []st
 	for _, name := range metricName.FindAllString(text, -1) {
 		base, ok := resolve(docs, name)
 		if !ok {
-			t.Errorf("%s: metric %s is not documented in %s (\"Metrics and health\")", where, name, readmePath)
+			t.Errorf("%s: metric %s is not documented in %s (\"Metrics and health\")", where, name, metricsDoc)
 			continue
 		}
 		used = append(used, base)
@@ -247,7 +299,7 @@ func decodeYAML(t *testing.T, path string, v any) {
 var ruleKeys = []string{"alert", "expr", "for", "keep_firing_for", "labels", "annotations"}
 
 func TestAlertRules(t *testing.T) {
-	docs := readmeMetrics(t)
+	docs := docMetrics(t)
 	var rf rulesFile
 	decodeYAML(t, rulesPath, &rf)
 
@@ -289,13 +341,13 @@ func TestAlertRules(t *testing.T) {
 					t.Errorf("%s: no %s annotation", where, a)
 				}
 			}
-			// The runbook_url points at the README's section on the
+			// The runbook_url points at the runbook's section on the
 			// alert, which must exist.
 			if want := runbookBase + strings.ToLower(r.Alert); r.Annotations["runbook_url"] != want {
 				t.Errorf("%s: runbook_url %q, want %q", where, r.Annotations["runbook_url"], want)
 			}
-			if !readmeHasHeading(t, "#### "+r.Alert) {
-				t.Errorf("%s: the README has no \"#### %s\" section for its runbook_url", where, r.Alert)
+			if problem := followRepoURL(r.Annotations["runbook_url"]); problem != "" {
+				t.Errorf("%s: runbook_url %q: %s", where, r.Annotations["runbook_url"], problem)
 			}
 			for k, v := range r.Annotations {
 				checkText(t, docs, where+" annotation "+k, v)
@@ -320,7 +372,7 @@ func TestAlertRules(t *testing.T) {
 // TestAlertRulesTests checks that the promtool unit tests use documented
 // series only and show every alert both firing and not firing.
 func TestAlertRulesTests(t *testing.T) {
-	docs := readmeMetrics(t)
+	docs := docMetrics(t)
 	var tf rulesTestFile
 	decodeYAML(t, rulesTestPath, &tf)
 	if !slices.Contains(tf.RuleFiles, filepath.Base(rulesPath)) {
@@ -426,7 +478,7 @@ func dashboardQueries(d dashboard) []query {
 }
 
 func TestDashboard(t *testing.T) {
-	docs := readmeMetrics(t)
+	docs := docMetrics(t)
 	d := readDashboard(t)
 	if d.UID == "" || d.Title == "" {
 		t.Errorf("%s: uid %q, title %q: both are needed", dashboardPath, d.UID, d.Title)
@@ -504,7 +556,7 @@ func TestDashboard(t *testing.T) {
 	}
 	for name := range docs {
 		if !used[name] {
-			// Not an error: a metric added to the README need not block
+			// Not an error: a metric added to the metrics table need not block
 			// other work, but it should get a panel.
 			t.Logf("%s: no panel shows %s", dashboardPath, name)
 		}

@@ -3,8 +3,8 @@
 // into the Kubernetes API's own Go types and the Prometheus Operator's
 // ServiceMonitor type; the references between them (labels and selectors,
 // port names, probe paths, the Secret's files, the image's user) are
-// checked; the environment variables must be the daemon's (the README's
-// Flags table); and the relay is run for real with the Deployment's
+// checked; the environment variables must be the daemon's (the Flags
+// table of docs/daemon.md); and the relay is run for real with the Deployment's
 // arguments and environment, to show that herald accepts them and answers
 // the probes where the manifests look.
 //
@@ -45,11 +45,14 @@ import (
 )
 
 const (
-	readmePath     = "../../README.md"
-	dockerfilePath = "../Dockerfile"
+	// The manual's pages on the daemon (its Flags table) and on operations
+	// (its Deploying section).
+	daemonDocPath     = "../../docs/daemon.md"
+	operationsDocPath = "../../docs/operations.md"
+	dockerfilePath    = "../Dockerfile"
 	// The image's user (deploy/Dockerfile: distroless's nonroot).
 	imageUser = 65532
-	// The relay's default --max-in-flight-bytes (README, Flags).
+	// The relay's default --max-in-flight-bytes (docs/daemon.md, Flags).
 	defaultMaxInFlightBytes = 64 << 20
 )
 
@@ -188,7 +191,7 @@ func TestManifests(t *testing.T) {
 			for _, e := range c.Env {
 				require.Nil(t, e.ValueFrom, "%s: %s: values come from the manifest or, through _FILE, from a file", c.Name, e.Name)
 				base := strings.TrimSuffix(e.Name, "_FILE")
-				require.Contains(t, documented, base, "%s: %s is not a variable of the README's Flags table", c.Name, e.Name)
+				require.Contains(t, documented, base, "%s: %s is not a variable of the Flags table of %s", c.Name, e.Name, daemonDocPath)
 			}
 		}
 	})
@@ -216,7 +219,7 @@ func TestManifests(t *testing.T) {
 				key := path.Base(e.Value)
 				require.Contains(t, string(m.raw["deployment.yaml"]), "--from-file="+key+"=",
 					"the kubectl create secret line of deployment.yaml makes the key %s", key)
-				require.True(t, strings.Contains(readme(t), "--from-file="+key+"="), "the README's Deploying says how to make the key %s", key)
+				require.True(t, strings.Contains(doc(t, operationsDocPath), "--from-file="+key+"="), "the Deploying section of %s says how to make the key %s", operationsDocPath, key)
 			}
 		}
 		require.NotEmpty(t, envValue(*relay, "HERALD_PUBLISHER_FILE"))
@@ -427,20 +430,20 @@ func adminAddr(t *testing.T, c *corev1.Container) (host, port string) {
 	return host, port
 }
 
-func readme(t *testing.T) string {
+func doc(t *testing.T, path string) string {
 	t.Helper()
-	b, err := os.ReadFile(readmePath)
+	b, err := os.ReadFile(path)
 	require.NoError(t, err)
 	return string(b)
 }
 
-// flagsTableVariables are the HERALD_* variables of the README's Flags
-// table: the daemon's settings.
+// flagsTableVariables are the HERALD_* variables of the Flags table of
+// docs/daemon.md: the daemon's settings.
 func flagsTableVariables(t *testing.T) []string {
 	t.Helper()
-	s := readme(t)
-	start := strings.Index(s, "\n### Flags\n")
-	require.Positive(t, start, "the README has a Flags section")
+	s := doc(t, daemonDocPath)
+	start := strings.Index(s, "\n## Flags\n")
+	require.Positive(t, start, "%s has a Flags section", daemonDocPath)
 	section := s[start+1:]
 	if end := strings.Index(section, "\n#"); end > 0 {
 		section = section[:end]
