@@ -86,7 +86,7 @@ func runLatency(ctx context.Context, e *env, out io.Writer) (res *LatencyResult,
 	received := make([]atomic.Int64, total)
 	acked := make([]atomic.Int64, total)
 	claimed := make([]atomic.Int64, total)
-	var nReceived, nDup atomic.Int64
+	var nReceived, nDup, nAcked atomic.Int64
 
 	// The consumer: an ordered consumer reading the stream, on its own
 	// connection. The stream starts empty: an earlier run's events carry
@@ -141,8 +141,8 @@ func runLatency(ctx context.Context, e *env, out io.Writer) (res *LatencyResult,
 		isBatch := errors.As(err, &be) && len(be.Errs) == len(batch)
 		for k := range batch {
 			if err == nil || (isBatch && be.Errs[k] == nil) {
-				if i, ok := seqOf(batch[k].Headers[seqHeader], total); ok {
-					acked[i].CompareAndSwap(0, now)
+				if i, ok := seqOf(batch[k].Headers[seqHeader], total); ok && acked[i].CompareAndSwap(0, now) {
+					nAcked.Add(1)
 				}
 			}
 		}
@@ -192,9 +192,13 @@ func runLatency(ctx context.Context, e *env, out io.Writer) (res *LatencyResult,
 	res.Committed = nCommitted
 	res.EventsPerSec = round2(float64(nCommitted) / elapsed.Seconds())
 
-	// Wait for the tail to arrive.
+	// Wait for the tail to arrive, and for its PubAcks: the broker may
+	// deliver an event to the consumer before the publisher has read the
+	// PubAck of it, so the last acknowledgements can come after the last
+	// event arrived.
 	deadline := time.Now().Add(15 * time.Second)
-	for nReceived.Load() < int64(nCommitted) && time.Now().Before(deadline) && ctx.Err() == nil {
+	for (nReceived.Load() < int64(nCommitted) || nAcked.Load() < int64(nCommitted)) &&
+		time.Now().Before(deadline) && ctx.Err() == nil {
 		time.Sleep(10 * time.Millisecond)
 	}
 	if err := ctx.Err(); err != nil {
