@@ -5,6 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -162,6 +165,54 @@ func TestEventHeaders(t *testing.T) {
 	require.Equal(t, []string{herald.HeaderID, herald.HeaderTopic, herald.HeaderEventVersion}, names,
 		"empty fields are left out, the event version never: "+strings.Join(names, ","))
 	require.Equal(t, "1", got[herald.HeaderEventVersion], "an envelope without a version is version 1")
+}
+
+// The manual's table of the headers on the broker (docs/sql-contract.md)
+// lists every header EventHeaders sends, and no Herald-* header it does
+// not send.
+func TestHeadersTableListsWhatEventHeadersSends(t *testing.T) {
+	t.Parallel()
+	documented := docsHeadersTable(t, "docs/sql-contract.md", "## Headers on the broker")
+	env := herald.Envelope{Message: herald.Message{
+		ID: "0192c0de-0000-7000-8000-000000000001", Topic: "orders", Key: "42", Type: "order.placed",
+		AggregateType: "order", AggregateID: "42", EventVersion: 3, AggregateVersion: 17,
+	}}
+	sent := map[string]bool{}
+	herald.EventHeaders(&env, func(name, _ string) { sent[name] = true })
+	for name := range sent {
+		require.Contains(t, documented, name, "EventHeaders sends %s; the table in docs/sql-contract.md omits it", name)
+	}
+	for _, name := range documented {
+		if strings.HasPrefix(name, "Herald-") {
+			require.Contains(t, sent, name, "docs/sql-contract.md lists %s; EventHeaders does not send it", name)
+		}
+	}
+}
+
+// docsHeadersTable returns the header names in the first column of the table
+// under heading in file: each name in backquotes.
+func docsHeadersTable(t *testing.T, file, heading string) []string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.FromSlash(file))
+	require.NoError(t, err)
+	_, section, ok := strings.Cut(string(b), "\n"+heading+"\n")
+	require.True(t, ok, "%s has no heading %q", file, heading)
+	backquoted := regexp.MustCompile("`([^`]+)`")
+	var names []string
+	for line := range strings.Lines(section) {
+		if strings.HasPrefix(line, "## ") {
+			break
+		}
+		cells := strings.Split(line, "|")
+		if !strings.HasPrefix(line, "|") || len(cells) < 3 || strings.HasPrefix(strings.TrimSpace(cells[1]), "---") {
+			continue
+		}
+		for _, m := range backquoted.FindAllStringSubmatch(cells[1], -1) {
+			names = append(names, m[1])
+		}
+	}
+	require.NotEmpty(t, names, "no table of headers under %q in %s", heading, file)
+	return names
 }
 
 func TestParseVersions(t *testing.T) {

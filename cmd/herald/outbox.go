@@ -154,18 +154,27 @@ func (d *dbFlags) parsePostgres(inv *invocation, raw string) (*database, error) 
 	if cfg.ConnConfig.RuntimeParams["application_name"] == "" {
 		cfg.ConnConfig.RuntimeParams["application_name"] = "herald"
 	}
+	db, err := d.parsePostgresNames(inv)
+	if err != nil {
+		return nil, err
+	}
+	c := cfg.ConnConfig
+	db.pool = cfg
+	db.where = fmt.Sprintf("%s@%s:%d/%s", c.User, c.Host, c.Port, c.Database)
+	return db, nil
+}
+
+// parsePostgresNames checks the PostgreSQL table names, --schema and
+// --table: a database with no connection configured, which is enough to
+// print its migrations.
+func (d *dbFlags) parsePostgresNames(inv *invocation) (*database, error) {
 	names := &heraldpg.Config{Schema: *d.schema, Table: *d.table}
 	if err := names.Validate(); err != nil {
 		return nil, usagef("%s", strings.NewReplacer(
 			"heraldpg: Config.Schema", inv.flags.label("schema"),
 			"heraldpg: Config.Table", inv.flags.label("table")).Replace(err.Error()))
 	}
-	c := cfg.ConnConfig
-	return &database{
-		pool:  cfg,
-		names: names,
-		where: fmt.Sprintf("%s@%s:%d/%s", c.User, c.Host, c.Port, c.Database),
-	}, nil
+	return &database{names: names}, nil
 }
 
 // connectTimeout bounds the first connection, so that an unreachable

@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/herald-outbox/herald/driver/heraldpg"
 	"github.com/herald-outbox/herald/internal/heraldtest"
 )
 
@@ -60,9 +61,13 @@ func TestMigrateTwiceIsIdempotent(t *testing.T) {
 
 func TestMigrateSaysWhatItDid(t *testing.T) {
 	t.Parallel()
-	require.Equal(t, "migrate: created outbox table t at schema version 4", migrated("t", 0, 4))
-	require.Equal(t, "migrate: upgraded outbox table t from schema version 2 to 4", migrated("t", 2, 4))
-	require.Equal(t, "migrate: outbox table t is up to date (schema version 4)", migrated("t", 4, 4))
+	require.Equal(t, "migrate: created outbox table t at schema version 4", migrated("t", 0, 4, nil))
+	require.Equal(t, "migrate: upgraded outbox table t from schema version 2 to 4", migrated("t", 2, 4, nil))
+	require.Equal(t, "migrate: outbox table t is up to date (schema version 4)", migrated("t", 4, 4, nil))
+	daily := &heraldpg.Partitioning{Interval: 24 * time.Hour, Ahead: 3}
+	require.Equal(t, "migrate: created partitioned outbox table t at schema version 4 (by created_at, 24h a partition, 3 created ahead)",
+		migrated("t", 0, 4, daily))
+	require.Equal(t, "migrate: outbox table t is up to date (schema version 4)", migrated("t", 4, 4, daily))
 }
 
 func TestStatusOnAnEmptyTable(t *testing.T) {
@@ -390,4 +395,90 @@ func TestRelaySaysWhichFlagMadeAStreamItCannotCreate(t *testing.T) {
 	require.Equal(t, exitFailed, r.code, r)
 	require.Contains(t, r.stderr, `--nats-create-stream: creating or updating stream "ORDERS"`)
 	require.NotContains(t, r.stderr, "Config.")
+}
+
+// A subject no stream captures is warned of once, naming the flags that
+// make a stream for it; its events are retried until one does.
+func TestRelayWithoutAStreamSaysWhichFlagsMakeOne(t *testing.T) {
+	t.Parallel()
+	const warning = `msg="no JetStream stream captures subject; its events are retried until one does" component=herald.nats subject=orders.placed`
+	for _, c := range []struct {
+		name  string
+		flags []string
+		fix   string
+	}{
+		{"NoStreamFlags", nil,
+			`fix="pass --nats-create-stream NAME --nats-stream-subjects orders.placed, or create a stream whose subjects include it"`},
+		{"StreamOfOtherSubjects", []string{"--nats-create-stream", "BILLING", "--nats-stream-subjects", "billing.>,invoices.>"},
+			`fix="add orders.placed to --nats-stream-subjects of stream BILLING, which captures billing.>,invoices.>"`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			d := setup(t)
+			ns := heraldtest.NATS(t)
+			d.exec(t, `INSERT INTO %s.herald_outbox (topic, key, payload) VALUES ('orders.placed', 'order-42', '{}')`)
+			r := start(t, nil, append(append([]string{"relay", "--publisher", ns.URL()}, c.flags...), d.flags...)...)
+			require.Eventually(t, func() bool {
+				return strings.Count(r.stderr.String(), `msg="publish failed"`) >= 2
+			}, 30*time.Second, 10*time.Millisecond, "the event is retried: %s", r.stderr.String())
+			require.Equal(t, 1, strings.Count(r.stderr.String(), warning), r.stderr.String())
+			require.Contains(t, r.stderr.String(), warning+" "+c.fix)
+
+			ns.CreateStream(t, "ORDERS", "orders.>")
+			require.Eventually(t, func() bool {
+				return strings.Contains(r.stderr.String(), `msg="a JetStream stream captures subject now" component=herald.nats subject=orders.placed`)
+			}, 30*time.Second, 10*time.Millisecond, "the retry after the stream was made is published: %s", r.stderr.String())
+			res := r.stop(t)
+			require.Equal(t, 0, res.code, res)
+			require.Equal(t, 1, strings.Count(res.stderr, warning), res.stderr)
+			require.Contains(t, res.stdout, "1 published")
+		})
+	}
+}
+
+// herald migrate --print-sql connects to nothing, so it needs no --db:
+// the script is PostgreSQL's unless --db (or HERALD_DB) names another
+// database.
+func TestMigratePrintSQLNeedsNoDB(t *testing.T) {
+	t.Parallel()
+	r := cli(t, nil, "migrate", "--print-sql")
+	require.Equal(t, 0, r.code, r)
+	require.Empty(t, r.stderr)
+	require.Contains(t, r.stdout, `CREATE TABLE "public"."herald_outbox" (`)
+	pg := cli(t, nil, "migrate", "--print-sql", "--db", "postgres://u@127.0.0.1:1/db")
+	require.Equal(t, 0, pg.code, pg)
+	require.Equal(t, pg.stdout, r.stdout, "the same script as with a PostgreSQL --db")
+
+	r = cli(t, nil, "migrate", "--print-sql", "--schema", "shop", "--table", "events", "--from", "2")
+	require.Equal(t, 0, r.code, r)
+	require.Contains(t, r.stdout, `"shop"."events"`)
+	require.NotContains(t, r.stdout, "herald_outbox (")
+
+	// --db, from the flag or the environment, still chooses the database.
+	sqlite := cli(t, nil, "migrate", "--print-sql", "--db", "sqlite:"+t.TempDir()+"/x.db")
+	require.Equal(t, 0, sqlite.code, sqlite)
+	require.NotEqual(t, pg.stdout, sqlite.stdout)
+	require.NotContains(t, sqlite.stdout, `"public"`)
+	r = cli(t, map[string]string{"HERALD_DB": "sqlite:" + t.TempDir() + "/y.db"}, "migrate", "--print-sql")
+	require.Equal(t, 0, r.code, r)
+	require.Equal(t, sqlite.stdout, r.stdout)
+	mysql := cli(t, nil, "migrate", "--print-sql", "--db", "mysql://u@127.0.0.1:1/db")
+	require.Equal(t, 0, mysql.code, mysql)
+	require.NotEqual(t, pg.stdout, mysql.stdout)
+	require.NotContains(t, mysql.stdout, "BEGIN")
+
+	// What still needs --db, or is still wrong without it.
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"migrate"}, "herald: --db (or HERALD_DB) is required"},
+		{[]string{"migrate", "--print-sql", "--from", "99"}, "herald: --from: 99 is not a schema version this herald knows"},
+		{[]string{"migrate", "--print-sql", "--partition"}, "--print-sql prints the plain table's migrations only"},
+		{[]string{"migrate", "--print-sql", "--table", "bad name"}, "--table"},
+	} {
+		r := cli(t, nil, c.args...)
+		require.Equal(t, 2, r.code, "%v: %v", c.args, r)
+		require.Contains(t, r.stderr, c.want, c.args)
+	}
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -25,7 +26,7 @@ func TestMigratePartition(t *testing.T) {
 	d := db{flags: []string{"--db", heraldtest.PostgresDSN(t), "--schema", schema}, schema: schema}
 	r := d.cli(t, "migrate", "--partition", "--partition-interval", "1h", "--partition-ahead", "2")
 	require.Equal(t, 0, r.code, r)
-	require.Contains(t, r.stdout, "migrate: created outbox table")
+	require.Regexp(t, fmt.Sprintf(`^migrate: created partitioned outbox table %q\."herald_outbox" at schema version \d+ \(by created_at, 1h a partition, 2 created ahead\)\n$`, schema), r.stdout)
 	require.Equal(t, "p", relkind(t, schema, "herald_outbox"))
 	r = d.cli(t, "migrate")
 	require.Equal(t, 0, r.code, r)

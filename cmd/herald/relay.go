@@ -216,10 +216,24 @@ func (n natsFlags) config(inv *invocation) (*heraldnats.Config, error) {
 			Duplicates:         2 * time.Minute,
 			AllowAtomicPublish: *n.atomicBatches,
 		}
+		nc.NoStreamHint = func(subject string) string {
+			return fmt.Sprintf("add %s to --nats-stream-subjects of stream %s, which captures %s",
+				subject, *n.stream, strings.Join(subjects, ","))
+		}
 	case *n.subjects != "":
 		return nil, usagef("%s is only used with --nats-create-stream", label("nats-stream-subjects"))
+	default:
+		nc.NoStreamHint = noStreamHint
 	}
 	return nc, nil
+}
+
+// noStreamHint is the fix the NATS publisher's warning names when no
+// JetStream stream captures a subject and the command creates none: the
+// flags that make one. The subject is named exactly: a wildcard would need
+// quoting from the shell.
+func noStreamHint(subject string) string {
+	return fmt.Sprintf("pass --nats-create-stream NAME --nats-stream-subjects %s, or create a stream whose subjects include it", subject)
 }
 
 // topicList splits a comma-separated list of topics, refusing empty ones

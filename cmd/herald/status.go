@@ -19,14 +19,24 @@ import (
 
 func setupMigrate(f *flagSet) func(context.Context, *invocation) error {
 	d := addDBFlags(f)
-	printSQL := f.LocalBool("print-sql", "print the SQL that migrating runs, for goose, Flyway or Atlas, instead of running it (no connection)")
+	printSQL := f.LocalBool("print-sql", "print the SQL that migrating runs, for goose, Flyway or Atlas, instead of running it (no connection; without --db, PostgreSQL's)")
 	from := f.LocalInt("from", 0, "with --print-sql, the schema `version` the table is at (0: no table yet)")
 	part := addPartitionFlags(f)
 	return func(ctx context.Context, inv *invocation) error {
 		if _, err := d.logger(inv); err != nil {
 			return err
 		}
-		db, err := d.parseDB(inv)
+		var (
+			db  *database
+			err error
+		)
+		if *printSQL && strings.TrimSpace(*d.db) == "" {
+			// Printing connects to nothing: without --db, the script is
+			// PostgreSQL's, the default database.
+			db, err = d.parsePostgresNames(inv)
+		} else {
+			db, err = d.parseDB(inv)
+		}
 		if err != nil {
 			return err
 		}
@@ -80,7 +90,11 @@ func setupMigrate(f *flagSet) func(context.Context, *invocation) error {
 		if err != nil {
 			return err
 		}
-		fmt.Fprintln(inv.stdout, migrated(driver.Table(), before, latest))
+		made := p
+		if *part.existing {
+			made = nil // converted after it was made plain; said above
+		}
+		fmt.Fprintln(inv.stdout, migrated(driver.Table(), before, latest, made))
 		return nil
 	}
 }
@@ -325,11 +339,15 @@ func schemaOf(d *dbFlags) string {
 	return *d.schema
 }
 
-// migrated says what herald migrate did. Another process migrating at the
-// same moment may have done it instead: the versions are read before and
-// after, not inside the migration's lock.
-func migrated(table string, before, latest int) string {
+// migrated says what herald migrate did; partition is how a table it
+// created is partitioned, nil for a plain one. Another process migrating
+// at the same moment may have done it instead: the versions are read
+// before and after, not inside the migration's lock.
+func migrated(table string, before, latest int, partition *heraldpg.Partitioning) string {
 	switch {
+	case before == 0 && partition != nil:
+		return fmt.Sprintf("migrate: created partitioned outbox table %s at schema version %d (by created_at, %s a partition, %d created ahead)",
+			table, latest, fmtDuration(partition.Interval), partition.Ahead)
 	case before == 0:
 		return fmt.Sprintf("migrate: created outbox table %s at schema version %d", table, latest)
 	case before < latest:

@@ -256,6 +256,7 @@ func (p *Publisher) sendStep(ctx context.Context, batch []herald.Envelope, s ste
 			for _, i := range g.idx {
 				errs[i] = nil
 			}
+			p.streamFound(g.subject)
 		case connectionLost(err):
 			for _, i := range g.idx {
 				done[i] = false

@@ -66,6 +66,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -134,6 +135,11 @@ type Config struct {
 	// server's max_batch_size (jetstream limits) when that is lower than
 	// the default. Defaults to DefaultAtomicBatchSize.
 	AtomicBatchSize int
+	// NoStreamHint says how to make a stream capture subject, in the
+	// warning logged when no stream does: a program that creates streams
+	// from its own flags names them here. Defaults to naming
+	// Config.CreateStream and the nats CLI.
+	NoStreamHint func(subject string) string
 }
 
 const (
@@ -143,10 +149,8 @@ const (
 	stallPoll = 50 * time.Millisecond
 	// streamSetupTimeout bounds CreateStream in New, which has no context.
 	streamSetupTimeout = 10 * time.Second
-	// noStreamLogEvery limits the missing-stream warning per subject: one
-	// misconfigured subject must be visible without flooding the log.
-	noStreamLogEvery = time.Minute
-	// noStreamLogMax caps the subjects remembered for that limit.
+	// noStreamLogMax caps the subjects remembered as having no stream;
+	// past it they are forgotten, and each is warned of once more.
 	noStreamLogMax = 1024
 )
 
@@ -168,8 +172,15 @@ type Publisher struct {
 	atomicOffMu sync.Mutex
 	atomicOffAt map[string]time.Time // subjects whose stream refused atomic batches
 
-	noStreamMu     sync.Mutex
-	noStreamLogged map[string]time.Time
+	// The missing-stream warning is logged once per subject, at Warn with
+	// the fix, and at Debug while the subject stays without a stream:
+	// each retry of its events would repeat it otherwise. A message
+	// stored on the subject forgets it, so a stream deleted later is
+	// warned of again.
+	noStreamHint func(subject string) string
+	noStreamMu   sync.Mutex
+	noStream     map[string]struct{} // subjects warned of, not stored to since
+	noStreamN    atomic.Int32        // len(noStream), read without the lock on every PubAck
 }
 
 var _ herald.Publisher = (*Publisher)(nil)
@@ -199,6 +210,9 @@ func New(nc *nats.Conn, cfg *Config) (*Publisher, error) {
 	}
 	if c.AtomicBatchSize == 0 {
 		c.AtomicBatchSize = DefaultAtomicBatchSize
+	}
+	if c.NoStreamHint == nil {
+		c.NoStreamHint = defaultNoStreamHint
 	}
 	switch {
 	case c.AtomicBatchSize < 0:
@@ -249,19 +263,20 @@ func New(nc *nats.Conn, cfg *Config) (*Publisher, error) {
 		}
 	}
 	return &Publisher{
-		nc:             nc,
-		js:             js,
-		prefix:         prefix,
-		ackTimeout:     c.AckTimeout,
-		maxBytes:       c.MaxMessageBytes,
-		pending:        pending,
-		pubOpts:        []jetstream.PublishOpt{jetstream.WithStallWait(stallPoll)},
-		ce:             c.CloudEvents,
-		log:            c.Logger.With("component", "herald.nats"),
-		noStreamLogged: map[string]time.Time{},
-		atomic:         c.AtomicBatches,
-		atomicSize:     c.AtomicBatchSize,
-		atomicOffAt:    map[string]time.Time{},
+		nc:           nc,
+		js:           js,
+		prefix:       prefix,
+		ackTimeout:   c.AckTimeout,
+		maxBytes:     c.MaxMessageBytes,
+		pending:      pending,
+		pubOpts:      []jetstream.PublishOpt{jetstream.WithStallWait(stallPoll)},
+		ce:           c.CloudEvents,
+		log:          c.Logger.With("component", "herald.nats"),
+		noStreamHint: c.NoStreamHint,
+		noStream:     map[string]struct{}{},
+		atomic:       c.AtomicBatches,
+		atomicSize:   c.AtomicBatchSize,
+		atomicOffAt:  map[string]time.Time{},
 	}, nil
 }
 
@@ -404,6 +419,7 @@ func (p *Publisher) sendRound(ctx context.Context, batch []herald.Envelope, roun
 			errs[s.i] = p.classify(s.f.Msg().Subject, err)
 		} else {
 			errs[s.i] = nil
+			p.streamFound(s.f.Msg().Subject)
 		}
 	}
 	return duplicates, nil
@@ -516,23 +532,48 @@ func busy(e *jetstream.APIError) bool {
 	return e.Code == 429 || e.ErrorCode == errCodeClusterNotAvailable || e.ErrorCode == errCodeInsufficientResources
 }
 
+// warnNoStream logs that no stream captures subj, with the fix: at Warn
+// the first time, at Debug until a message to subj is stored.
 func (p *Publisher) warnNoStream(subj string) {
-	now := time.Now()
 	p.noStreamMu.Lock()
-	if last, ok := p.noStreamLogged[subj]; ok && now.Sub(last) < noStreamLogEvery {
-		p.noStreamMu.Unlock()
+	_, warned := p.noStream[subj]
+	if !warned {
+		if len(p.noStream) >= noStreamLogMax {
+			clear(p.noStream)
+		}
+		p.noStream[subj] = struct{}{}
+		p.noStreamN.Store(int32(len(p.noStream)))
+	}
+	p.noStreamMu.Unlock()
+	if warned {
+		p.log.Debug("no JetStream stream captures subject; will retry", "subject", subj)
 		return
 	}
-	if len(p.noStreamLogged) >= noStreamLogMax {
-		for s, last := range p.noStreamLogged {
-			if now.Sub(last) >= noStreamLogEvery {
-				delete(p.noStreamLogged, s)
-			}
-		}
+	p.log.Warn("no JetStream stream captures subject; its events are retried until one does",
+		"subject", subj, "fix", p.noStreamHint(subj))
+}
+
+// streamFound forgets that subj had no stream, once a message to it was
+// stored.
+func (p *Publisher) streamFound(subj string) {
+	if p.noStreamN.Load() == 0 {
+		return
 	}
-	p.noStreamLogged[subj] = now
+	p.noStreamMu.Lock()
+	_, warned := p.noStream[subj]
+	if warned {
+		delete(p.noStream, subj)
+		p.noStreamN.Store(int32(len(p.noStream)))
+	}
 	p.noStreamMu.Unlock()
-	p.log.Warn("no JetStream stream captures subject; will retry", "subject", subj)
+	if warned {
+		p.log.Info("a JetStream stream captures subject now", "subject", subj)
+	}
+}
+
+// defaultNoStreamHint is Config.NoStreamHint's default.
+func defaultNoStreamHint(subject string) string {
+	return fmt.Sprintf("create a stream whose subjects include %s: set heraldnats.Config.CreateStream, or run nats stream add NAME --subjects %s", subject, subject)
 }
 
 // checkConnected returns why the connection cannot publish now, or nil.

@@ -246,7 +246,17 @@ func TestPublish(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 		var logs heraldtest.LogBuffer
-		p := b.publisher(t, &heraldnats.Config{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+		p := b.publisher(t, &heraldnats.Config{Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+		const warning = `level=WARN msg="no JetStream stream captures subject; its events are retried until one does"`
+		warnings := func(subject string) int {
+			n := 0
+			for line := range strings.Lines(logs.String()) {
+				if strings.Contains(line, warning) && strings.Contains(line, " subject="+subject+" ") {
+					n++
+				}
+			}
+			return n
+		}
 
 		batch := []herald.Envelope{envelope("orders.placed"), envelope("orders.placed")}
 		err := p.Publish(t.Context(), batch)
@@ -254,11 +264,37 @@ func TestPublish(t *testing.T) {
 			require.ErrorIs(t, e, jetstream.ErrNoStreamResponse)
 			require.False(t, herald.IsPermanent(e))
 		}
-		require.Equal(t, 1, strings.Count(logs.String(), "no JetStream stream captures subject; will retry"), logs.String())
-		require.Contains(t, logs.String(), "subject=orders.placed")
+		require.Equal(t, 1, warnings("orders.placed"), logs.String())
+		require.Contains(t, logs.String(), `fix="create a stream whose subjects include orders.placed: set heraldnats.Config.CreateStream, or run nats stream add NAME --subjects orders.placed"`)
 
-		b.createStream(t, "EVENTS", "orders.>")
+		// Every retry of the subject's events fails the same way: the
+		// warning is not repeated, each other subject has its own.
+		require.Error(t, p.Publish(t.Context(), batch))
+		require.Error(t, p.Publish(t.Context(), []herald.Envelope{envelope("billing.due")}))
+		require.Equal(t, 1, warnings("orders.placed"), logs.String())
+		require.Equal(t, 1, warnings("billing.due"), logs.String())
+		require.Contains(t, logs.String(), `level=DEBUG msg="no JetStream stream captures subject; will retry" component=herald.nats subject=orders.placed`)
+
+		stream := b.createStream(t, "EVENTS", "orders.>")
 		require.NoError(t, p.Publish(t.Context(), batch))
+		require.Contains(t, logs.String(), `level=INFO msg="a JetStream stream captures subject now" component=herald.nats subject=orders.placed`)
+
+		// A stream that goes away later is warned of again.
+		require.NoError(t, b.js.DeleteStream(t.Context(), stream.CachedInfo().Config.Name))
+		require.Error(t, p.Publish(t.Context(), batch))
+		require.Equal(t, 2, warnings("orders.placed"), logs.String())
+	})
+
+	t.Run("MissingStreamWarningNamesTheProgramsFix", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		var logs heraldtest.LogBuffer
+		p := b.publisher(t, &heraldnats.Config{
+			Logger:       slog.New(slog.NewTextHandler(&logs, nil)),
+			NoStreamHint: func(subject string) string { return "pass --streams " + subject },
+		})
+		require.Error(t, p.Publish(t.Context(), []herald.Envelope{envelope("orders.placed")}))
+		require.Contains(t, logs.String(), `fix="pass --streams orders.placed"`)
 	})
 
 	t.Run("InvalidSubjectIsPermanentForThatEventOnly", func(t *testing.T) {

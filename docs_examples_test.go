@@ -1,0 +1,125 @@
+package herald_test
+
+import (
+	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestDocsGoSnippetsAreExamples keeps the Go snippets of the docs compiled:
+// a ```go block after <!-- example: NAME --> must be, line for line, code of
+// the example function NAME in the root package's tests, which go vet
+// compiles and go test runs when it has an Output comment. The blocks of one
+// name appear in the function in the order of the docs; the lines between
+// them are the function's own (what a snippet leaves to the reader).
+// Indentation, runs of blanks and blank lines do not count.
+func TestDocsGoSnippetsAreExamples(t *testing.T) {
+	t.Parallel()
+	blocks, err := markedBlocks(runnableFiles(t))
+	require.NoError(t, err)
+	bodies := exampleBodies(t)
+	seen := map[string]int{} // name -> the line of its body where the next block may start
+	checked := 0
+	for _, b := range blocks {
+		if b.kind != "example" {
+			continue
+		}
+		require.Equalf(t, "go", b.lang, "%s:%d: an example block is a ```go block", b.file, b.line)
+		checked++
+		body, ok := bodies[b.name]
+		if !ok {
+			t.Errorf("%s:%d: <!-- example: %s --> names no example function of the root package's tests", b.file, b.line, b.name)
+			continue
+		}
+		from := seen[b.name]
+		at, problem := findLines(body[from:], normalizedLines(b.text))
+		if problem != "" {
+			t.Errorf("%s:%d: the block is not the code of %s (after its line %d): %s", b.file, b.line, b.name, from+1, problem)
+			continue
+		}
+		seen[b.name] = from + at
+	}
+	require.GreaterOrEqual(t, checked, 3, "too few marked Go blocks: README.md's quick starts are marked <!-- example: ... -->")
+}
+
+// exampleBodies returns the normalized lines of the body of every Example
+// function in the root package's test files.
+func exampleBodies(t *testing.T) map[string][]string {
+	t.Helper()
+	files, err := filepath.Glob("*_test.go")
+	require.NoError(t, err)
+	fset := token.NewFileSet()
+	bodies := map[string][]string{}
+	for _, name := range files {
+		src, err := os.ReadFile(name)
+		require.NoError(t, err)
+		f, err := parser.ParseFile(fset, name, src, parser.ParseComments|parser.SkipObjectResolution)
+		require.NoError(t, err)
+		for _, d := range f.Decls {
+			fn, ok := d.(*ast.FuncDecl)
+			if !ok || fn.Body == nil || !strings.HasPrefix(fn.Name.Name, "Example") {
+				continue
+			}
+			lbrace := fset.Position(fn.Body.Lbrace).Offset
+			rbrace := fset.Position(fn.Body.Rbrace).Offset
+			bodies[fn.Name.Name] = normalizedLines(string(src[lbrace+1 : rbrace]))
+		}
+	}
+	return bodies
+}
+
+// nolintRE is a linter directive, which an example may need where a
+// snippet leaves an error unchecked (defer relay.Stop(ctx)): it is not
+// part of the code the docs show.
+var nolintRE = regexp.MustCompile(`//nolint:\S+`)
+
+// normalizedLines returns text's non-blank lines with their blanks trimmed
+// and every inner run of blanks made one space (gofmt aligns comments and
+// indents with tabs, the docs may not), without //nolint directives.
+func normalizedLines(text string) []string {
+	var out []string
+	for _, l := range strings.Split(text, "\n") {
+		l = nolintRE.ReplaceAllString(l, "")
+		if l = strings.Join(strings.Fields(l), " "); l != "" {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// findLines returns where want starts in body as a run of lines, or what
+// differs at the best partial match.
+func findLines(body, want []string) (int, string) {
+	if len(want) == 0 {
+		return 0, "the block is empty"
+	}
+	best, bestLen := -1, -1
+	for i := range body {
+		n := 0
+		for n < len(want) && i+n < len(body) && body[i+n] == want[n] {
+			n++
+		}
+		if n == len(want) {
+			return i + len(want), ""
+		}
+		if n > bestLen {
+			best, bestLen = i, n
+		}
+	}
+	if bestLen <= 0 {
+		return 0, fmt.Sprintf("its first line %q is not in the function", want[0])
+	}
+	got := "the end of the function"
+	if best+bestLen < len(body) {
+		got = fmt.Sprintf("%q", body[best+bestLen])
+	}
+	return 0, fmt.Sprintf("its line %q differs from the function's %s", want[bestLen], got)
+}
