@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"strconv"
@@ -38,20 +39,28 @@ func runChildIfAsked() {
 	os.Exit(run(context.Background(), args, os.Stdout, os.Stderr))
 }
 
-// child is a herald command run as a process of its own.
+// child is a herald command run as a process of its own: out is its
+// stdout and stderr as they came, stdout and stderr each alone.
 type child struct {
-	cmd *exec.Cmd
-	out *heraldtest.LogBuffer
+	cmd                 *exec.Cmd
+	out, stdout, stderr *heraldtest.LogBuffer
 }
 
 func startChild(t *testing.T, args ...string) *child {
 	t.Helper()
-	c := &child{out: &heraldtest.LogBuffer{}}
+	return startChildEnv(t, os.Environ(), args...)
+}
+
+// startChildEnv runs herald with args in a process whose environment is
+// env.
+func startChildEnv(t *testing.T, env []string, args ...string) *child {
+	t.Helper()
+	c := &child{out: &heraldtest.LogBuffer{}, stdout: &heraldtest.LogBuffer{}, stderr: &heraldtest.LogBuffer{}}
 	c.cmd = exec.Command(os.Args[0], "-test.run=^$")
 	raw, err := json.Marshal(args)
 	require.NoError(t, err)
-	c.cmd.Env = append(os.Environ(), childArgsEnv+"="+string(raw))
-	c.cmd.Stdout, c.cmd.Stderr = c.out, c.out
+	c.cmd.Env = append(env, childArgsEnv+"="+string(raw))
+	c.cmd.Stdout, c.cmd.Stderr = io.MultiWriter(c.out, c.stdout), io.MultiWriter(c.out, c.stderr)
 	require.NoError(t, c.cmd.Start())
 	t.Cleanup(func() {
 		if c.cmd.ProcessState == nil {

@@ -12,10 +12,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"strings"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -28,56 +26,25 @@ import (
 	"github.com/herald-outbox/herald/publish/heraldkafka"
 )
 
-// logChild is a herald command run as a process of its own, so that what
-// the libraries print to the process's stderr is seen, and their
-// process-wide loggers are set as the daemon sets them (run).
-type logChild struct {
-	cmd            *exec.Cmd
-	stdout, stderr *heraldtest.LogBuffer
-}
-
-// startLogChild runs herald with args and, besides this process's
-// environment without Herald's, AWS's and Pub/Sub's variables, env.
-func startLogChild(t *testing.T, env map[string]string, args ...string) *logChild {
+// startLogChild runs herald as a process of its own, so that what the
+// libraries print to the process's stderr is seen, and their process-wide
+// loggers are set as the daemon sets them (run). Its environment is this
+// process's without Herald's, AWS's and Pub/Sub's variables, and env.
+func startLogChild(t *testing.T, env map[string]string, args ...string) *child {
 	t.Helper()
-	c := &logChild{stdout: &heraldtest.LogBuffer{}, stderr: &heraldtest.LogBuffer{}}
-	c.cmd = exec.Command(os.Args[0], "-test.run=^$")
-	raw, err := json.Marshal(args)
-	require.NoError(t, err)
+	var environ []string
 	for _, kv := range os.Environ() {
 		name, _, _ := strings.Cut(kv, "=")
 		if (strings.HasPrefix(name, "HERALD_") && !strings.HasPrefix(name, "HERALD_TEST_")) ||
 			strings.HasPrefix(name, "AWS_") || name == pubsubEmulatorEnv {
 			continue
 		}
-		c.cmd.Env = append(c.cmd.Env, kv)
+		environ = append(environ, kv)
 	}
 	for name, v := range env {
-		c.cmd.Env = append(c.cmd.Env, name+"="+v)
+		environ = append(environ, name+"="+v)
 	}
-	c.cmd.Env = append(c.cmd.Env, childArgsEnv+"="+string(raw))
-	c.cmd.Stdout, c.cmd.Stderr = c.stdout, c.stderr
-	require.NoError(t, c.cmd.Start())
-	t.Cleanup(func() {
-		if c.cmd.ProcessState == nil {
-			_ = c.cmd.Process.Kill()
-			_ = c.cmd.Wait()
-		}
-	})
-	return c
-}
-
-// stop sends SIGTERM and waits for the command to end.
-func (c *logChild) stop(t *testing.T) {
-	t.Helper()
-	require.NoError(t, c.cmd.Process.Signal(syscall.SIGTERM))
-	done := make(chan struct{})
-	go func() { _ = c.cmd.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(60 * time.Second):
-		t.Fatalf("the relay did not stop on SIGTERM:\n%s", c.stderr)
-	}
+	return startChildEnv(t, environ, args...)
 }
 
 // requireJSONLines checks that every line of text is a JSON object with
@@ -114,7 +81,7 @@ func libs(lines []map[string]any) []string {
 // json: every line on stderr is a JSON object, and stdout holds no more
 // than the relay's own result line ("relay stopped ...", which is the
 // command's output, not a log). It returns stderr's lines.
-func requireOnlyJSONOutput(t *testing.T, c *logChild) []map[string]any {
+func requireOnlyJSONOutput(t *testing.T, c *child) []map[string]any {
 	t.Helper()
 	lines := requireJSONLines(t, "stderr", c.stderr.String())
 	for line := range strings.SplitSeq(strings.TrimRight(c.stdout.String(), "\n"), "\n") {
