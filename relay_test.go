@@ -69,11 +69,13 @@ func (f *fakeStore) DeletePublished(context.Context, time.Duration, int) (int, e
 	return 0, nil
 }
 
-// Past its deadline, Stop gives the store a short grace to release the
-// unconfirmed rows, not the whole lease: with the database unreachable at
-// shutdown, the rows are left to the rescuer and Stop returns.
-func TestStopIsBoundedWhenTheDatabaseIsGoneAtShutdown(t *testing.T) {
-	t.Parallel()
+// stuckAtStop starts a relay that claims one event and publishes it to a
+// broker that never answers, whose acknowledgements go to complete, and
+// returns it once the publish is under way. Its Stop is then past its
+// deadline at once, with the batch still in flight.
+func stuckAtStop(t *testing.T, grace time.Duration,
+	complete func(context.Context, herald.CompleteParams) (herald.CompleteResult, error)) *herald.Relay {
+	t.Helper()
 	var once sync.Once
 	store := &fakeStore{
 		ClaimFunc: func(context.Context, herald.ClaimParams) (batch []herald.Envelope, err error) {
@@ -82,13 +84,12 @@ func TestStopIsBoundedWhenTheDatabaseIsGoneAtShutdown(t *testing.T) {
 			})
 			return batch, nil
 		},
-		CompleteFunc: func(context.Context, herald.CompleteParams) (herald.CompleteResult, error) {
-			return herald.CompleteResult{}, errors.New("connection refused")
-		},
+		CompleteFunc: complete,
 	}
 	publishing := make(chan struct{})
 	relay, err := herald.NewRelay(&herald.RelayConfig{
 		Store: store, Logger: slog.New(slog.DiscardHandler), Lease: time.Hour, PublishTimeout: time.Minute,
+		StopGrace: grace,
 		Publisher: herald.PublisherFunc(func(ctx context.Context, batch []herald.Envelope) error {
 			close(publishing)
 			<-ctx.Done() // a broker that never answers
@@ -98,7 +99,17 @@ func TestStopIsBoundedWhenTheDatabaseIsGoneAtShutdown(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, relay.Start(context.Background()))
 	<-publishing
+	return relay
+}
 
+// Past its deadline, Stop gives the store a short grace to release the
+// unconfirmed rows, not the whole lease: with the database unreachable at
+// shutdown, the rows are left to the rescuer and Stop returns.
+func TestStopIsBoundedWhenTheDatabaseIsGoneAtShutdown(t *testing.T) {
+	t.Parallel()
+	relay := stuckAtStop(t, 0, func(context.Context, herald.CompleteParams) (herald.CompleteResult, error) {
+		return herald.CompleteResult{}, errors.New("connection refused")
+	})
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
 	start := time.Now()
@@ -113,42 +124,19 @@ func TestStopIsBoundedWhenTheDatabaseIsGoneAtShutdown(t *testing.T) {
 func TestStopGraceIsTheDatabasesTimeAfterTheDeadline(t *testing.T) {
 	t.Parallel()
 	var (
-		once    sync.Once
 		mu      sync.Mutex
 		stopped time.Time // when Stop was called; zero before
 		written atomic.Bool
 	)
-	store := &fakeStore{
-		ClaimFunc: func(context.Context, herald.ClaimParams) (batch []herald.Envelope, err error) {
-			once.Do(func() {
-				batch = []herald.Envelope{{Message: herald.Message{ID: herald.NewID(), Topic: "t"}, Attempt: 1}}
-			})
-			return batch, nil
-		},
-		CompleteFunc: func(_ context.Context, p herald.CompleteParams) (herald.CompleteResult, error) {
-			mu.Lock()
-			defer mu.Unlock()
-			if stopped.IsZero() || time.Since(stopped) < 3*time.Second {
-				return herald.CompleteResult{}, errors.New("connection refused")
-			}
-			written.Store(true)
-			return herald.CompleteResult{Failed: failedIDs(p)}, nil
-		},
-	}
-	publishing := make(chan struct{})
-	relay, err := herald.NewRelay(&herald.RelayConfig{
-		Store: store, Logger: slog.New(slog.DiscardHandler), Lease: time.Hour, PublishTimeout: time.Minute,
-		StopGrace: time.Minute,
-		Publisher: herald.PublisherFunc(func(ctx context.Context, batch []herald.Envelope) error {
-			close(publishing)
-			<-ctx.Done()
-			return ctx.Err()
-		}),
+	relay := stuckAtStop(t, time.Minute, func(_ context.Context, p herald.CompleteParams) (herald.CompleteResult, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if stopped.IsZero() || time.Since(stopped) < 3*time.Second {
+			return herald.CompleteResult{}, errors.New("connection refused")
+		}
+		written.Store(true)
+		return herald.CompleteResult{Failed: failedIDs(p)}, nil
 	})
-	require.NoError(t, err)
-	require.NoError(t, relay.Start(context.Background()))
-	<-publishing
-
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
 	mu.Lock()
@@ -157,7 +145,7 @@ func TestStopGraceIsTheDatabasesTimeAfterTheDeadline(t *testing.T) {
 	require.NoError(t, relay.Stop(ctx))
 	require.True(t, written.Load(), "the batch's outcome was written within the grace, past the default 2s")
 
-	_, err = herald.NewRelay(&herald.RelayConfig{Store: store, Publisher: herald.PublisherFunc(nil), StopGrace: -time.Second})
+	_, err := herald.NewRelay(&herald.RelayConfig{Store: &fakeStore{}, Publisher: herald.PublisherFunc(nil), StopGrace: -time.Second})
 	require.ErrorContains(t, err, "RelayConfig.StopGrace must be positive")
 }
 
