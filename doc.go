@@ -35,7 +35,10 @@
 //     publish/heraldpubsub (Google Cloud Pub/Sub), publish/heraldwebhook
 //     (signed HTTP webhooks) and publish/heraldroute (a destination per
 //     topic, each with its own limits and circuit breaker); heraldce: the
-//     CloudEvents 1.0 mapping every publisher can send;
+//     CloudEvents 1.0 mapping every publisher can send; heraldspec: a
+//     destination's URL turned into its publisher, each publisher package
+//     parsing its own URL form (what the daemon opens its destinations
+//     with);
 //   - heraldadmin: what operators see of an outbox (counts, dead events,
 //     parked keys; requeue and discard), implemented by every driver;
 //   - heraldprom: Prometheus metrics; heraldotel: trace context through

@@ -21,6 +21,8 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
+
+	"github.com/herald-outbox/herald/publish/heraldredis"
 )
 
 // authPKI is a throwaway certificate authority of a test, and the files of
@@ -225,20 +227,21 @@ func TestRedisAndAMQPDestinationsConfigureTheirClients(t *testing.T) {
 
 	t.Run("Redis", func(t *testing.T) {
 		t.Parallel()
-		u, err := url.Parse("rediss://herald@127.0.0.1:6390/2?client_name=relay&dial_timeout=3s&maxlen=50&" + pki.query(true))
+		ep, err := parseEndpoint(inv, "--destination cache", "cache",
+			"rediss://herald@127.0.0.1:6390/2?client_name=relay&dial_timeout=3s&maxlen=50&"+pki.query(true))
 		require.NoError(t, err)
-		d, err := redisDestination(inv, "--destination cache", endpoint{name: "cache", kind: "redis"}, u)
-		require.NoError(t, err)
-		require.Equal(t, "herald", d.opts.Username)
-		require.Equal(t, password, d.opts.Password)
-		require.Equal(t, 2, d.opts.DB)
-		require.Equal(t, "relay", d.opts.ClientName)
-		require.Equal(t, 3*time.Second, d.opts.DialTimeout)
-		require.EqualValues(t, 50, d.maxLen)
-		require.Equal(t, "127.0.0.1", d.opts.TLSConfig.ServerName)
-		require.False(t, d.opts.TLSConfig.InsecureSkipVerify)
-		require.Len(t, d.opts.TLSConfig.Certificates, 1)
-		require.True(t, d.opts.TLSConfig.RootCAs.Equal(pki.pool), "the CA of ca_file only")
+		d, ok := ep.spec.Target().(*heraldredis.URLConfig)
+		require.True(t, ok, "a redis destination parses into a *heraldredis.URLConfig, not %T", ep.spec.Target())
+		require.Equal(t, "herald", d.Options.Username)
+		require.Equal(t, password, d.Options.Password)
+		require.Equal(t, 2, d.Options.DB)
+		require.Equal(t, "relay", d.Options.ClientName)
+		require.Equal(t, 3*time.Second, d.Options.DialTimeout)
+		require.EqualValues(t, 50, d.Config.MaxLen)
+		require.Equal(t, "127.0.0.1", d.Options.TLSConfig.ServerName)
+		require.False(t, d.Options.TLSConfig.InsecureSkipVerify)
+		require.Len(t, d.Options.TLSConfig.Certificates, 1)
+		require.True(t, d.Options.TLSConfig.RootCAs.Equal(pki.pool), "the CA of ca_file only")
 	})
 
 	t.Run("AMQP", func(t *testing.T) {

@@ -35,6 +35,7 @@ import (
 
 	"github.com/herald-outbox/herald"
 	"github.com/herald-outbox/herald/heraldce"
+	"github.com/herald-outbox/herald/heraldspec"
 	"github.com/herald-outbox/herald/publish/heraldaws"
 	"github.com/herald-outbox/herald/publish/heraldmqtt"
 	"github.com/herald-outbox/herald/publish/heraldnats"
@@ -55,6 +56,8 @@ type endpoint struct {
 	// publisher: given by --publisher, whose secrets are HERALD_<KIND>_*
 	// (destination_secrets.go).
 	publisher bool
+	// spec is the destination as the library parsed it (destination_spec.go).
+	spec *heraldspec.Parsed
 }
 
 // schemes maps a URL scheme to the publisher it selects.
@@ -80,6 +83,9 @@ func parseEndpoint(inv *invocation, label, name, raw string) (endpoint, error) {
 	ep := endpoint{name: name, raw: strings.TrimSpace(raw), publisher: label == inv.flags.label("publisher")}
 	if ep.raw == "" {
 		return ep, usagef("%s: no URL", label)
+	}
+	if kind, ok := specKind(ep.raw); ok {
+		return parseSpec(inv, label, ep, kind)
 	}
 	var shown []string
 	for _, one := range strings.Split(ep.raw, ",") {
@@ -139,12 +145,6 @@ func parseEndpoint(inv *invocation, label, name, raw string) (endpoint, error) {
 		}
 		// Options, TLS files and passwords are checked here, before the
 		// relay waits for its database.
-		if e := ep; kind == "redis" {
-			e.kind = kind
-			if _, err := redisDestination(inv, label, e, u); err != nil {
-				return ep, err
-			}
-		}
 		if e := ep; kind == "amqp" {
 			e.kind = kind
 			if _, err := amqpDestination(inv, label, e, u); err != nil {
@@ -542,13 +542,14 @@ func openEndpoint(ctx context.Context, inv *invocation, log *slog.Logger, owner 
 		}
 		return &unreachableError{fmt.Sprintf("cannot reach destination %s at %s: %s", ep.name, ep.display, msg)}
 	}
+	if ep.spec != nil {
+		return openSpec(ctx, inv, log, owner, ep, natsCfg)
+	}
 	switch ep.kind {
 	case "nats":
 		return openNATS(inv, log, owner, ep, natsCfg, unreachable)
 	case "kafka":
 		return openKafka(ctx, inv, log, ep, unreachable)
-	case "redis":
-		return openRedis(ctx, inv, log, ep, unreachable)
 	case "amqp":
 		return openAMQP(ctx, inv, log, owner, ep, unreachable)
 	case "sqs", "sns":

@@ -1,0 +1,30 @@
+// Package heraldspec turns specs into Herald's parts: a destination's URL
+// into a Publisher, ready to hand to herald.NewRelay or to a router.
+//
+// Each publisher package owns its URL form (one grammar per package, one
+// parse) and registers it here when it is imported, the way database/sql
+// drivers do: import heraldnats and nats:// destinations open.
+//
+//	import (
+//		"github.com/herald-outbox/herald/heraldspec"
+//		_ "github.com/herald-outbox/herald/publish/heraldnats"
+//	)
+//
+//	pub, closePub, err := heraldspec.Open(ctx, heraldspec.Destination{
+//		Name: "orders",
+//		URL:  "nats://relay@nats.internal:4222",
+//		// The password comes from HERALD_ORDERS_PASSWORD, or from the
+//		// file HERALD_ORDERS_PASSWORD_FILE names.
+//		Secrets: heraldspec.EnvSecrets("HERALD_ORDERS_", nil),
+//	})
+//
+// Secrets stay out of URLs when the caller wants: a destination's password,
+// token or signing secret is asked of its Secrets, which may read the
+// environment, files or a secret manager. Errors name the URL part or the
+// option that is wrong, never a secret.
+//
+// Parse checks a destination without connecting (reading only the files
+// its options name); Parsed.Open connects. An *OpenError says whether the
+// broker could not be reached (try again later) or refused the
+// configuration (it will refuse again).
+package heraldspec
