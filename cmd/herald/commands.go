@@ -33,6 +33,9 @@ var commands = []*command{
 	{name: "keys blocked", args: "[--limit N] [--json]", summary: "keys parked behind a dead event: topic, key, dead event, waiting count, since", setup: setupKeysBlocked},
 	{name: "pause", args: "(--topic T | --destination D) [--reason TEXT] [--relay-admin URL] [--force]", summary: "stop every relay claiming a topic's events, or those of every topic routed to a destination", setup: setupPause},
 	{name: "resume", args: "(--topic T | --destination D)", summary: "end a pause: the events are claimed again, in order", setup: setupResume},
+	{name: "config check", args: "--config FILE [flags]", summary: "check a configuration file (with the variables and flags given) as herald relay would, without connecting", setup: setupConfigCheck},
+	{name: "config show", args: "[--config FILE] [flags]", summary: "print the configuration herald relay would run with, each value's source beside it, secrets masked", setup: setupConfigShow},
+	{name: "config reference", summary: "print every key of the configuration file (Markdown)", setup: setupConfigReference},
 	{name: "source poll", args: "[--cdc-slot S] [--wait D | --requeue-since T]", summary: "switch a table relayed by --source cdc back to polling: new events are polled, then wait until the change stream settled every streamed one", setup: setupSourcePoll},
 }
 
@@ -142,6 +145,13 @@ func help(args []string, stdout, stderr io.Writer) int {
 		return help([]string{"keys", "blocked"}, stdout, stderr)
 	case "source":
 		return help([]string{"source", "poll"}, stdout, stderr)
+	case "config":
+		for _, c := range commands {
+			if strings.HasPrefix(c.name, "config ") {
+				fmt.Fprintf(stdout, "  herald %-40s %s\n", strings.TrimSpace(c.name+" "+c.args), c.summary)
+			}
+		}
+		return exitOK
 	case "dead":
 		for i, c := range commands {
 			if strings.HasPrefix(c.name, "dead ") {

@@ -23,6 +23,13 @@ type flagSet struct {
 	// bad is the error of the last value that failed to parse, worded for
 	// the user; flag's own wording names neither the variable nor the rule.
 	bad error
+	// getenv is the environment the command runs with once parse read
+	// --config: the process's, with the file's settings beneath it.
+	getenv func(string) (string, bool)
+	// config is the file --config named; nil without one.
+	config *configFile
+	// process is the process's own environment, without the file.
+	process func(string) (string, bool)
 }
 
 func newFlagSet(name string) *flagSet {
@@ -230,6 +237,15 @@ func (f *flagSet) parse(args []string, getenv func(string) (string, bool)) ([]st
 		args = args[1:]
 	}
 	f.fs.Visit(func(fl *flag.Flag) { f.source[fl.Name] = "--" + fl.Name })
+	process := getenv
+	f.process = process
+	if err := f.readConfig(process); err != nil {
+		return nil, err
+	}
+	if f.config != nil {
+		getenv = f.config.getenv(process)
+	}
+	f.getenv = getenv
 	// In name order, so that the first bad variable reported is always the same.
 	for _, name := range slices.Sorted(maps.Keys(f.envOf)) {
 		env := f.envOf[name]
@@ -244,16 +260,54 @@ func (f *flagSet) parse(args []string, getenv func(string) (string, bool)) ([]st
 			continue
 		}
 		f.source[name] = env
+		if f.config != nil {
+			if label, fromFile := f.config.origin(process, env); fromFile {
+				f.source[name] = label
+			}
+		}
 		f.bad = nil
 		if err := f.fs.Set(name, v); err != nil {
 			if name == "db" || name == "publisher" {
 				// Never repeat a value that may hold a password.
-				return nil, usagef("%s: invalid value: %v", env, err)
+				return nil, usagef("%s: invalid value: %v", f.source[name], err)
 			}
-			return nil, usagef("%s: invalid value %q: %v", env, v, err)
+			return nil, usagef("%s: invalid value %q: %v", f.source[name], v, err)
 		}
 	}
 	return positional, nil
+}
+
+// readConfig reads the file --config (or HERALD_CONFIG) names, for a
+// command that takes one.
+func (f *flagSet) readConfig(getenv func(string) (string, bool)) error {
+	fl := f.fs.Lookup("config")
+	if fl == nil {
+		return nil
+	}
+	path := fl.Value.String()
+	if _, given := f.source["config"]; !given {
+		v, ok, err := lookupEnv(getenv, envName("config"))
+		if err != nil {
+			return err
+		}
+		if !ok || v == "" {
+			return nil
+		}
+		path = v
+		f.source["config"] = envName("config")
+		if err := fl.Value.Set(v); err != nil {
+			return err
+		}
+	}
+	if path == "" {
+		return nil
+	}
+	c, err := loadConfig(path, getenv)
+	if err != nil {
+		return err
+	}
+	f.config = c
+	return nil
 }
 
 // parseError rewords the flag package's errors as one line naming the flag.

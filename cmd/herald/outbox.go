@@ -40,7 +40,7 @@ func (f closerFunc) Close() { f() }
 
 // dbFlags are the flags of every command that opens the outbox table.
 type dbFlags struct {
-	db, schema, table, logFormat, logLevel *string
+	db, schema, table, logFormat, logLevel, config *string
 }
 
 func addDBFlags(f *flagSet) *dbFlags {
@@ -50,6 +50,8 @@ func addDBFlags(f *flagSet) *dbFlags {
 		table:     f.String("table", "herald_outbox", "`name` of the outbox table"),
 		logFormat: f.String("log-format", "text", "log format on stderr: `text|json`"),
 		logLevel:  f.String("log-level", "info", "log level: `debug|info|warn|error`"),
+		config: f.String("config", "", "a configuration `FILE` (YAML): databases, destinations, routes and settings; "+
+			"flags and HERALD_* variables override it (herald config reference lists its keys)"),
 	}
 }
 

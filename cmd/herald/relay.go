@@ -339,6 +339,9 @@ func setupRelay(f *flagSet) func(context.Context, *invocation) error {
 			// its own at a routed destination.
 			plan.slots = relayCfg.MaxInFlight * len(srcs)
 		}
+		if inv.checkOnly {
+			return nil
+		}
 		return runRelay(ctx, fl, plan, natsCfg, relayCfg.PublishTimeout, *r.shutdownTimeout, adminAddr)
 	}
 }

@@ -62,6 +62,9 @@ type invocation struct {
 	args   []string // positional arguments
 	flags  *flagSet
 	abort  <-chan struct{} // closed by a second signal
+	// checkOnly makes the relay's command stop once every input is
+	// checked, before anything connects (herald config check).
+	checkOnly bool
 }
 
 func runWith(ctx context.Context, sys system, args []string, stdout, stderr io.Writer) int {
@@ -101,6 +104,15 @@ func runWith(ctx context.Context, sys system, args []string, stdout, stderr io.W
 			return help([]string{"keys"}, stdout, stderr)
 		}
 		name, rest = "keys "+rest[0], rest[1:]
+	case "config":
+		if len(rest) == 0 {
+			fmt.Fprintln(stderr, "herald: config needs a subcommand: check, show or reference (see herald help config)")
+			return exitUsage
+		}
+		if rest[0] == "-h" || rest[0] == "--help" || rest[0] == "-help" {
+			return help([]string{"config"}, stdout, stderr)
+		}
+		name, rest = "config "+rest[0], rest[1:]
 	case "source":
 		if len(rest) == 0 {
 			fmt.Fprintln(stderr, "herald: source needs a subcommand: poll (see herald help source)")
@@ -118,6 +130,9 @@ func runWith(ctx context.Context, sys system, args []string, stdout, stderr io.W
 				red.scrub(name[5:]), didYouMean(name[5:], "list", "show", "requeue", "discard"))
 		} else if len(name) > 5 && name[:5] == "keys " {
 			fmt.Fprintf(stderr, "herald: unknown keys subcommand %q: use blocked\n", red.scrub(name[5:]))
+		} else if rest, ok := strings.CutPrefix(name, "config "); ok {
+			fmt.Fprintf(stderr, "herald: unknown config subcommand %q (%suse check, show or reference)\n",
+				red.scrub(rest), didYouMean(rest, "check", "show", "reference"))
 		} else if rest, ok := strings.CutPrefix(name, "source "); ok {
 			fmt.Fprintf(stderr, "herald: unknown source subcommand %q: use poll\n", red.scrub(rest))
 		} else {
@@ -136,7 +151,7 @@ func runWith(ctx context.Context, sys system, args []string, stdout, stderr io.W
 	if err != nil {
 		return report(red, err)
 	}
-	inv := &invocation{stdout: stdout, stderr: red, getenv: sys.getenv, args: positional, flags: f, abort: abort}
+	inv := &invocation{stdout: stdout, stderr: red, getenv: f.getenv, args: positional, flags: f, abort: abort}
 
 	done := make(chan error, 1)
 	go func() { done <- runner(ctx, inv) }()
