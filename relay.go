@@ -55,6 +55,8 @@ type Relay struct {
 
 	hb heartbeat // what the relay's heartbeats say of it
 
+	hooks hooks // RelayConfig.Observer's, found once
+
 	unordered map[string]bool // RelayConfig.UnorderedTopics
 	skipDead  map[string]bool // RelayConfig.SkipDeadTopics
 }
@@ -107,6 +109,7 @@ func NewRelay(cfg *RelayConfig) (*Relay, error) {
 		unordered:  setOf(c.UnorderedTopics),
 		skipDead:   setOf(c.SkipDeadTopics),
 		hb:         heartbeat{store: heartbeatsOf(c)},
+		hooks:      hooksOf(c.Observer),
 	}, nil
 }
 

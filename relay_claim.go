@@ -205,7 +205,9 @@ func (r *Relay) claim(ctx context.Context, maxBytes int64, limit int) (claimed, 
 	r.stats.claimed.Add(int64(len(batch)))
 	r.inFlight.Add(int64(len(batch)))
 	r.noteClaim(claimedAt)
-	r.cfg.Observer.Claimed(batch)
+	if h := r.hooks.claimed; h != nil {
+		h.Claimed(batch)
+	}
 	r.log.Debug("claimed batch", "batch_size", len(batch), "claim_token", token)
 	return claimed{token: token, batch: batch, deadline: claimedAt.Add(r.cfg.Lease), bytes: bytes}, nil
 }

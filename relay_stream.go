@@ -86,7 +86,9 @@ func (r *Relay) streamBatch(ctx context.Context, b SourceBatch) batchEnd {
 	defer r.release(c)
 	if len(c.batch) > 0 {
 		r.noteClaim(r.cfg.Clock.Now())
-		r.cfg.Observer.Claimed(c.batch)
+		if h := r.hooks.claimed; h != nil {
+			h.Claimed(c.batch)
+		}
 	}
 
 	giveUp := time.Duration(0)
@@ -116,8 +118,8 @@ func (r *Relay) streamBatch(ctx context.Context, b SourceBatch) batchEnd {
 	p := CompleteParams{Published: d.Params.Published, Failed: failed}
 	changed := setOf(res.Failed)
 	r.count(p, res, changed)
-	if _, none := r.cfg.Observer.(nopObserver); !none {
-		r.cfg.Observer.Acknowledged(acknowledgement(c.batch, d.Params, changed, 0))
+	if h := r.hooks.acknowledged; h != nil {
+		h.Acknowledged(acknowledgement(c.batch, d.Params, changed, 0))
 	}
 	return batchSettled
 }
