@@ -192,6 +192,10 @@ func setDefault[T int | time.Duration](p *T, v T) {
 	}
 }
 
+// errNoStreamStore is RelayConfig.validate's reason for refusing a Source
+// on a Store that cannot take events back.
+var errNoStreamStore = errors.New("herald: RelayConfig.Source needs a Store that implements herald.StreamStore (driver/heraldpg)")
+
 func (c *RelayConfig) validate() error {
 	var errs []error
 	check := func(ok bool, field, rule string) {

@@ -2,7 +2,6 @@ package herald
 
 import (
 	"context"
-	"errors"
 	"slices"
 	"time"
 )
@@ -122,22 +121,6 @@ func (r *Relay) streamBatch(ctx context.Context, b SourceBatch) batchEnd {
 		h.Acknowledged(acknowledgement(c.batch, d.Params, changed, 0))
 	}
 	return batchSettled
-}
-
-// decideRules are the rules decide applies to every batch of this relay;
-// whole is the publisher's error when it failed the batch as a whole.
-func (r *Relay) decideRules(whole error) decideRules {
-	return decideRules{
-		Now:         r.cfg.Clock.Now(),
-		Policy:      r.cfg.Retry,
-		Aborted:     r.pubCtx.Err() != nil,
-		Outage:      whole,
-		OutageDelay: r.noteOutage,
-		Unavailable: r.cfg.OutageBackoffCap,
-		Backoff:     r.cfg.Retry.Backoff,
-		SkipDead:    r.skipDead,
-		Resumed:     r.resumedAt,
-	}
 }
 
 // sendStreamed publishes the events of the batch that are not held, and
@@ -318,7 +301,3 @@ func (r *Relay) untilStored(ctx context.Context, giveUp time.Duration, what stri
 		delay = min(delay*2, r.cfg.OutageBackoffCap)
 	}
 }
-
-// errNoStreamStore is RelayConfig.validate's reason for refusing a Source
-// on a Store that cannot take events back.
-var errNoStreamStore = errors.New("herald: RelayConfig.Source needs a Store that implements herald.StreamStore (driver/heraldpg)")
