@@ -12,8 +12,8 @@
 // made of: [RelayConfig] and [RetryPolicy]; the [Store] seam the drivers
 // implement; for those who write a Publisher, [SendInRounds],
 // [EventHeaders] and the errors that tell the relay what happened
-// ([BatchError], [Permanent], [Unavailable], [ErrHeldBack]); [Observer] for
-// metrics and tracing.
+// ([BatchError], [Permanent], [Unavailable], [ErrHeldBack]); [Observer] and
+// its hooks for metrics and tracing.
 //
 // The package imports the standard library and github.com/google/uuid
 // only: no database driver, no broker SDK (a test checks). The other

@@ -59,6 +59,17 @@ type Envelope struct {
 	Ordered bool
 }
 
+// orderKey returns the key that orders env, and false when the relay
+// keeps no order for it (an unordered topic or relay, an empty key). A
+// TopicKey, not a joined string: the publish path asks it several times
+// per event, and it allocates nothing.
+func orderKey(env *Envelope) (TopicKey, bool) {
+	if !env.Ordered || env.Key == "" {
+		return TopicKey{}, false
+	}
+	return TopicKey{env.Topic, env.Key}, true
+}
+
 // Limits on message fields. They keep rows small enough to claim in bulk
 // and keep broker header blocks within every supported broker's limits.
 const (

@@ -55,13 +55,11 @@ type Relay struct {
 
 	hb heartbeat // what the relay's heartbeats say of it
 
+	hooks hooks // RelayConfig.Observer's, found once
+
 	unordered map[string]bool // RelayConfig.UnorderedTopics
 	skipDead  map[string]bool // RelayConfig.SkipDeadTopics
 }
-
-// maxStoredPayload is the payload cap applied to claimed rows: the writer's
-// cap is the writer's business; the relay refuses only what no broker takes.
-const maxStoredPayload = 64 << 20
 
 type relayState int
 
@@ -107,6 +105,7 @@ func NewRelay(cfg *RelayConfig) (*Relay, error) {
 		unordered:  setOf(c.UnorderedTopics),
 		skipDead:   setOf(c.SkipDeadTopics),
 		hb:         heartbeat{store: heartbeatsOf(c)},
+		hooks:      hooksOf(c.Observer),
 	}, nil
 }
 
@@ -231,6 +230,31 @@ func (r *Relay) Health() Health {
 	}
 	r.outageMu.Unlock()
 	return h
+}
+
+// noteDatabase records the outcome of a claim for Health and the log: one
+// line when the database becomes unreachable and one when it is back; each
+// retry in between only at Debug.
+func (r *Relay) noteDatabase(err error) {
+	r.healthMu.Lock()
+	defer r.healthMu.Unlock()
+	switch {
+	case err != nil && !r.dbDown:
+		r.dbDown = true
+		r.dbErr = Scrub(err.Error())
+		// A claim whose answer was lost (a timeout, a dropped connection,
+		// the process paused) may have committed: its rows wait for
+		// their lease and the rescuer, which the line says.
+		r.log.Warn("database unreachable; retrying claims; the rows will be rescued when their lease expires if the failed claim took any, or released as soon as the database answers",
+			"error", r.dbErr)
+	case err != nil:
+		r.dbErr = Scrub(err.Error())
+		r.log.Debug("claim failed; retrying", "error", r.dbErr)
+	case r.dbDown:
+		r.dbDown = false
+		r.dbErr = ""
+		r.log.Info("database reachable again")
+	}
 }
 
 // InFlight returns how many claimed rows the relay holds and has not yet

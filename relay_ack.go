@@ -44,10 +44,10 @@ func (r *Relay) acknowledge(c claimed, d decision) {
 	case lost > 0:
 		r.log.Warn("lease lost before acknowledgement; rows belong to another relay now", "rows", lost, "claim_token", c.token)
 	}
-	// Describing the batch costs a map and copies: only for a real
-	// observer.
-	if _, none := r.cfg.Observer.(nopObserver); !none {
-		r.cfg.Observer.Acknowledged(acknowledgement(c.batch, p, changed, lost))
+	// Describing the batch costs a map and copies: only for an observer
+	// that listens.
+	if h := r.hooks.acknowledged; h != nil {
+		h.Acknowledged(acknowledgement(c.batch, p, changed, lost))
 	}
 }
 

@@ -205,7 +205,9 @@ func (r *Relay) claim(ctx context.Context, maxBytes int64, limit int) (claimed, 
 	r.stats.claimed.Add(int64(len(batch)))
 	r.inFlight.Add(int64(len(batch)))
 	r.noteClaim(claimedAt)
-	r.cfg.Observer.Claimed(batch)
+	if h := r.hooks.claimed; h != nil {
+		h.Claimed(batch)
+	}
 	r.log.Debug("claimed batch", "batch_size", len(batch), "claim_token", token)
 	return claimed{token: token, batch: batch, deadline: claimedAt.Add(r.cfg.Lease), bytes: bytes}, nil
 }
@@ -217,31 +219,6 @@ func envelopeBytes(env *Envelope) int64 {
 		n += len(k) + len(v)
 	}
 	return int64(n)
-}
-
-// noteDatabase records the outcome of a claim for Health and the log: one
-// line when the database becomes unreachable and one when it is back; each
-// retry in between only at Debug.
-func (r *Relay) noteDatabase(err error) {
-	r.healthMu.Lock()
-	defer r.healthMu.Unlock()
-	switch {
-	case err != nil && !r.dbDown:
-		r.dbDown = true
-		r.dbErr = Scrub(err.Error())
-		// A claim whose answer was lost (a timeout, a dropped connection,
-		// the process paused) may have committed: its rows wait for
-		// their lease and the rescuer, which the line says.
-		r.log.Warn("database unreachable; retrying claims; the rows will be rescued when their lease expires if the failed claim took any, or released as soon as the database answers",
-			"error", r.dbErr)
-	case err != nil:
-		r.dbErr = Scrub(err.Error())
-		r.log.Debug("claim failed; retrying", "error", r.dbErr)
-	case r.dbDown:
-		r.dbDown = false
-		r.dbErr = ""
-		r.log.Info("database reachable again")
-	}
 }
 
 // sleep waits d, or until a Wake; it returns false when ctx ended.

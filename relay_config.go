@@ -105,7 +105,10 @@ type RelayConfig struct {
 	// dead event parks its key until an operator requeues or discards it
 	// (herald keys blocked). Defaults to none.
 	SkipDeadTopics []string
-	// Observer receives what the relay does, for metrics (heraldprom).
+	// Observer is told what the relay does, for metrics and tracing
+	// (heraldprom): it implements one or more of the hooks ClaimedHook,
+	// AcknowledgedHook and RescuedHook, and hears those events only (see
+	// Observer). NewRelay refuses a value that implements none of them.
 	// Defaults to none.
 	Observer Observer
 	// Clock is the relay's time, for tests that move it instead of
@@ -168,9 +171,6 @@ func (c *RelayConfig) withDefaults() RelayConfig {
 	if out.MaxInFlightBytes == 0 {
 		out.MaxInFlightBytes = DefaultMaxInFlightBytes
 	}
-	if out.Observer == nil {
-		out.Observer = nopObserver{}
-	}
 	if out.Clock == nil {
 		out.Clock = systemClock{}
 	}
@@ -191,6 +191,10 @@ func setDefault[T int | time.Duration](p *T, v T) {
 		*p = v
 	}
 }
+
+// errNoStreamStore is RelayConfig.validate's reason for refusing a Source
+// on a Store that cannot take events back.
+var errNoStreamStore = errors.New("herald: RelayConfig.Source needs a Store that implements herald.StreamStore (driver/heraldpg)")
 
 func (c *RelayConfig) validate() error {
 	var errs []error
@@ -222,6 +226,9 @@ func (c *RelayConfig) validate() error {
 	}
 	if _, ok := c.Store.(StreamStore); c.Source != nil && !ok {
 		errs = append(errs, errNoStreamStore)
+	}
+	if err := validateObserver(c.Observer); err != nil {
+		errs = append(errs, err)
 	}
 	if err := c.Retry.validate(); err != nil {
 		errs = append(errs, err)

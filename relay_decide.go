@@ -6,48 +6,6 @@ import (
 	"time"
 )
 
-// Outcome is what becomes of a claimed event once its publish attempt is
-// over. The relay decides it for every event of a batch in one place
-// (decide); the store only writes it down.
-type Outcome string
-
-// The outcomes of a claimed event.
-const (
-	// OutcomePublished: the broker confirmed the event.
-	OutcomePublished Outcome = "published"
-	// OutcomeRetry: rescheduled with backoff; the attempt counts.
-	OutcomeRetry Outcome = "retry"
-	// OutcomeOutage: its destination was unreachable; retried after a
-	// pause without spending the attempt.
-	OutcomeOutage Outcome = "outage"
-	// OutcomeHeldBack: not sent, behind an earlier failed event of its
-	// key; ready again at once, attempt refunded.
-	OutcomeHeldBack Outcome = "held_back"
-	// OutcomeReleased: the relay stopped before the broker confirmed the
-	// event; ready again at once, attempt refunded.
-	OutcomeReleased Outcome = "released"
-	// OutcomeDead: made dead (permanent, out of attempts or too old).
-	OutcomeDead Outcome = "dead"
-	// OutcomeParked: made dead, and its key parked behind it until an
-	// operator requeues or discards it.
-	OutcomeParked Outcome = "parked"
-)
-
-// Dead reports whether the outcome makes the row dead.
-func (o Outcome) Dead() bool { return o == OutcomeDead || o == OutcomeParked }
-
-// Refunded reports whether the claim's attempt is given back: the event
-// was not really tried (an outage, held back, released on shutdown).
-func (o Outcome) Refunded() bool {
-	return o == OutcomeOutage || o == OutcomeHeldBack || o == OutcomeReleased
-}
-
-// KeepsLastError reports whether the row keeps its last_error: the event
-// did not fail itself (published, held back, released).
-func (o Outcome) KeepsLastError() bool {
-	return o == OutcomePublished || o == OutcomeHeldBack || o == OutcomeReleased
-}
-
 // decideRules is everything decide needs besides the batch and the
 // publisher's answer. Functions stand for the relay's state (the outage
 // pause, the jittered backoff) so that tests fix them.
@@ -72,6 +30,22 @@ type decideRules struct {
 	// Resumed returns when a pause that held a topic last ended: MaxAge
 	// counts from then for events written before it. Nil: no pauses.
 	Resumed func(topic string) time.Time
+}
+
+// decideRules are the rules decide applies to every batch of this relay;
+// whole is the publisher's error when it failed the batch as a whole.
+func (r *Relay) decideRules(whole error) decideRules {
+	return decideRules{
+		Now:         r.cfg.Clock.Now(),
+		Policy:      r.cfg.Retry,
+		Aborted:     r.pubCtx.Err() != nil,
+		Outage:      whole,
+		OutageDelay: r.noteOutage,
+		Unavailable: r.cfg.OutageBackoffCap,
+		Backoff:     r.cfg.Retry.Backoff,
+		SkipDead:    r.skipDead,
+		Resumed:     r.resumedAt,
+	}
 }
 
 // decision is the store writes for one batch and what the relay says of it.
@@ -186,15 +160,4 @@ func (r decideRules) born(env *Envelope) time.Time {
 		}
 	}
 	return env.CreatedAt
-}
-
-// orderKey returns the key that orders env, and false when the relay
-// keeps no order for it (an unordered topic or relay, an empty key). A
-// TopicKey, not a joined string: the publish path asks it several times
-// per event, and it allocates nothing.
-func orderKey(env *Envelope) (TopicKey, bool) {
-	if !env.Ordered || env.Key == "" {
-		return TopicKey{}, false
-	}
-	return TopicKey{env.Topic, env.Key}, true
 }

@@ -31,7 +31,9 @@ func (r *Relay) rescue(ctx context.Context) {
 		}
 		if n > 0 {
 			r.stats.rescued.Add(int64(n))
-			r.cfg.Observer.Rescued(n)
+			if h := r.hooks.rescued; h != nil {
+				h.Rescued(n)
+			}
 			r.log.Info("lease rescued", "rows", n)
 		}
 		if n < limit {

@@ -7,6 +7,10 @@ import (
 	"log/slog"
 )
 
+// maxStoredPayload is the payload cap applied to claimed rows: the writer's
+// cap is the writer's business; the relay refuses only what no broker takes.
+const maxStoredPayload = 64 << 20
+
 // process publishes one claimed batch, decides what becomes of each event
 // and writes it down. It calls sent once the publisher is done with the
 // batch, unless the batch is given up before.

@@ -2,7 +2,6 @@ package herald
 
 import (
 	"context"
-	"errors"
 	"slices"
 	"time"
 )
@@ -86,7 +85,9 @@ func (r *Relay) streamBatch(ctx context.Context, b SourceBatch) batchEnd {
 	defer r.release(c)
 	if len(c.batch) > 0 {
 		r.noteClaim(r.cfg.Clock.Now())
-		r.cfg.Observer.Claimed(c.batch)
+		if h := r.hooks.claimed; h != nil {
+			h.Claimed(c.batch)
+		}
 	}
 
 	giveUp := time.Duration(0)
@@ -116,26 +117,10 @@ func (r *Relay) streamBatch(ctx context.Context, b SourceBatch) batchEnd {
 	p := CompleteParams{Published: d.Params.Published, Failed: failed}
 	changed := setOf(res.Failed)
 	r.count(p, res, changed)
-	if _, none := r.cfg.Observer.(nopObserver); !none {
-		r.cfg.Observer.Acknowledged(acknowledgement(c.batch, d.Params, changed, 0))
+	if h := r.hooks.acknowledged; h != nil {
+		h.Acknowledged(acknowledgement(c.batch, d.Params, changed, 0))
 	}
 	return batchSettled
-}
-
-// decideRules are the rules decide applies to every batch of this relay;
-// whole is the publisher's error when it failed the batch as a whole.
-func (r *Relay) decideRules(whole error) decideRules {
-	return decideRules{
-		Now:         r.cfg.Clock.Now(),
-		Policy:      r.cfg.Retry,
-		Aborted:     r.pubCtx.Err() != nil,
-		Outage:      whole,
-		OutageDelay: r.noteOutage,
-		Unavailable: r.cfg.OutageBackoffCap,
-		Backoff:     r.cfg.Retry.Backoff,
-		SkipDead:    r.skipDead,
-		Resumed:     r.resumedAt,
-	}
 }
 
 // sendStreamed publishes the events of the batch that are not held, and
@@ -316,7 +301,3 @@ func (r *Relay) untilStored(ctx context.Context, giveUp time.Duration, what stri
 		delay = min(delay*2, r.cfg.OutageBackoffCap)
 	}
 }
-
-// errNoStreamStore is RelayConfig.validate's reason for refusing a Source
-// on a Store that cannot take events back.
-var errNoStreamStore = errors.New("herald: RelayConfig.Source needs a Store that implements herald.StreamStore (driver/heraldpg)")

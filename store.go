@@ -170,6 +170,48 @@ type CompleteParams struct {
 	Delete bool
 }
 
+// Outcome is what becomes of a claimed event once its publish attempt is
+// over. The relay decides it for every event of a batch in one place
+// (decide); the store only writes it down.
+type Outcome string
+
+// The outcomes of a claimed event.
+const (
+	// OutcomePublished: the broker confirmed the event.
+	OutcomePublished Outcome = "published"
+	// OutcomeRetry: rescheduled with backoff; the attempt counts.
+	OutcomeRetry Outcome = "retry"
+	// OutcomeOutage: its destination was unreachable; retried after a
+	// pause without spending the attempt.
+	OutcomeOutage Outcome = "outage"
+	// OutcomeHeldBack: not sent, behind an earlier failed event of its
+	// key; ready again at once, attempt refunded.
+	OutcomeHeldBack Outcome = "held_back"
+	// OutcomeReleased: the relay stopped before the broker confirmed the
+	// event; ready again at once, attempt refunded.
+	OutcomeReleased Outcome = "released"
+	// OutcomeDead: made dead (permanent, out of attempts or too old).
+	OutcomeDead Outcome = "dead"
+	// OutcomeParked: made dead, and its key parked behind it until an
+	// operator requeues or discards it.
+	OutcomeParked Outcome = "parked"
+)
+
+// Dead reports whether the outcome makes the row dead.
+func (o Outcome) Dead() bool { return o == OutcomeDead || o == OutcomeParked }
+
+// Refunded reports whether the claim's attempt is given back: the event
+// was not really tried (an outage, held back, released on shutdown).
+func (o Outcome) Refunded() bool {
+	return o == OutcomeOutage || o == OutcomeHeldBack || o == OutcomeReleased
+}
+
+// KeepsLastError reports whether the row keeps its last_error: the event
+// did not fail itself (published, held back, released).
+func (o Outcome) KeepsLastError() bool {
+	return o == OutcomePublished || o == OutcomeHeldBack || o == OutcomeReleased
+}
+
 // Failure is the decided outcome of one event that was not published.
 type Failure struct {
 	ID      string

@@ -184,12 +184,17 @@ func (m *Metrics) relayState() (up bool, inFlight int64) {
 	return r.Health().Running, r.InFlight()
 }
 
-var _ herald.Observer = (*Metrics)(nil)
+// Metrics implements every hook of a herald.Observer.
+var (
+	_ herald.ClaimedHook      = (*Metrics)(nil)
+	_ herald.AcknowledgedHook = (*Metrics)(nil)
+	_ herald.RescuedHook      = (*Metrics)(nil)
+)
 
-// Claimed implements herald.Observer.
+// Claimed implements herald.ClaimedHook.
 func (m *Metrics) Claimed(batch []herald.Envelope) { m.batchSize.Observe(float64(len(batch))) }
 
-// Acknowledged implements herald.Observer.
+// Acknowledged implements herald.AcknowledgedHook.
 func (m *Metrics) Acknowledged(a herald.Acknowledgement) {
 	now := time.Now()
 	for _, e := range a.Published {
@@ -220,7 +225,7 @@ func (m *Metrics) Publisher(name string, p herald.Publisher) herald.Publisher {
 	})
 }
 
-// Rescued implements herald.Observer.
+// Rescued implements herald.RescuedHook.
 func (m *Metrics) Rescued(n int) { m.rescued.Add(float64(n)) }
 
 // backlogCollector reads Admin.Backlog at most once per interval.

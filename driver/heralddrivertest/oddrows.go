@@ -227,8 +227,7 @@ type deathWatch struct {
 	errors   []string // event_id of ERROR log records
 }
 
-func (w *deathWatch) Claimed([]herald.Envelope) {}
-func (w *deathWatch) Rescued(int)               {}
+// Acknowledged implements herald.AcknowledgedHook, the only hook it needs.
 func (w *deathWatch) Acknowledged(a herald.Acknowledgement) {
 	w.mu.Lock()
 	defer w.mu.Unlock()

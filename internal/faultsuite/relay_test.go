@@ -121,8 +121,6 @@ type counter struct {
 	rescued atomic.Int64 // rows this relay took back from an expired lease
 }
 
-func (c *counter) Claimed([]herald.Envelope) {}
-
 // Acknowledged counts every failed event, held back ones included: when a
 // publisher fails a batch as a whole (its connection is lost), the relay
 // holds back the later events of a key behind the first one's failure,

@@ -23,22 +23,18 @@ func Delivered(env *herald.Envelope, dest string) (types.Message, []byte, int, e
 	if err != nil {
 		return types.Message{}, nil, 0, err
 	}
-	msg := types.Message{Body: aws.String(m.body), MessageAttributes: map[string]types.MessageAttributeValue{}}
+	msg := types.Message{Body: aws.String(m.body), MessageAttributes: attributeValues(m.attrs, sqsValue)}
 	type attr struct{ Type, Value string }
 	n := struct {
 		Type, MessageId, TopicArn, Message string
 		MessageAttributes                  map[string]attr
 	}{"Notification", "00000000-0000-0000-0000-000000000000", dest, m.body, map[string]attr{}}
 	for _, a := range m.attrs {
-		v := types.MessageAttributeValue{DataType: aws.String(a.dataType())}
+		v := a.value
 		if a.binary {
-			v.BinaryValue = []byte(a.value)
-			n.MessageAttributes[a.name] = attr{"Binary", base64.StdEncoding.EncodeToString([]byte(a.value))}
-		} else {
-			v.StringValue = aws.String(a.value)
-			n.MessageAttributes[a.name] = attr{"String", a.value}
+			v = base64.StdEncoding.EncodeToString([]byte(a.value))
 		}
-		msg.MessageAttributes[a.name] = v
+		n.MessageAttributes[a.name] = attr{a.dataType(), v}
 	}
 	notification, err := json.Marshal(n)
 	return msg, notification, len(m.attrs), err

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"strings"
 	"sync"
 
 	"github.com/herald-outbox/herald"
@@ -14,24 +15,6 @@ import (
 
 // DefaultMaxConcurrentRequests is the default MaxConcurrentRequests.
 const DefaultMaxConcurrentRequests = 8
-
-// sendFunc sends msgs, all to dest, in one batch request (SendMessageBatch
-// or PublishBatch), the entry of msgs[j] having the id strconv.Itoa(j).
-// It returns the request's error, or else AWS's answer per entry.
-type sendFunc func(ctx context.Context, dest string, msgs []*message) (answer, error)
-
-// answer is AWS's answer to a batch request: the ids of the entries it
-// accepted and those it refused.
-type answer struct {
-	accepted []string
-	refused  []refusal
-}
-
-// refusal is one entry AWS refused (a BatchResultErrorEntry).
-type refusal struct {
-	id, code, msg string
-	senderFault   bool
-}
 
 // publisher is what the SQS and SNS publishers share: everything but the
 // request itself.
@@ -43,6 +26,68 @@ type publisher struct {
 	send        sendFunc
 	ce          *heraldce.Config // nil: CloudEvents off
 	log         *slog.Logger
+}
+
+// Fixed returns a destination function (SQSConfig.QueueURL,
+// SNSConfig.TopicARN) that sends every event to dest.
+func Fixed(dest string) func(env *herald.Envelope) string {
+	return func(*herald.Envelope) string { return dest }
+}
+
+// settings are what NewSNS and NewSQS give newPublisher: the fields their
+// Configs share, and what tells the two services apart.
+type settings struct {
+	service   string // "SNS" or "SQS"
+	what      string // "topic" or "queue", for errors
+	destField string // the Config field of dest: "TopicARN" or "QueueURL"
+	destHint  string // how to fill it for one destination
+	send      sendFunc
+
+	dest        func(*herald.Envelope) string
+	maxBytes    int
+	concurrency int
+	log         *slog.Logger
+	ce          *heraldce.Config
+}
+
+// newPublisher checks and fills the settings the SQS and SNS publishers
+// share; errors name the service's Config field at fault.
+func newPublisher(s settings) (publisher, error) {
+	config := s.service + "Config"
+	if s.dest == nil {
+		return publisher{}, errors.New("heraldaws: " + config + "." + s.destField + " is required (" + s.destHint + ")")
+	}
+	if s.maxBytes == 0 {
+		s.maxBytes = DefaultMaxMessageBytes
+	}
+	if s.concurrency == 0 {
+		s.concurrency = DefaultMaxConcurrentRequests
+	}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	switch {
+	case s.maxBytes < 0:
+		return publisher{}, errors.New("heraldaws: " + config + ".MaxMessageBytes must not be negative")
+	case s.concurrency < 0:
+		return publisher{}, errors.New("heraldaws: " + config + ".MaxConcurrentRequests must not be negative")
+	}
+	ce := s.ce
+	if ce != nil {
+		if err := ce.Validate("heraldaws: " + config + ".CloudEvents"); err != nil {
+			return publisher{}, err
+		}
+		if ce.ModeOr(heraldce.Structured) != heraldce.Structured {
+			return publisher{}, fmt.Errorf("heraldaws: %s.CloudEvents.Mode %q: SQS and SNS take CloudEvents in structured mode only "+
+				"(no binding defines a binary mode for them, and their 10 message attributes cannot hold every attribute)", config, ce.Mode)
+		}
+		c := *ce
+		ce = &c
+	}
+	return publisher{
+		what: s.what, dest: s.dest, maxBytes: s.maxBytes, concurrency: s.concurrency, send: s.send, ce: ce,
+		log: s.log.With("component", "herald."+strings.ToLower(s.service)),
+	}, nil
 }
 
 // publish sends the batch in rounds of herald.SendInRounds, one event per

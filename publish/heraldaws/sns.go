@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"strconv"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sns"
@@ -65,16 +64,15 @@ func NewSNS(client SNSClient, cfg *SNSConfig) (*SNSPublisher, error) {
 	if cfg != nil {
 		c = *cfg
 	}
-	if c.TopicARN == nil {
-		return nil, errors.New("heraldaws: SNSConfig.TopicARN is required (Fixed(arn) for one topic)")
-	}
-	base, err := newPublisher("topic", c.TopicARN, c.MaxMessageBytes, c.MaxConcurrentRequests, c.Logger, c.CloudEvents, "SNSConfig")
+	s := &SNSPublisher{client: client}
+	var err error
+	s.p, err = newPublisher(settings{
+		service: "SNS", what: "topic", destField: "TopicARN", destHint: "Fixed(arn) for one topic", send: s.send,
+		dest: c.TopicARN, maxBytes: c.MaxMessageBytes, concurrency: c.MaxConcurrentRequests, log: c.Logger, ce: c.CloudEvents,
+	})
 	if err != nil {
 		return nil, err
 	}
-	s := &SNSPublisher{client: client, p: base}
-	s.p.log = s.p.log.With("component", "herald.sns")
-	s.p.send = s.send
 	return s, nil
 }
 
@@ -88,39 +86,26 @@ func (s *SNSPublisher) Publish(ctx context.Context, batch []herald.Envelope) err
 }
 
 func (s *SNSPublisher) send(ctx context.Context, topicARN string, msgs []*message) (answer, error) {
-	entries := make([]types.PublishBatchRequestEntry, len(msgs))
-	for j, m := range msgs {
-		e := types.PublishBatchRequestEntry{
-			Id:                aws.String(strconv.Itoa(j)),
-			Message:           aws.String(m.body),
-			MessageAttributes: make(map[string]types.MessageAttributeValue, len(m.attrs)),
-		}
-		for _, a := range m.attrs {
-			v := types.MessageAttributeValue{DataType: aws.String(a.dataType())}
-			if a.binary {
-				v.BinaryValue = []byte(a.value)
-			} else {
-				v.StringValue = aws.String(a.value)
-			}
-			e.MessageAttributes[a.name] = v
-		}
-		if m.group != "" {
-			e.MessageGroupId, e.MessageDeduplicationId = aws.String(m.group), aws.String(m.dedup)
-		}
-		entries[j] = e
+	in := &sns.PublishBatchInput{TopicArn: aws.String(topicARN)}
+	for _, e := range entries(msgs, snsValue) {
+		in.PublishBatchRequestEntries = append(in.PublishBatchRequestEntries, types.PublishBatchRequestEntry{
+			Id: e.id, Message: e.body, MessageAttributes: e.attrs, MessageGroupId: e.group, MessageDeduplicationId: e.dedup,
+		})
 	}
-	out, err := s.client.PublishBatch(ctx, &sns.PublishBatchInput{TopicArn: aws.String(topicARN), PublishBatchRequestEntries: entries})
+	out, err := s.client.PublishBatch(ctx, in)
 	if err != nil {
 		return answer{}, err
 	}
 	var ans answer
 	for _, ok := range out.Successful {
-		ans.accepted = append(ans.accepted, aws.ToString(ok.Id))
+		ans.accept(ok.Id)
 	}
 	for _, f := range out.Failed {
-		ans.refused = append(ans.refused, refusal{
-			id: aws.ToString(f.Id), code: aws.ToString(f.Code), msg: aws.ToString(f.Message), senderFault: f.SenderFault,
-		})
+		ans.refuse(f.Id, f.Code, f.Message, f.SenderFault)
 	}
 	return ans, nil
+}
+
+func snsValue(dataType, str *string, bin []byte) types.MessageAttributeValue {
+	return types.MessageAttributeValue{DataType: dataType, StringValue: str, BinaryValue: bin}
 }

@@ -3,9 +3,7 @@ package heraldaws
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
-	"strconv"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
@@ -68,16 +66,15 @@ func NewSQS(client SQSClient, cfg *SQSConfig) (*SQSPublisher, error) {
 	if cfg != nil {
 		c = *cfg
 	}
-	if c.QueueURL == nil {
-		return nil, errors.New("heraldaws: SQSConfig.QueueURL is required (Fixed(url) for one queue)")
-	}
-	base, err := newPublisher("queue", c.QueueURL, c.MaxMessageBytes, c.MaxConcurrentRequests, c.Logger, c.CloudEvents, "SQSConfig")
+	s := &SQSPublisher{client: client}
+	var err error
+	s.p, err = newPublisher(settings{
+		service: "SQS", what: "queue", destField: "QueueURL", destHint: "Fixed(url) for one queue", send: s.send,
+		dest: c.QueueURL, maxBytes: c.MaxMessageBytes, concurrency: c.MaxConcurrentRequests, log: c.Logger, ce: c.CloudEvents,
+	})
 	if err != nil {
 		return nil, err
 	}
-	s := &SQSPublisher{client: client, p: base}
-	s.p.log = s.p.log.With("component", "herald.sqs")
-	s.p.send = s.send
 	return s, nil
 }
 
@@ -91,78 +88,26 @@ func (s *SQSPublisher) Publish(ctx context.Context, batch []herald.Envelope) err
 }
 
 func (s *SQSPublisher) send(ctx context.Context, queueURL string, msgs []*message) (answer, error) {
-	entries := make([]types.SendMessageBatchRequestEntry, len(msgs))
-	for j, m := range msgs {
-		e := types.SendMessageBatchRequestEntry{
-			Id:                aws.String(strconv.Itoa(j)),
-			MessageBody:       aws.String(m.body),
-			MessageAttributes: make(map[string]types.MessageAttributeValue, len(m.attrs)),
-		}
-		for _, a := range m.attrs {
-			v := types.MessageAttributeValue{DataType: aws.String(a.dataType())}
-			if a.binary {
-				v.BinaryValue = []byte(a.value)
-			} else {
-				v.StringValue = aws.String(a.value)
-			}
-			e.MessageAttributes[a.name] = v
-		}
-		if m.group != "" {
-			e.MessageGroupId, e.MessageDeduplicationId = aws.String(m.group), aws.String(m.dedup)
-		}
-		entries[j] = e
+	in := &sqs.SendMessageBatchInput{QueueUrl: aws.String(queueURL)}
+	for _, e := range entries(msgs, sqsValue) {
+		in.Entries = append(in.Entries, types.SendMessageBatchRequestEntry{
+			Id: e.id, MessageBody: e.body, MessageAttributes: e.attrs, MessageGroupId: e.group, MessageDeduplicationId: e.dedup,
+		})
 	}
-	out, err := s.client.SendMessageBatch(ctx, &sqs.SendMessageBatchInput{QueueUrl: aws.String(queueURL), Entries: entries})
+	out, err := s.client.SendMessageBatch(ctx, in)
 	if err != nil {
 		return answer{}, err
 	}
 	var ans answer
 	for _, ok := range out.Successful {
-		ans.accepted = append(ans.accepted, aws.ToString(ok.Id))
+		ans.accept(ok.Id)
 	}
 	for _, f := range out.Failed {
-		ans.refused = append(ans.refused, refusal{
-			id: aws.ToString(f.Id), code: aws.ToString(f.Code), msg: aws.ToString(f.Message), senderFault: f.SenderFault,
-		})
+		ans.refuse(f.Id, f.Code, f.Message, f.SenderFault)
 	}
 	return ans, nil
 }
 
-// Fixed returns a destination function (SQSConfig.QueueURL,
-// SNSConfig.TopicARN) that sends every event to dest.
-func Fixed(dest string) func(env *herald.Envelope) string {
-	return func(*herald.Envelope) string { return dest }
-}
-
-// newPublisher checks and fills the settings the SQS and SNS publishers
-// share; config names their Config type in errors.
-func newPublisher(what string, dest func(*herald.Envelope) string, maxBytes, concurrency int, log *slog.Logger,
-	ce *heraldce.Config, config string) (publisher, error) {
-	if maxBytes == 0 {
-		maxBytes = DefaultMaxMessageBytes
-	}
-	if concurrency == 0 {
-		concurrency = DefaultMaxConcurrentRequests
-	}
-	if log == nil {
-		log = slog.Default()
-	}
-	switch {
-	case maxBytes < 0:
-		return publisher{}, errors.New("heraldaws: " + config + ".MaxMessageBytes must not be negative")
-	case concurrency < 0:
-		return publisher{}, errors.New("heraldaws: " + config + ".MaxConcurrentRequests must not be negative")
-	}
-	if ce != nil {
-		if err := ce.Validate("heraldaws: " + config + ".CloudEvents"); err != nil {
-			return publisher{}, err
-		}
-		if ce.ModeOr(heraldce.Structured) != heraldce.Structured {
-			return publisher{}, fmt.Errorf("heraldaws: %s.CloudEvents.Mode %q: SQS and SNS take CloudEvents in structured mode only "+
-				"(no binding defines a binary mode for them, and their 10 message attributes cannot hold every attribute)", config, ce.Mode)
-		}
-		c := *ce
-		ce = &c
-	}
-	return publisher{what: what, dest: dest, maxBytes: maxBytes, concurrency: concurrency, log: log, ce: ce}, nil
+func sqsValue(dataType, str *string, bin []byte) types.MessageAttributeValue {
+	return types.MessageAttributeValue{DataType: dataType, StringValue: str, BinaryValue: bin}
 }

@@ -28,9 +28,7 @@ type refusals struct {
 	spent []string
 }
 
-func (r *refusals) Claimed([]herald.Envelope) {}
-func (r *refusals) Rescued(int)               {}
-
+// Acknowledged implements herald.AcknowledgedHook, the only hook it needs.
 func (r *refusals) Acknowledged(a herald.Acknowledgement) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
