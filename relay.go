@@ -111,7 +111,12 @@ func NewRelay(cfg *RelayConfig) (*Relay, error) {
 
 // Start checks the database is reachable and starts the relay's loops. It
 // returns once they run. The relay runs until Stop; ctx bounds only the
-// start-up check.
+// start-up checks.
+//
+// On a Store that implements StreamSwitch, Start keeps the polling and the
+// change-data-capture paths apart: with RelayConfig.Source it makes the
+// table's inserts streamed (the Source holds its position already);
+// without one it refuses a table whose inserts are streamed.
 func (r *Relay) Start(ctx context.Context) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -122,6 +127,9 @@ func (r *Relay) Start(ctx context.Context) error {
 		return ErrRelayStopped
 	}
 	if err := r.cfg.Store.Ping(ctx); err != nil {
+		return err
+	}
+	if err := r.switchPaths(ctx); err != nil {
 		return err
 	}
 	loopCtx, stop := context.WithCancel(context.Background())

@@ -2,6 +2,7 @@ package herald
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"time"
 )
@@ -300,4 +301,33 @@ func (r *Relay) untilStored(ctx context.Context, giveUp time.Duration, what stri
 		}
 		delay = min(delay*2, r.cfg.OutageBackoffCap)
 	}
+}
+
+// switchPaths is Start's side of StreamSwitch. The order is the rule: a
+// Source has its place in the log before it is configured, so inserts
+// turned streamed here are read from there. Turned streamed before that
+// place existed, those committed in between would be rows no claim takes
+// and no log reader reaches (heraldcdc refuses to make a slot for such a
+// table).
+func (r *Relay) switchPaths(ctx context.Context) error {
+	sw, ok := r.cfg.Store.(StreamSwitch)
+	if !ok {
+		return nil
+	}
+	if r.cfg.Source != nil {
+		if err := sw.StreamInserts(ctx, true); err != nil {
+			return fmt.Errorf("herald: making the inserts of %s streamed for RelayConfig.Source: %w", sw.Table(), err)
+		}
+		return nil
+	}
+	on, err := sw.InsertsStreamed(ctx)
+	if err != nil {
+		return fmt.Errorf("herald: reading whether the inserts of %s are streamed: %w", sw.Table(), err)
+	}
+	if on {
+		return fmt.Errorf("herald: table %s is relayed by change-data-capture (its inserts default to the streamed state, which no claim takes): "+
+			"a relay without RelayConfig.Source would never see its new events. Start it with a Source (heraldcdc; herald relay --source cdc), "+
+			"or switch the table back to polling first (herald source poll)", sw.Table())
+	}
+	return nil
 }

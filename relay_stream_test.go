@@ -440,3 +440,67 @@ func TestAStreamedBatchHoldsWhatTheClaimsKeepInFlight(t *testing.T) {
 		t.Fatal("the relay never asked its source for a batch")
 	}
 }
+
+// switchingStore is a fakeStreamStore whose inserts can start streamed
+// (herald.StreamSwitch), recording every switch asked of it.
+type switchingStore struct {
+	fakeStreamStore
+	streamed bool
+	switches []bool
+}
+
+func (s *switchingStore) Table() string { return "public.outbox" }
+
+func (s *switchingStore) StreamInserts(_ context.Context, on bool) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.streamed, s.switches = on, append(s.switches, on)
+	return nil
+}
+
+func (s *switchingStore) InsertsStreamed(context.Context) (bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.streamed, nil
+}
+
+// Start keeps the two paths apart: a relay with a Source makes inserts
+// streamed (its Source holds its place in the log by then); one without
+// leaves a polled table as it is and refuses a streamed one, naming it.
+func TestStartKeepsPollingAndStreamingApart(t *testing.T) {
+	t.Parallel()
+	start := func(store herald.Store, src herald.Source) (*herald.Relay, error) {
+		relay, err := herald.NewRelay(&herald.RelayConfig{Store: store, Source: src, Publisher: &publishedIDs{},
+			Logger: slog.New(slog.DiscardHandler), IdlePollInterval: time.Hour})
+		require.NoError(t, err)
+		t.Cleanup(func() { require.NoError(t, relay.Stop(context.Background())) })
+		return relay, relay.Start(context.Background())
+	}
+
+	t.Run("ARelayWithASourceMakesInsertsStreamed", func(t *testing.T) {
+		t.Parallel()
+		store := &switchingStore{}
+		_, err := start(store, newFakeSource())
+		require.NoError(t, err)
+		require.Equal(t, []bool{true}, store.switches)
+	})
+
+	t.Run("APollingRelayLeavesAPolledTableAsItIs", func(t *testing.T) {
+		t.Parallel()
+		store := &switchingStore{}
+		_, err := start(store, nil)
+		require.NoError(t, err)
+		require.Empty(t, store.switches)
+	})
+
+	t.Run("APollingRelayRefusesAStreamedTable", func(t *testing.T) {
+		t.Parallel()
+		store := &switchingStore{streamed: true}
+		relay, err := start(store, nil)
+		require.ErrorContains(t, err, "table public.outbox is relayed by change-data-capture")
+		require.ErrorContains(t, err, "Start it with a Source")
+		require.ErrorContains(t, err, "herald source poll")
+		require.Empty(t, store.switches, "the refusal changes nothing")
+		require.False(t, relay.Health().Running)
+	})
+}

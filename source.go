@@ -22,6 +22,11 @@ import (
 // to the table (StreamStore.Return), and only then may the source
 // confirm their position to the database. A crash redelivers at most the
 // batches not yet done.
+//
+// A Source holds its position in the log from the moment it is made
+// (heraldcdc.NewSource returns only once its replication slot exists):
+// the relay relies on it when it makes the table's inserts streamed as it
+// starts (StreamSwitch), so that every row inserted as streamed is read.
 type Source interface {
 	// Next waits for committed events and returns between one and limit
 	// of them, in commit order. The relay calls it again only after the
@@ -79,6 +84,28 @@ type StreamStore interface {
 	// p.Events (an unreadable row) changes only a streamed row of that
 	// id. It returns how many rows it wrote.
 	Return(ctx context.Context, p ReturnParams) (int, error)
+}
+
+// StreamSwitch is what a Store implements when its table's inserts can
+// start in the streamed state: rows that no claim takes, which only a
+// relay with a Source delivers (driver/heraldpg). The relay keeps the two
+// paths apart with it as it starts, so that no embedding service has to:
+//   - a relay with a Source makes the table's inserts streamed, after its
+//     Source took its position in the log, never before: a row inserted
+//     as streamed with nothing reading the log would be delivered by
+//     neither path;
+//   - a relay without one refuses a table whose inserts are streamed: it
+//     would claim none of the new events while looking healthy.
+type StreamSwitch interface {
+	// Table names the outbox table, for errors.
+	Table() string
+	// StreamInserts makes rows inserted without a state start streamed
+	// (on) or ready (off), for every producer. It does nothing when they
+	// do already.
+	StreamInserts(ctx context.Context, on bool) error
+	// InsertsStreamed reports whether rows inserted without a state start
+	// streamed.
+	InsertsStreamed(ctx context.Context) (bool, error)
 }
 
 // TopicKey names one ordered key.

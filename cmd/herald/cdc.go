@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/herald-outbox/herald/driver/heraldcdc"
@@ -89,9 +88,10 @@ func (s *sourceFlags) config(inv *invocation, dbs []*database) (*cdcSetup, error
 }
 
 // open checks the slot (creating it with --cdc-create-slot) and starts
-// reading it; then, and only then, the table's inserts default to the
-// streamed state: a row written as streamed before the slot existed would
-// be read by neither path.
+// reading it. The table's inserts turn streamed as the relay starts
+// (herald.Relay.Start, once this source holds the slot), and heraldcdc
+// refuses to make a slot for a table made streamed before it: the order
+// is the library's, as for any service that embeds the relay.
 //
 // A slot that another relay streams exists, so that order holds for a
 // standby too: its source waits for the slot (heraldcdc.Source.Active)
@@ -102,40 +102,18 @@ func (s *sourceFlags) config(inv *invocation, dbs []*database) (*cdcSetup, error
 // killed leaves its unconfirmed batches to the standby, whose repeats the
 // brokers' dedup ids drop.
 func (c *cdcSetup) open(ctx context.Context, d *dbRelay) (*heraldcdc.Source, error) {
-	pg, ok := d.store.(*heraldpg.Driver)
-	if !ok {
+	if _, ok := d.store.(*heraldpg.Driver); !ok {
 		return nil, usagef("--source cdc needs PostgreSQL")
 	}
-	src, err := heraldcdc.NewSource(ctx, heraldcdc.Config{
+	return heraldcdc.NewSource(ctx, heraldcdc.Config{
 		ConnString: d.db.pool.ConnString(), Schema: d.db.names.Schema, Table: d.db.names.Table,
 		Slot: c.slot, Publication: c.publication, CreateSlot: c.createSlot, Logger: d.log,
 		BufferBytes: c.bufferBytes, StandbyInterval: c.standbyInterval,
 	})
-	if err != nil {
-		return nil, err
-	}
-	if err := pg.StreamInserts(ctx, true); err != nil {
-		_ = src.Close()
-		return nil, fmt.Errorf("making the table's inserts streamed: %w", err)
-	}
-	return src, nil
 }
 
-// refuseStreamedTable refuses to poll a table whose inserts default to the
-// streamed state: a polling relay never claims those rows, so it would
-// publish nothing new while looking healthy.
-func refuseStreamedTable(ctx context.Context, d *dbRelay) error {
-	pg, ok := d.store.(*heraldpg.Driver)
-	if !ok {
-		return nil
-	}
-	state, err := pg.InsertState(ctx)
-	if err != nil {
-		return fmt.Errorf("reading how the table's inserts start: %w", err)
-	}
-	if state == "streamed" {
-		return usagef("table %s is relayed by change-data-capture (its inserts default to the streamed state): "+
-			"run herald relay --source cdc; a polling relay would never see its new events", d.store.Table())
-	}
-	return nil
-}
+// refuseStreamedTable checks nothing: herald.Relay.Start refuses a table
+// whose inserts are streamed for every relay without a Source, the
+// daemon's polling relays included, naming the table and the way out. It
+// stays only for its caller (fleet.run), until that calls Start alone.
+func refuseStreamedTable(context.Context, *dbRelay) error { return nil }

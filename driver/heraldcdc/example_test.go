@@ -35,16 +35,15 @@ func Example() {
 		log.Fatal(err)
 	}
 	defer src.Close()
-	// Once the slot exists: new rows start as streamed, read from the log
-	// only. Turn it off before the CDC relay stops for good.
-	if err := store.StreamInserts(ctx, true); err != nil {
-		log.Fatal(err)
-	}
 
 	relay, err := herald.NewRelay(&herald.RelayConfig{Store: store, Source: src, Publisher: publisher()})
 	if err != nil {
 		log.Fatal(err)
 	}
+	// Start makes new rows start as streamed, read from the log only, now
+	// that the slot exists; a relay without a Source then refuses the
+	// table. Before the CDC relay stops for good, turn that off with
+	// store.StreamInserts(ctx, false) (herald source poll).
 	_ = relay // Start(ctx) and Stop(shutdownCtx) as the service starts and stops
 }
 

@@ -156,10 +156,11 @@ func TestHeartbeatsNeverPassAnUnconfirmedTransaction(t *testing.T) {
 func TestSlotStatusFollowsTheConfirmedPosition(t *testing.T) {
 	heraldtest.Long(t)
 	t.Parallel()
-	f := setup(t)
+	f := setupPolled(t)
 	_, err := heraldcdc.SlotStatus(context.Background(), f.pool, "herald_outbox")
 	require.ErrorIs(t, err, heraldcdc.ErrNoSlot)
 	s := f.openBeating(t, -1) // no heartbeats: only Confirm moves the slot
+	require.NoError(t, f.driver(t).StreamInserts(context.Background(), true))
 	f.insert(t, [3]string{"orders", "a", "1"})
 	tx := next(t, s)
 	before, err := heraldcdc.SlotStatus(context.Background(), f.pool, "herald_outbox")

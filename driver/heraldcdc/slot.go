@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -57,3 +59,54 @@ func SlotStatus(ctx context.Context, q Querier, slot string) (SlotInfo, error) {
 
 // ErrNoSlot is SlotStatus's error for a slot that does not exist.
 var ErrNoSlot = errors.New("no such replication slot")
+
+// checkNotStreamedYet refuses a table whose inserts default to the
+// streamed state while no replication slot of its record exists: the
+// switch came before the slot, so the rows inserted since are ones no
+// claim takes and no slot will read (one made now starts at the current
+// position), and events written as messages (heraldpg's EmitMessages)
+// are gone. herald.Relay.Start makes inserts streamed only once its
+// Source holds the slot; this catches the switch made by hand. Another
+// slot of the table that exists reads what was streamed, so a second one
+// may be made beside it.
+func checkNotStreamedYet(ctx context.Context, conn *pgx.Conn, c Config) error {
+	table := pgx.Identifier{c.Schema, c.Table}.Sanitize()
+	var def string
+	err := conn.QueryRow(ctx, `SELECT coalesce(pg_get_expr(ad.adbin, ad.adrelid), '')
+		FROM pg_attribute a
+		LEFT JOIN pg_attrdef ad ON ad.adrelid = a.attrelid AND ad.adnum = a.attnum
+		WHERE a.attrelid = $1::regclass AND a.attname = 'state' AND NOT a.attisdropped`, table).Scan(&def)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return nil // no state column: not migrated, which the stream reports later
+	case err != nil:
+		return fmt.Errorf("heraldcdc: reading the state column's default of %s: %w", table, err)
+	case !strings.HasPrefix(def, "'streamed'"):
+		return nil
+	}
+	var (
+		read  bool
+		since time.Time
+	)
+	err = conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM `+newPositions(c).table+` r
+			JOIN pg_replication_slots s ON s.slot_name = r.slot AND s.database = current_database()),
+		coalesce((SELECT min(created_at) FROM `+table+` WHERE state = 'streamed'), now())`).Scan(&read, &since)
+	if err != nil {
+		return fmt.Errorf("heraldcdc: reading the slots and streamed rows of %s: %w", table, err)
+	}
+	if read {
+		return nil
+	}
+	// From the oldest streamed row, less the margin a row's created_at
+	// (its transaction's start) may lie before its commit. Some may have
+	// been read by a slot dropped since: at least once, their repeats are
+	// for the brokers' dedup ids to drop.
+	at := since.Add(-RecoveryMargin).UTC().Format(time.RFC3339)
+	return refuse("heraldcdc: the inserts of %s default to the streamed state, but no replication slot reads the table (slot %s does not exist): "+
+		"they were made streamed before the slot, so the rows inserted since are taken by no claim, and a slot made now would start after them. "+
+		"Let the relay make inserts streamed (herald.Relay.Start does, once its Source holds the slot). "+
+		"To recover: herald source poll --cdc-slot %s --requeue-since %s (in Go: heraldpg's Driver.StreamInserts(ctx, false), "+
+		"then Driver.RequeueStreamed from that time) makes new events polled and those rows ready for the polling relays; "+
+		"then start with Config.CreateSlot (herald relay --source cdc --cdc-create-slot)",
+		table, c.Slot, c.Slot, at)
+}

@@ -33,8 +33,11 @@ type Config struct {
 	// CreateSlot lets Open create the publication and the slot when they
 	// are missing: for the first start only. Without it a missing slot is
 	// refused, since a slot made anew would begin at the current WAL
-	// position and skip whatever was committed in between. Defaults to
-	// false.
+	// position and skip whatever was committed in between. With it too, a
+	// missing slot is refused when the table's inserts are streamed
+	// already and no other slot of the table exists: the rows inserted
+	// since were read by none (herald.Relay.Start makes inserts streamed,
+	// after the slot). Defaults to false.
 	CreateSlot bool
 	// StatusInterval is how often the confirmed position is sent to
 	// PostgreSQL when it has not changed. Defaults to 10s.
@@ -332,6 +335,14 @@ func prepare(ctx context.Context, c Config) (pglogrepl.LSN, error) {
 	err = conn.QueryRow(ctx, `SELECT plugin, coalesce(wal_status, ''), confirmed_flush_lsn::text, coalesce(active_pid, 0)
 		FROM pg_replication_slots WHERE slot_name = $1 AND database = current_database()`, c.Slot).
 		Scan(&plugin, &walStatus, &confirmed, &activePID)
+	if errors.Is(err, pgx.ErrNoRows) && !hasRecord {
+		// Before the slot is made, or refused as missing: inserts already
+		// streamed with no slot of the table to read them is the one
+		// loss neither can mend.
+		if err := checkNotStreamedYet(ctx, conn, c); err != nil {
+			return 0, err
+		}
+	}
 	switch {
 	case errors.Is(err, pgx.ErrNoRows) && hasRecord:
 		return 0, pos.missing(rec)

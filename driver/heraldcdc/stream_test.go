@@ -25,9 +25,24 @@ type fixture struct {
 }
 
 // setup starts a private cluster (wal_level=logical) with a migrated
-// outbox whose inserts default to the streamed state, as a relay of
-// --source cdc sets it: the stream hands out only streamed rows.
+// outbox as a relay with a Source leaves it: the publication and the slot
+// herald_outbox made (no stream reads it), then the inserts defaulting to
+// the streamed state, so that the stream hands out only streamed rows.
 func setup(t *testing.T) fixture {
+	t.Helper()
+	f := setupPolled(t)
+	require.NoError(t, f.open(t, true).Close())
+	f.awaitSlotIdle(t)
+	store, err := heraldpg.New(f.pool, &heraldpg.Config{})
+	require.NoError(t, err)
+	require.NoError(t, store.StreamInserts(context.Background(), true))
+	return f
+}
+
+// setupPolled starts a private cluster (wal_level=logical) with a
+// migrated outbox as polling relays use it: inserts ready, no publication
+// and no slot.
+func setupPolled(t *testing.T) fixture {
 	t.Helper()
 	pc := heraldtest.PrivateCluster(t)
 	pool, err := pgxpool.New(context.Background(), pc.DSN)
@@ -36,8 +51,6 @@ func setup(t *testing.T) fixture {
 	store, err := heraldpg.New(pool, &heraldpg.Config{})
 	require.NoError(t, err)
 	require.NoError(t, store.Migrate(context.Background()))
-	// As herald relay --source cdc leaves it (Driver.StreamInserts).
-	require.NoError(t, store.StreamInserts(context.Background(), true))
 	return fixture{dsn: pc.DSN, pool: pool, pc: pc}
 }
 
@@ -209,7 +222,7 @@ func TestStreamDeliversCommitOrderAndResumesFromTheConfirmedPosition(t *testing.
 
 func TestStreamRefusesAMissingSlot(t *testing.T) {
 	t.Parallel()
-	f := setup(t)
+	f := setupPolled(t)
 	_, err := heraldcdc.Open(context.Background(), heraldcdc.Config{ConnString: f.dsn})
 	require.ErrorContains(t, err, "publication herald_outbox does not exist")
 	_, err = f.pool.Exec(context.Background(), `CREATE PUBLICATION herald_outbox FOR TABLE herald_outbox WITH (publish = 'insert')`)

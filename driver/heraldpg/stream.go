@@ -18,7 +18,10 @@ import (
 // default to the 'streamed' state, which no claim takes; the relay writes
 // back to the table, with Return, only the events it did not publish.
 
-var _ herald.StreamStore = (*Driver)(nil)
+var (
+	_ herald.StreamStore  = (*Driver)(nil)
+	_ herald.StreamSwitch = (*Driver)(nil)
+)
 
 // The states an insert may default to (InsertState).
 const (
@@ -223,19 +226,22 @@ func nonNil[T any](s []T) []T {
 	return s
 }
 
-// StreamInserts sets what a row inserted without a state becomes:
-// 'streamed' (on), for a relay that reads the inserts from the write-ahead
-// log (herald relay --source cdc), or 'ready' (off), for relays that claim
-// them. It changes the state column's default, so it reaches every
-// producer, plain SQL included, and takes a moment's ACCESS EXCLUSIVE
-// lock on the table (waited for at most 10s); it does nothing when the
-// default is the one asked for already.
+// StreamInserts implements herald.StreamSwitch: it sets what a row
+// inserted without a state becomes: 'streamed' (on), for a relay that
+// reads the inserts from the write-ahead log (herald relay --source cdc),
+// or 'ready' (off), for relays that claim them. It changes the state
+// column's default, so it reaches every producer, plain SQL included, and
+// takes a moment's ACCESS EXCLUSIVE lock on the table (waited for at most
+// 10s); it does nothing when the default is the one asked for already.
 //
-// The order matters, both ways. Turn it on only once the replication slot
+// The order matters, both ways. On comes once the replication slot
 // exists: a row inserted as streamed before the slot would be read by
-// neither path, since no claim takes it. Turn it off before the
-// change-data-capture relay stops, and let that relay read past the
-// switch: rows inserted as streamed until then are in the slot only.
+// neither path, since no claim takes it. herald.Relay.Start turns it on
+// for a relay with a Source, whose slot exists by then, and heraldcdc
+// refuses to create a slot for a table streamed already; a caller need
+// not turn it on itself. Turn it off before the change-data-capture relay
+// stops, and let that relay read past the switch: rows inserted as
+// streamed until then are in the slot only.
 func (d *Driver) StreamInserts(ctx context.Context, on bool) error {
 	v, err := d.schemaVersion(ctx, d.db)
 	if err != nil {
@@ -288,6 +294,13 @@ func (d *Driver) InsertState(ctx context.Context) (string, error) {
 		return stateStreamed, nil
 	}
 	return "", fmt.Errorf("heraldpg: the state column of %s defaults to %s, neither 'ready' nor 'streamed'", d.names.Qualified, def.String)
+}
+
+// InsertsStreamed implements herald.StreamSwitch: whether InsertState is
+// "streamed".
+func (d *Driver) InsertsStreamed(ctx context.Context) (bool, error) {
+	s, err := d.InsertState(ctx)
+	return s == stateStreamed, err
 }
 
 // RequeueStreamed makes ready, for the polling relays, every streamed row
