@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"regexp"
 	"strings"
 
 	"github.com/herald-outbox/herald"
 	"github.com/herald-outbox/herald/heraldspec"
+	_ "github.com/herald-outbox/herald/publish/heraldkafka" // kafka://
 	"github.com/herald-outbox/herald/publish/heraldnats"
 	_ "github.com/herald-outbox/herald/publish/heraldredis" // redis:// and rediss://
 )
@@ -79,7 +81,18 @@ func specUsage(inv *invocation, label string, err error) error {
 		msg = e.Err.Error()
 	}
 	msg = strings.Replace(msg, "give another destination for", "give another --destination for", 1)
+	msg = secretFileHint(msg)
 	return usagef("%s: %s", label, inv.stderr.scrub(msg))
+}
+
+// secretVariable finds a message that ends asking for a secret in one of
+// the daemon's variables, which also read from the file their _FILE twin
+// names (the library knows only where the secret is set).
+var secretVariable = regexp.MustCompile(`needs a password in (HERALD_[A-Z0-9_]+)$`)
+
+// secretFileHint adds the variable's _FILE twin to such a message.
+func secretFileHint(msg string) string {
+	return secretVariable.ReplaceAllString(msg, "$0 (or a file named by ${1}_FILE)")
 }
 
 // openSpec opens a destination heraldspec parsed, with the daemon's

@@ -162,15 +162,11 @@ func parseEndpoint(inv *invocation, label, name, raw string) (endpoint, error) {
 		}
 		shown = append(shown, redactURL(u, userIsSecret))
 	}
-	if ep.kind != "nats" && ep.kind != "kafka" && len(ep.hosts) > 1 {
+	if ep.kind != "nats" && len(ep.hosts) > 1 {
 		return ep, usagef("%s: a %s destination takes one URL", label, ep.kind)
 	}
-	// Authentication and TLS options (auth_kafka.go, auth_nats.go).
+	// Authentication and TLS options (auth_nats.go).
 	switch ep.kind {
-	case "kafka":
-		if _, err := kafkaDestination(inv, label, ep); err != nil {
-			return ep, err
-		}
 	case "nats":
 		if _, err := natsDestination(inv, label, ep); err != nil {
 			return ep, err
@@ -548,8 +544,6 @@ func openEndpoint(ctx context.Context, inv *invocation, log *slog.Logger, owner 
 	switch ep.kind {
 	case "nats":
 		return openNATS(inv, log, owner, ep, natsCfg, unreachable)
-	case "kafka":
-		return openKafka(ctx, inv, log, ep, unreachable)
 	case "amqp":
 		return openAMQP(ctx, inv, log, owner, ep, unreachable)
 	case "sqs", "sns":

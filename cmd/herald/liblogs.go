@@ -26,7 +26,8 @@ import (
 // told otherwise: with --log-format json, their lines were the ones that
 // were not JSON. run points those loggers, once, at the command's logger;
 // the clients that take a logger of their own are given the command's
-// logger where the daemon builds them: franz-go in openKafka, the AWS SDK
+// logger where the daemon builds them: franz-go through the destination's
+// Logger (openSpec), which heraldkafka's Open gives the client, the AWS SDK
 // in loadAWSConfig, paho through heraldmqtt.New, and the NATS callbacks in
 // connectNATS (nats.go prints nothing itself once they are set).
 

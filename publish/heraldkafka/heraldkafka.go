@@ -75,6 +75,31 @@
 // Records already sent when Publish stops waiting cannot be withdrawn (the
 // idempotent producer keeps them until a broker answers), so they may still
 // be delivered; the relay then publishes them again.
+//
+// # URL form
+//
+// Importing this package registers kafka:// with package heraldspec
+// (ParseURLs, URLConfig):
+//
+//	kafka://[USER[:PASSWORD]@]HOST:PORT[,kafka://HOST:PORT...][?OPTIONS]
+//
+// Each URL is a seed broker of one cluster; the user information and the
+// options are written on one URL or alike on each. The URL has no path:
+// each event's topic names its Kafka topic. Options:
+//
+//   - sasl=plain, scram-sha-256 or scram-sha-512 authenticates as USER,
+//     with the password of the URL or of the destination's Password
+//     secret (not both). User information without sasl= is refused rather
+//     than taken for PLAIN; PLAIN without TLS is logged at Warn.
+//   - tls=true dials TLS, trusting the system's roots; tls=false is the
+//     default.
+//   - ca_file (a PEM CA to trust instead), cert_file and key_file (a
+//     client certificate, mutual TLS) imply tls=true.
+//
+// Open refuses a broker that refuses the credentials
+// (SASL_AUTHENTICATION_FAILED, or a broker that closes the connection on
+// the SASL exchange twice in a row) or the TLS handshake, and reports one
+// that does not answer within the connect timeout as unreachable.
 package heraldkafka
 
 import (
