@@ -28,7 +28,6 @@ import (
 	"github.com/aws/smithy-go"
 	"github.com/eclipse/paho.golang/autopaho"
 	"github.com/nats-io/nats.go"
-	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -140,14 +139,6 @@ func parseEndpoint(inv *invocation, label, name, raw string) (endpoint, error) {
 		}
 		if kind == "mqtt" {
 			if _, _, err := mqttDestination(label, u); err != nil {
-				return ep, err
-			}
-		}
-		// Options, TLS files and passwords are checked here, before the
-		// relay waits for its database.
-		if e := ep; kind == "amqp" {
-			e.kind = kind
-			if _, err := amqpDestination(inv, label, e, u); err != nil {
 				return ep, err
 			}
 		}
@@ -550,8 +541,6 @@ func openEndpoint(ctx context.Context, inv *invocation, log *slog.Logger, owner 
 		return openNATS(inv, log, owner, ep, natsCfg, unreachable)
 	case "kafka":
 		return openKafka(ctx, inv, log, ep, unreachable)
-	case "amqp":
-		return openAMQP(ctx, inv, log, owner, ep, unreachable)
 	case "sqs", "sns":
 		return openAWS(ctx, inv, log, ep)
 	case "mqtt":
@@ -573,10 +562,8 @@ func openEndpoint(ctx context.Context, inv *invocation, log *slog.Logger, owner 
 // refusedCredentials reports whether a broker answered that the
 // credentials are wrong: configuration, not a broker to wait for.
 func refusedCredentials(err error) bool {
-	var amqpErr *amqp.Error
 	return errors.Is(err, nats.ErrAuthorization) || redis.HasErrorPrefix(err, "WRONGPASS") ||
-		redis.HasErrorPrefix(err, "NOAUTH") || (errors.As(err, &amqpErr) && amqpErr.Code == amqp.AccessRefused) ||
-		mqttRefusedCredentials(err)
+		redis.HasErrorPrefix(err, "NOAUTH") || mqttRefusedCredentials(err)
 }
 
 // connectNATS connects to a NATS server list and logs the connection's
