@@ -8,6 +8,7 @@ import (
 
 	"github.com/herald-outbox/herald"
 	"github.com/herald-outbox/herald/heraldspec"
+	_ "github.com/herald-outbox/herald/publish/heraldmqtt" // mqtt:// and mqtts://
 	"github.com/herald-outbox/herald/publish/heraldnats"
 	_ "github.com/herald-outbox/herald/publish/heraldrabbit" // amqp:// and amqps://
 	_ "github.com/herald-outbox/herald/publish/heraldredis"  // redis:// and rediss://
