@@ -22,6 +22,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
 
+	"github.com/herald-outbox/herald/publish/heraldrabbit"
 	"github.com/herald-outbox/herald/publish/heraldredis"
 )
 
@@ -246,16 +247,17 @@ func TestRedisAndAMQPDestinationsConfigureTheirClients(t *testing.T) {
 
 	t.Run("AMQP", func(t *testing.T) {
 		t.Parallel()
-		u, err := url.Parse("amqps://herald@127.0.0.1:5671/orders?heartbeat=5&exchange=events&" + pki.query(false))
+		ep, err := parseEndpoint(inv, inv.flags.label("publisher"), "default",
+			"amqps://herald@127.0.0.1:5671/orders?heartbeat=5&exchange=events&"+pki.query(false))
 		require.NoError(t, err)
-		d, err := amqpDestination(inv, "--publisher", endpoint{name: "default", kind: "amqp", publisher: true}, u)
-		require.NoError(t, err)
-		require.Equal(t, "events", d.exchange)
-		require.Equal(t, "amqps://herald@127.0.0.1:5671/orders?heartbeat=5", d.uri, "Herald's options are taken out")
-		require.Len(t, d.cfg.SASL, 1)
-		require.Equal(t, &amqp.PlainAuth{Username: "herald", Password: password}, d.cfg.SASL[0])
-		require.True(t, d.cfg.TLSClientConfig.RootCAs.Equal(pki.pool))
-		require.Empty(t, d.cfg.TLSClientConfig.Certificates)
-		require.Equal(t, "127.0.0.1", d.cfg.TLSClientConfig.ServerName)
+		d, ok := ep.spec.Target().(*heraldrabbit.URLConfig)
+		require.True(t, ok, "an amqp destination parses into a *heraldrabbit.URLConfig, not %T", ep.spec.Target())
+		require.Equal(t, "events", d.Config.Exchange)
+		require.Equal(t, "amqps://herald@127.0.0.1:5671/orders?heartbeat=5", d.URI, "Herald's options are taken out")
+		require.Len(t, d.Client.SASL, 1)
+		require.Equal(t, &amqp.PlainAuth{Username: "herald", Password: password}, d.Client.SASL[0])
+		require.True(t, d.Client.TLSClientConfig.RootCAs.Equal(pki.pool))
+		require.Empty(t, d.Client.TLSClientConfig.Certificates)
+		require.Equal(t, "127.0.0.1", d.Client.TLSClientConfig.ServerName)
 	})
 }

@@ -10,8 +10,10 @@ import (
 	"github.com/herald-outbox/herald"
 	"github.com/herald-outbox/herald/heraldspec"
 	_ "github.com/herald-outbox/herald/publish/heraldkafka" // kafka://
+	_ "github.com/herald-outbox/herald/publish/heraldmqtt"  // mqtt:// and mqtts://
 	"github.com/herald-outbox/herald/publish/heraldnats"
-	_ "github.com/herald-outbox/herald/publish/heraldredis" // redis:// and rediss://
+	_ "github.com/herald-outbox/herald/publish/heraldrabbit" // amqp:// and amqps://
+	_ "github.com/herald-outbox/herald/publish/heraldredis"  // redis:// and rediss://
 )
 
 // The daemon opens its destinations through heraldspec, as a service

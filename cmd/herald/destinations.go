@@ -2,15 +2,12 @@ package main
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/url"
-	"os"
 	"regexp"
 	"slices"
 	"strconv"
@@ -26,9 +23,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sts"
 	"github.com/aws/smithy-go"
-	"github.com/eclipse/paho.golang/autopaho"
 	"github.com/nats-io/nats.go"
-	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -37,7 +32,6 @@ import (
 	"github.com/herald-outbox/herald/heraldce"
 	"github.com/herald-outbox/herald/heraldspec"
 	"github.com/herald-outbox/herald/publish/heraldaws"
-	"github.com/herald-outbox/herald/publish/heraldmqtt"
 	"github.com/herald-outbox/herald/publish/heraldnats"
 	"github.com/herald-outbox/herald/publish/heraldpubsub"
 	"github.com/herald-outbox/herald/publish/heraldroute"
@@ -135,19 +129,6 @@ func parseEndpoint(inv *invocation, label, name, raw string) (endpoint, error) {
 		if kind == "pubsub" {
 			emulator, _ := inv.getenv(pubsubEmulatorEnv)
 			if _, err := parsePubSub(label, u, emulator); err != nil {
-				return ep, err
-			}
-		}
-		if kind == "mqtt" {
-			if _, _, err := mqttDestination(label, u); err != nil {
-				return ep, err
-			}
-		}
-		// Options, TLS files and passwords are checked here, before the
-		// relay waits for its database.
-		if e := ep; kind == "amqp" {
-			e.kind = kind
-			if _, err := amqpDestination(inv, label, e, u); err != nil {
 				return ep, err
 			}
 		}
@@ -544,12 +525,8 @@ func openEndpoint(ctx context.Context, inv *invocation, log *slog.Logger, owner 
 	switch ep.kind {
 	case "nats":
 		return openNATS(inv, log, owner, ep, natsCfg, unreachable)
-	case "amqp":
-		return openAMQP(ctx, inv, log, owner, ep, unreachable)
 	case "sqs", "sns":
 		return openAWS(ctx, inv, log, ep)
-	case "mqtt":
-		return openMQTT(ctx, inv, log, ep, unreachable)
 	case "pubsub":
 		return openPubSub(ctx, inv, log, ep)
 	case "webhook":
@@ -567,10 +544,8 @@ func openEndpoint(ctx context.Context, inv *invocation, log *slog.Logger, owner 
 // refusedCredentials reports whether a broker answered that the
 // credentials are wrong: configuration, not a broker to wait for.
 func refusedCredentials(err error) bool {
-	var amqpErr *amqp.Error
 	return errors.Is(err, nats.ErrAuthorization) || redis.HasErrorPrefix(err, "WRONGPASS") ||
-		redis.HasErrorPrefix(err, "NOAUTH") || (errors.As(err, &amqpErr) && amqpErr.Code == amqp.AccessRefused) ||
-		mqttRefusedCredentials(err)
+		redis.HasErrorPrefix(err, "NOAUTH")
 }
 
 // connectNATS connects to a NATS server list and logs the connection's
@@ -871,166 +846,6 @@ func awsCredentialRefused(code string) bool {
 		return true
 	}
 	return false
-}
-
-// mqttOptions are the query parameters of an mqtt:// or mqtts://
-// destination, all optional.
-var mqttOptions = []string{"topic-prefix", "topic-mapping", "allow-empty-levels", "max-packet-bytes",
-	"require-subscribers", "client-id", "keepalive", "ca"}
-
-// mqttHints rewords the MQTT publisher's configuration errors for the
-// command line, where its Config is the URL's options.
-var mqttHints = strings.NewReplacer(
-	"heraldmqtt: ", "",
-	"Config.TopicPrefix", "topic-prefix",
-	"Config.AllowEmptyLevels", "allow-empty-levels=true",
-	"Config.MaxPacketBytes", "max-packet-bytes",
-)
-
-// mqttDestination turns an mqtt(s):// URL, mqtt://[user:password@]host[:port][?options],
-// into the client's and the publisher's configurations, refusing options
-// it does not know. label names the flag or variable in errors.
-func mqttDestination(label string, u *url.URL) (autopaho.ClientConfig, heraldmqtt.Config, error) {
-	var (
-		client autopaho.ClientConfig
-		cfg    heraldmqtt.Config
-	)
-	fail := func(format string, args ...any) (autopaho.ClientConfig, heraldmqtt.Config, error) {
-		return client, cfg, usagef("%s: "+format, append([]any{label}, args...)...)
-	}
-	scheme := strings.ToLower(u.Scheme)
-	if u.Path != "" && u.Path != "/" {
-		return fail("an %s:// URL has no path: each event's topic names its MQTT topic (add a prefix with topic-prefix=)", scheme)
-	}
-	q := u.Query()
-	for name, values := range q {
-		switch {
-		case !slices.Contains(mqttOptions, name):
-			return fail("option %q is not known: an mqtt(s):// URL takes %s (ca for mqtts:// only)", clean(name), strings.Join(mqttOptions, ", "))
-		case len(values) > 1:
-			return fail("option %s is given twice", name)
-		case name == "ca" && scheme != "mqtts":
-			return fail("option ca is for mqtts:// (TLS) only")
-		}
-	}
-	cfg.TopicPrefix = q.Get("topic-prefix")
-	switch m := q.Get("topic-mapping"); m {
-	case "", heraldmqtt.TopicVerbatim.String():
-	case heraldmqtt.TopicDotsToSlashes.String():
-		cfg.TopicMapping = heraldmqtt.TopicDotsToSlashes
-	default:
-		return fail("topic-mapping=%q: use verbatim or dots-to-slashes", clean(m))
-	}
-	for _, b := range []struct {
-		name string
-		dst  *bool
-	}{{"allow-empty-levels", &cfg.AllowEmptyLevels}, {"require-subscribers", &cfg.RequireSubscribers}} {
-		if v := q.Get(b.name); v != "" {
-			var err error
-			if *b.dst, err = strconv.ParseBool(v); err != nil {
-				return fail("%s=%q: use true or false", b.name, clean(v))
-			}
-		}
-	}
-	if v := q.Get("max-packet-bytes"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > heraldmqtt.MaxPacketBytes {
-			return fail("max-packet-bytes=%q: use a number of bytes from 1 to %d", clean(v), heraldmqtt.MaxPacketBytes)
-		}
-		cfg.MaxPacketBytes = n
-	}
-	if v := q.Get("keepalive"); v != "" {
-		n, err := strconv.ParseUint(v, 10, 16)
-		if err != nil || n < 1 {
-			return fail("keepalive=%q: use a number of seconds from 1 to 65535", clean(v))
-		}
-		client.KeepAlive = uint16(n)
-	}
-	client.ClientID = q.Get("client-id")
-	if id := client.ClientID; q.Has("client-id") && (id == "" || len(id) > 256 || clean(id) != id || strings.ContainsAny(id, " +#/")) {
-		return fail("client-id=%q: use 1 to 256 printable characters without spaces, '/', '+' or '#'", clean(id))
-	}
-	if err := cfg.Validate(); err != nil {
-		return fail("%s", mqttHints.Replace(err.Error()))
-	}
-
-	port := u.Port()
-	if port == "" {
-		port = "1883"
-		if scheme == "mqtts" {
-			port = "8883"
-		}
-	}
-	server := &url.URL{Scheme: "mqtt", Host: net.JoinHostPort(u.Hostname(), port)}
-	if scheme == "mqtts" {
-		server.Scheme = "mqtts"
-		tlsCfg, err := mqttTLS(u.Hostname(), q.Get("ca"))
-		if err != nil {
-			return fail("%v", err)
-		}
-		client.TlsCfg = tlsCfg
-	}
-	// The server URL holds no credentials: autopaho quotes it in errors.
-	client.ServerUrls = []*url.URL{server}
-	if u.User != nil {
-		client.ConnectUsername = u.User.Username()
-		if pw, ok := u.User.Password(); ok {
-			client.ConnectPassword = []byte(pw)
-		}
-	}
-	client.ConnectTimeout = brokerConnectTimeout
-	return client, cfg, nil
-}
-
-// mqttTLS is the TLS configuration of an mqtts:// destination: the
-// system's roots, or the certificates of the PEM file caFile.
-func mqttTLS(host, caFile string) (*tls.Config, error) {
-	cfg := &tls.Config{ServerName: host, MinVersion: tls.VersionTLS12}
-	if caFile == "" {
-		return cfg, nil
-	}
-	pem, err := os.ReadFile(caFile)
-	if err != nil {
-		return nil, fmt.Errorf("ca=%s: %w", clean(caFile), errors.Unwrap(err))
-	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(pem) {
-		return nil, fmt.Errorf("ca=%s: no PEM certificate in the file", clean(caFile))
-	}
-	cfg.RootCAs = pool
-	return cfg, nil
-}
-
-// openMQTT connects an mqtt(s):// destination's publisher.
-func openMQTT(ctx context.Context, inv *invocation, log *slog.Logger, ep endpoint,
-	unreachable func(error) error) (herald.Publisher, func(), error) {
-	u, err := url.Parse(ep.raw)
-	if err != nil {
-		return nil, nil, usagef("%s: not a URL", inv.flags.label("destination"))
-	}
-	client, cfg, err := mqttDestination(inv.flags.label("destination")+" "+ep.name, u)
-	if err != nil {
-		return nil, nil, err
-	}
-	cfg.Logger, cfg.CloudEvents = log, ep.ce
-	pub, err := heraldmqtt.New(client, &cfg)
-	if err != nil {
-		return nil, nil, usagef("destination %s: %s", ep.name, mqttHints.Replace(inv.stderr.scrub(err.Error())))
-	}
-	pctx, cancel := context.WithTimeout(ctx, brokerConnectTimeout)
-	defer cancel()
-	if err := pub.Connect(pctx); err != nil {
-		_ = pub.Close()
-		return nil, nil, unreachable(err)
-	}
-	return pub, func() { _ = pub.Close() }, nil
-}
-
-// mqttRefusedCredentials reports whether an MQTT broker's CONNACK refused
-// the user name and password, or the client.
-func mqttRefusedCredentials(err error) bool {
-	var ce *autopaho.ConnackError
-	return errors.As(err, &ce) && (ce.ReasonCode == 0x86 || ce.ReasonCode == 0x87 || ce.ReasonCode == 0x8c)
 }
 
 // pubsubDest is a pubsub:// destination's settings: pubsub://PROJECT with

@@ -397,7 +397,8 @@ func TestMQTTDestinationOptionsAreChecked(t *testing.T) {
 		"mqtts://127.0.0.1?ca=" + url.QueryEscape(filepath.Join(t.TempDir())): "ca=",
 	} {
 		var stderr bytes.Buffer
-		inv := &invocation{stderr: &redactor{w: &stderr}, flags: newFlagSet("relay")}
+		inv := &invocation{stderr: &redactor{w: &stderr}, flags: newFlagSet("relay"),
+			getenv: func(string) (string, bool) { return "", false }}
 		_, err := parseEndpoint(inv, "--destination mq", "mq", raw)
 		require.Error(t, err, raw)
 		msg := err.Error()
@@ -412,7 +413,8 @@ func TestMQTTDestinationOptionsAreChecked(t *testing.T) {
 			"&max-packet-bytes=65536&require-subscribers=true&client-id=relay-1&keepalive=15",
 		"mqtts://broker.example",
 	} {
-		inv := &invocation{stderr: &redactor{w: io.Discard}, flags: newFlagSet("relay")}
+		inv := &invocation{stderr: &redactor{w: io.Discard}, flags: newFlagSet("relay"),
+			getenv: func(string) (string, bool) { return "", false }}
 		ep, err := parseEndpoint(inv, "--destination mq", "mq", raw)
 		require.NoError(t, err, raw)
 		require.Equal(t, "mqtt", ep.kind)
@@ -422,31 +424,43 @@ func TestMQTTDestinationOptionsAreChecked(t *testing.T) {
 
 // The URL's options reach the client and the publisher: credentials as
 // the CONNECT's user name and password (not in the server URL, which
-// autopaho quotes in errors), the default ports, the TLS roots of ca=.
+// autopaho quotes in errors), the password from the destination's
+// variable, the default ports, the TLS roots of ca=.
 func TestMQTTDestinationConfiguresClientAndPublisher(t *testing.T) {
 	t.Parallel()
-	u, err := url.Parse("mqtt://relay:pa%2Fss@broker.example/?topic-prefix=herald/&topic-mapping=dots-to-slashes" +
+	const password = "from-the-variable-0042"
+	inv := &invocation{stderr: &redactor{w: io.Discard}, flags: newFlagSet("relay"),
+		getenv: func(name string) (string, bool) {
+			if name == "HERALD_DESTINATION_DEVICES_PASSWORD" {
+				return password, true
+			}
+			return "", false
+		}}
+	target := func(t *testing.T, name, raw string) *heraldmqtt.URLConfig {
+		t.Helper()
+		ep, err := parseEndpoint(inv, "--destination "+name, name, raw)
+		require.NoError(t, err)
+		c, ok := ep.spec.Target().(*heraldmqtt.URLConfig)
+		require.True(t, ok, "an mqtt destination parses into a *heraldmqtt.URLConfig, not %T", ep.spec.Target())
+		return c
+	}
+	c := target(t, "mq", "mqtt://relay:pa%2Fss@broker.example/?topic-prefix=herald/&topic-mapping=dots-to-slashes"+
 		"&allow-empty-levels=true&max-packet-bytes=65536&require-subscribers=true&client-id=relay-1&keepalive=15")
-	require.NoError(t, err)
-	client, cfg, err := mqttDestination("--destination mq", u)
-	require.NoError(t, err)
-	require.Equal(t, "mqtt://broker.example:1883", client.ServerUrls[0].String())
-	require.Equal(t, "relay", client.ConnectUsername)
-	require.Equal(t, []byte("pa/ss"), client.ConnectPassword)
-	require.Equal(t, "relay-1", client.ClientID)
-	require.EqualValues(t, 15, client.KeepAlive)
+	require.Equal(t, "mqtt://broker.example:1883", c.Client.ServerUrls[0].String())
+	require.Equal(t, "relay", c.Client.ConnectUsername)
+	require.Equal(t, []byte("pa/ss"), c.Client.ConnectPassword)
+	require.Equal(t, "relay-1", c.Client.ClientID)
+	require.EqualValues(t, 15, c.Client.KeepAlive)
 	require.Equal(t, heraldmqtt.Config{TopicPrefix: "herald/", TopicMapping: heraldmqtt.TopicDotsToSlashes,
-		AllowEmptyLevels: true, MaxPacketBytes: 65536, RequireSubscribers: true}, cfg)
+		AllowEmptyLevels: true, MaxPacketBytes: 65536, RequireSubscribers: true}, c.Config)
 
 	ca := filepath.Join(t.TempDir(), "ca.pem")
 	require.NoError(t, os.WriteFile(ca, selfSignedPEM(t), 0o600))
-	u, err = url.Parse("mqtts://broker.example?ca=" + url.QueryEscape(ca))
-	require.NoError(t, err)
-	client, _, err = mqttDestination("--destination mq", u)
-	require.NoError(t, err)
-	require.Equal(t, "mqtts://broker.example:8883", client.ServerUrls[0].String())
-	require.Equal(t, "broker.example", client.TlsCfg.ServerName)
-	require.NotNil(t, client.TlsCfg.RootCAs, "the roots of ca=, not the system's")
+	c = target(t, "devices", "mqtts://relay@broker.example?ca="+url.QueryEscape(ca))
+	require.Equal(t, "mqtts://broker.example:8883", c.Client.ServerUrls[0].String())
+	require.Equal(t, "broker.example", c.Client.TlsCfg.ServerName)
+	require.NotNil(t, c.Client.TlsCfg.RootCAs, "the roots of ca=, not the system's")
+	require.Equal(t, []byte(password), c.Client.ConnectPassword, "the password from the destination's variable")
 }
 
 // selfSignedPEM is a throwaway CA certificate in PEM.
@@ -548,10 +562,11 @@ func TestRelayPublishesToMQTTOverTLS(t *testing.T) {
 	// The TLS settings the URL gives: the system's roots do not trust the
 	// throwaway CA; ca= does.
 	for query, trusted := range map[string]bool{"": false, "?ca=" + url.QueryEscape(filepath.Join(dir, "ca.pem")): true} {
-		u, err := url.Parse("mqtts://127.0.0.1:" + tlsPort + query)
+		inv := &invocation{stderr: &redactor{w: io.Discard}, flags: newFlagSet("relay"),
+			getenv: func(string) (string, bool) { return "", false }}
+		ep, err := parseEndpoint(inv, "--destination mq", "mq", "mqtts://127.0.0.1:"+tlsPort+query)
 		require.NoError(t, err)
-		client, _, err := mqttDestination("--destination mq", u)
-		require.NoError(t, err)
+		client := ep.spec.Target().(*heraldmqtt.URLConfig).Client
 		c, err := tls.Dial("tcp", client.ServerUrls[0].Host, client.TlsCfg)
 		if !trusted {
 			var unknown x509.UnknownAuthorityError

@@ -71,6 +71,25 @@
 // across connections): the outbox, not the MQTT session, keeps what the
 // broker has not acknowledged. While the broker cannot be reached,
 // Publish fails at once with the last connection error.
+//
+// # URL form
+//
+// Importing the package registers mqtt:// and mqtts:// with heraldspec,
+// which opens a destination from its URL (ParseURL, URLConfig.Open):
+//
+//	mqtt[s]://[user[:password]@]host[:port][?options]
+//
+// The port defaults to 1883, or 8883 for mqtts://; the URL has no path.
+// Options: topic-prefix (Config.TopicPrefix), topic-mapping (verbatim or
+// dots-to-slashes), allow-empty-levels and require-subscribers (true or
+// false), max-packet-bytes, client-id (defaults to the destination's
+// ClientName and random hex digits), keepalive (seconds; defaults to
+// DefaultKeepAlive) and, for mqtts:// only, ca (a PEM file of the CAs to
+// trust instead of the system's roots). The password may come from the
+// destination's Password secret instead of the URL, not from both. Open
+// tells a broker whose CONNACK refused the credentials, or whose
+// certificate is not trusted, from one it could not reach
+// (heraldspec.OpenError.Unreachable).
 package heraldmqtt
 
 import (

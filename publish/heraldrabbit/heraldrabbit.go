@@ -71,6 +71,25 @@
 // ordinary error and the next Publish dials again; after a failed dial,
 // further dials wait an exponential backoff, and Publish fails at once in
 // the meantime.
+//
+// # URL form
+//
+// Importing the package registers amqp:// and amqps:// with heraldspec,
+// which opens a destination from its URL (ParseURL, URLConfig.Open):
+//
+//	amqp[s]://[user[:password]@]host[:port][/vhost][?options]
+//
+// Herald's options: exchange (Config.Exchange) and, for amqps:// only,
+// the TLS files ca_file (the CAs to trust instead of the system's roots),
+// cert_file and key_file (a client certificate and its key). The client's
+// options, passed on: heartbeat, connection_timeout, channel_max.
+// RabbitMQ's spellings of the TLS options (cacertfile, certfile, keyfile)
+// are refused with Herald's. The password may come from the destination's
+// Password secret instead of the URL, not from both; the user is then the
+// URL's, or guest. The connection is named by the destination's
+// ClientName. Open tells a broker that refused the credentials
+// (ACCESS_REFUSED) or the TLS handshake from one it could not reach
+// (heraldspec.OpenError.Unreachable).
 package heraldrabbit
 
 import (
