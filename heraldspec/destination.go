@@ -304,7 +304,14 @@ func Parse(d Destination) (*Parsed, error) {
 		s, ok := Lookup(u.Scheme)
 		switch {
 		case u.Scheme == "":
-			return fail(&SchemeError{URL: Redact(u, true)})
+			// A URL without a scheme may hold a secret where Redact does not
+			// look (nats//u:pw@h, or one after a '#', which prints
+			// percent-encoded): quote only one that holds neither '@' nor '#'.
+			shown := "the URL"
+			if !strings.ContainsAny(one, "@#") {
+				shown = Redact(u, true)
+			}
+			return fail(&SchemeError{URL: shown})
 		case !ok:
 			return fail(&SchemeError{Scheme: Clean(u.Scheme)})
 		case scheme != nil && scheme.Kind != s.Kind:

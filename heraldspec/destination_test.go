@@ -57,6 +57,8 @@ func TestParseChecksTheURLsBeforeThePublisherPackage(t *testing.T) {
 		{"NoURL", "orders", " ", "destination orders: no URL"},
 		{"BadName", "Orders!", "echo://h", `destination Orders!: name "Orders!" must match`},
 		{"NoScheme", "orders", "nats.internal/x", "destination orders: nats.internal/x has no scheme: use "},
+		{"NoSchemeWithAFragment", "orders", "#000:// hunter2!@00", "destination orders: the URL has no scheme: use "},
+		{"NoSchemeWithUserinfo", "orders", "nats//u:hunter2@h", "destination orders: the URL has no scheme: use "},
 		{"UnknownScheme", "orders", "carrier://h", `destination orders: scheme "carrier" is not supported: use `},
 		{"TwoBrokers", "orders", "echo://a,single://b", "one destination takes URLs of one broker; give another destination for single"},
 		{"NoHost", "orders", "echo:///path", "destination orders: echo:///path has no host"},
