@@ -1,4 +1,4 @@
-package adminui_test
+package heraldui_test
 
 import (
 	"context"
@@ -20,9 +20,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/herald-outbox/herald"
-	"github.com/herald-outbox/herald/cmd/herald/internal/adminui"
 	"github.com/herald-outbox/herald/driver/heraldsqlite"
 	"github.com/herald-outbox/herald/heraldadmin"
+	"github.com/herald-outbox/herald/heraldui"
 	"github.com/herald-outbox/herald/internal/heraldtest"
 )
 
@@ -178,11 +178,11 @@ func (r *recorder) publishedOrder() []string {
 
 // rate is the page's Config.Rate: events published in each of the last ten
 // minutes.
-func (r *recorder) rate() []adminui.RatePoint {
+func (r *recorder) rate() []heraldui.RatePoint {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	now := time.Now().Truncate(time.Minute)
-	points := make([]adminui.RatePoint, 10)
+	points := make([]heraldui.RatePoint, 10)
 	for i := range points {
 		points[i].Minute = now.Add(time.Duration(i-9) * time.Minute)
 	}
@@ -219,12 +219,13 @@ func TestBrowser(t *testing.T) {
 	// table at 1,400 pixels.
 	var webhookDown atomic.Bool
 	var store *heraldsqlite.Driver
-	b := setup(t, testToken, func(c *adminui.Config) {
+	b := setup(t, testToken, func(c *heraldui.Config) {
+		c.Refresh = 300 * time.Millisecond
 		c.Rate = rec.rate
 		store = c.Admin.(*heraldsqlite.Driver)
 		started := time.Now().Add(-3 * time.Hour)
 		c.Admin = relaysStore{Driver: store, relays: []heraldadmin.RelayInfo{
-			{Owner: "adminui-browser-test", Version: "v1.4.0", StartedAt: started, HeartbeatAt: time.Now(), Leased: 0, Published: 20},
+			{Owner: "heraldui-browser-test", Version: "v1.4.0", StartedAt: started, HeartbeatAt: time.Now(), Leased: 0, Published: 20},
 			{Owner: "worker-2/311", Version: "v1.4.0", StartedAt: started.Add(time.Hour), HeartbeatAt: time.Now(), Published: 1840},
 		}}
 		c.DestinationOf = func(topic string) string {
@@ -236,22 +237,21 @@ func TestBrowser(t *testing.T) {
 			}
 			return "kafka"
 		}
-		c.DestinationStatus = func() []adminui.Destination {
-			hook := adminui.Destination{Name: "webhook", Breaker: "closed"}
+		c.DestinationStatus = func() []heraldui.Destination {
+			hook := heraldui.Destination{Name: "webhook", Breaker: "closed"}
 			if webhookDown.Load() {
-				hook = adminui.Destination{Name: "webhook", Breaker: "open", Failures: 5, LastError: "POST https://hooks.example/in: 503 Service Unavailable",
+				hook = heraldui.Destination{Name: "webhook", Breaker: "open", Failures: 5, LastError: "POST https://hooks.example/in: 503 Service Unavailable",
 					LastErrorAt: time.Now()}
 			}
-			redis := adminui.Destination{Name: "sync.redis", Breaker: "closed", LastErrorAt: time.Now().Add(-time.Hour),
+			redis := heraldui.Destination{Name: "sync.redis", Breaker: "closed", LastErrorAt: time.Now().Add(-time.Hour),
 				LastError: "XADD herald:cache.invalidate.customer-profile-projection: dial tcp 10.0.12.7:6379: connect: connection refused " +
 					"(redis-sentinel master sync-redis-primary.cache.svc.cluster.local:26379 was failing over; READONLY You can't write against a read only replica)"}
-			return []adminui.Destination{{Name: "kafka", Breaker: "closed", InFlight: 1}, hook, redis}
+			return []heraldui.Destination{{Name: "kafka", Breaker: "closed", InFlight: 1}, hook, redis}
 		}
-		c.Replay = func(ctx context.Context, req adminui.ReplayRequest) (adminui.ReplayResult, error) {
+		c.Replay = func(ctx context.Context, req heraldui.ReplayRequest) (heraldui.ReplayResult, error) {
 			return browserReplay(ctx, store, rec, req)
 		}
 	})
-	adminui.SetRefresh(b.ui, 300*time.Millisecond)
 	rec.oldest = func() time.Duration {
 		backlog, err := store.Backlog(context.Background())
 		if err != nil {
@@ -266,7 +266,7 @@ func TestBrowser(t *testing.T) {
 
 	relayLogs := &heraldtest.LogBuffer{}
 	relay, err := herald.NewRelay(&herald.RelayConfig{
-		Store: b.store, Publisher: rec, Owner: "adminui-browser-test",
+		Store: b.store, Publisher: rec, Owner: "heraldui-browser-test",
 		Logger:       slog.New(slog.NewTextHandler(relayLogs, nil)),
 		PollInterval: 5 * time.Millisecond, IdlePollInterval: 20 * time.Millisecond,
 		// A dead invoice does not park its key; a dead order does.
@@ -411,7 +411,7 @@ func TestBrowser(t *testing.T) {
 		defer c()
 		png, err := chromedp.Run(sctx, chromedp.FullScreenshot(100))
 		require.NoError(t, err)
-		dir := filepath.Join("..", "..", "..", "..", "docs")
+		dir := filepath.Join("..", "docs")
 		require.NoError(t, os.MkdirAll(dir, 0o755))
 		require.NoError(t, os.WriteFile(filepath.Join(dir, name), png, 0o644))
 	}
@@ -656,14 +656,14 @@ func TestBrowser(t *testing.T) {
 
 // browserReplay is the browser test's Config.Replay: the published events
 // the store lists, counted or sent again to the recorder under new ids.
-func browserReplay(ctx context.Context, store *heraldsqlite.Driver, rec *recorder, req adminui.ReplayRequest) (adminui.ReplayResult, error) {
+func browserReplay(ctx context.Context, store *heraldsqlite.Driver, rec *recorder, req heraldui.ReplayRequest) (heraldui.ReplayResult, error) {
 	f := req.Filter
 	f.Limit = heraldadmin.MaxListLimit
 	rows, err := store.ListPublished(ctx, f)
 	if err != nil {
-		return adminui.ReplayResult{}, err
+		return heraldui.ReplayResult{}, err
 	}
-	res := adminui.ReplayResult{Events: len(rows), ByDestination: map[string]int{"kafka": len(rows)}}
+	res := heraldui.ReplayResult{Events: len(rows), ByDestination: map[string]int{"kafka": len(rows)}}
 	if req.DryRun || len(rows) == 0 {
 		return res, nil
 	}
