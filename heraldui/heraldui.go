@@ -66,8 +66,8 @@ type Config struct {
 	// of them Current (this handler's), in the header of every page.
 	// Defaults to nil: one database, no links.
 	Databases []DatabaseLink
-	// Refresh is how often the overview's script reloads its figures.
-	// At least MinRefresh. Defaults to 5s.
+	// Refresh is how often the overview's script reloads its figures, at
+	// least 100ms. Defaults to 5s.
 	Refresh time.Duration
 	// Audit receives one line per action and per login. Defaults to Logger.
 	Audit *slog.Logger
@@ -104,9 +104,9 @@ type Destination struct {
 // MinTokenLen is the shortest Config.Token New accepts.
 const MinTokenLen = 16
 
-// MinRefresh is the shortest Config.Refresh New accepts: every refresh of
+// minRefresh is the shortest Config.Refresh New accepts: every refresh of
 // every open overview reads the outbox table.
-const MinRefresh = 100 * time.Millisecond
+const minRefresh = 100 * time.Millisecond
 
 // defaultRefresh is Config.Refresh's default.
 const defaultRefresh = 5 * time.Second
@@ -155,8 +155,8 @@ func New(cfg Config) (http.Handler, error) {
 	switch {
 	case cfg.Refresh == 0:
 		cfg.Refresh = defaultRefresh
-	case cfg.Refresh < MinRefresh:
-		return nil, fmt.Errorf("heraldui: Config.Refresh %v is shorter than %v", cfg.Refresh, MinRefresh)
+	case cfg.Refresh < minRefresh:
+		return nil, fmt.Errorf("heraldui: Config.Refresh %v is shorter than %v", cfg.Refresh, minRefresh)
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
