@@ -41,6 +41,8 @@
 //     with);
 //   - heraldadmin: what operators see of an outbox (counts, dead events,
 //     parked keys; requeue and discard), implemented by every driver;
+//     heraldui: the operator page over it, an http.Handler a service
+//     mounts in its own server (the daemon mounts it too);
 //   - heraldprom: Prometheus metrics; heraldotel: trace context through
 //     the outbox (OpenTelemetry); heraldinbox: the consumer's side, which
 //     makes a handler idempotent;

@@ -16,8 +16,9 @@ import (
 
 // TestDocsGoSnippetsAreExamples keeps the Go snippets of the docs compiled:
 // a ```go block after <!-- example: NAME --> must be, line for line, code of
-// the example function NAME in the root package's tests, which go vet
-// compiles and go test runs when it has an Output comment. The blocks of one
+// the example function NAME in the root package's tests, or DIR.NAME in an
+// example*_test.go file of the package in DIR (heraldui.Example), which go
+// vet compiles and go test runs when it has an Output comment. The blocks of one
 // name appear in the function in the order of the docs; the lines between
 // them are the function's own (what a snippet leaves to the reader).
 // Indentation, runs of blanks and blank lines do not count.
@@ -36,7 +37,8 @@ func TestDocsGoSnippetsAreExamples(t *testing.T) {
 		checked++
 		body, ok := bodies[b.name]
 		if !ok {
-			t.Errorf("%s:%d: <!-- example: %s --> names no example function of the root package's tests", b.file, b.line, b.name)
+			t.Errorf("%s:%d: <!-- example: %s --> names no example function of the root package's tests (or, as DIR.NAME, of DIR's example*_test.go)",
+				b.file, b.line, b.name)
 			continue
 		}
 		from := seen[b.name]
@@ -51,17 +53,23 @@ func TestDocsGoSnippetsAreExamples(t *testing.T) {
 }
 
 // exampleBodies returns the normalized lines of the body of every Example
-// function in the root package's test files.
+// function in the root package's test files, by name, and of those in the
+// example*_test.go files of the packages below it, by DIR.NAME.
 func exampleBodies(t *testing.T) map[string][]string {
 	t.Helper()
 	files, err := filepath.Glob("*_test.go")
 	require.NoError(t, err)
+	for _, pattern := range []string{"*/example*_test.go", "*/*/example*_test.go"} {
+		more, err := filepath.Glob(pattern)
+		require.NoError(t, err)
+		files = append(files, more...)
+	}
 	fset := token.NewFileSet()
 	bodies := map[string][]string{}
-	for _, name := range files {
-		src, err := os.ReadFile(name)
+	for _, file := range files {
+		src, err := os.ReadFile(file)
 		require.NoError(t, err)
-		f, err := parser.ParseFile(fset, name, src, parser.ParseComments|parser.SkipObjectResolution)
+		f, err := parser.ParseFile(fset, file, src, parser.ParseComments|parser.SkipObjectResolution)
 		require.NoError(t, err)
 		for _, d := range f.Decls {
 			fn, ok := d.(*ast.FuncDecl)
@@ -70,7 +78,11 @@ func exampleBodies(t *testing.T) map[string][]string {
 			}
 			lbrace := fset.Position(fn.Body.Lbrace).Offset
 			rbrace := fset.Position(fn.Body.Rbrace).Offset
-			bodies[fn.Name.Name] = normalizedLines(string(src[lbrace+1 : rbrace]))
+			name := fn.Name.Name
+			if dir := filepath.Dir(file); dir != "." {
+				name = filepath.ToSlash(dir) + "." + name
+			}
+			bodies[name] = normalizedLines(string(src[lbrace+1 : rbrace]))
 		}
 	}
 	return bodies

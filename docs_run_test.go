@@ -43,7 +43,7 @@ type markedBlock struct {
 	text string
 }
 
-var markerRE = regexp.MustCompile(`^<!-- (runnable|example): ([A-Za-z0-9_-]+) -->$`)
+var markerRE = regexp.MustCompile(`^<!-- (runnable|example): ([A-Za-z0-9_./-]+) -->$`)
 
 // markedBlocks returns the marked blocks of files, in order. A marker not
 // followed by a fence is an error, so a marker cannot drift off its block.

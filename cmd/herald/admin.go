@@ -14,9 +14,9 @@ import (
 	"time"
 
 	"github.com/herald-outbox/herald"
-	"github.com/herald-outbox/herald/cmd/herald/internal/adminui"
 	"github.com/herald-outbox/herald/heraldadmin"
 	"github.com/herald-outbox/herald/heraldprom"
+	"github.com/herald-outbox/herald/heraldui"
 )
 
 // adminServer serves /metrics, /healthz and /readyz for a relay, from
@@ -53,8 +53,8 @@ func checkAdminAddr(inv *invocation, addr string) (string, error) {
 	}
 	if tok != "" {
 		inv.stderr.add(tok)
-		if len(tok) < adminui.MinTokenLen {
-			return "", usagef("%s is shorter than %d characters", adminTokenEnv, adminui.MinTokenLen)
+		if len(tok) < heraldui.MinTokenLen {
+			return "", usagef("%s is shorter than %d characters", adminTokenEnv, heraldui.MinTokenLen)
 		}
 	}
 	return net.JoinHostPort(host, port), nil
@@ -385,11 +385,11 @@ func mountPages(mux *http.ServeMux, inv *invocation, log *slog.Logger, token str
 		db     int // the database's index in status.dbs
 	}
 	pages := []page{{"", admin, 0}}
-	var links []adminui.DatabaseLink
+	var links []heraldui.DatabaseLink
 	if fl != nil && fl.named && len(fl.dbs) > 1 {
 		for i, d := range fl.dbs {
 			pages = append(pages, page{"/db/" + d.name, d.store, i})
-			links = append(links, adminui.DatabaseLink{Name: d.name, Href: "/db/" + d.name + "/"})
+			links = append(links, heraldui.DatabaseLink{Name: d.name, Href: "/db/" + d.name + "/"})
 		}
 	}
 	recorders := map[int]*rateRecorder{}
@@ -401,12 +401,12 @@ func mountPages(mux *http.ServeMux, inv *invocation, log *slog.Logger, token str
 			recorders[p.db] = rates
 			all = append(all, rates)
 		}
-		var here []adminui.DatabaseLink
+		var here []heraldui.DatabaseLink
 		for i, l := range links {
 			l.Current = i == p.db
 			here = append(here, l)
 		}
-		h, err := adminui.New(adminui.Config{
+		h, err := heraldui.New(heraldui.Config{
 			Admin: p.admin, Token: token, Rate: rates.points, Logger: log, Prefix: p.prefix, Databases: here,
 			Audit:         log.With("component", "herald.audit"),
 			DestinationOf: status.destinationOf, Destinations: status.destinationNames,
@@ -479,15 +479,15 @@ func (r *rateRecorder) sample(now time.Time) {
 // points returns the figures of each minute, oldest minute first: each
 // sample's increase is counted in the minute it was taken, and a minute's
 // oldest pending age is the largest sampled in it.
-func (r *rateRecorder) points() []adminui.RatePoint {
+func (r *rateRecorder) points() []heraldui.RatePoint {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	var out []adminui.RatePoint
+	var out []heraldui.RatePoint
 	for i := 1; i < len(r.samples); i++ {
 		cur, prev := r.samples[i], r.samples[i-1]
 		minute := cur.at.Truncate(time.Minute)
 		if len(out) == 0 || !out[len(out)-1].Minute.Equal(minute) {
-			out = append(out, adminui.RatePoint{Minute: minute})
+			out = append(out, heraldui.RatePoint{Minute: minute})
 		}
 		p := &out[len(out)-1]
 		p.Published += max(cur.published-prev.published, 0)

@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/herald-outbox/herald"
-	"github.com/herald-outbox/herald/cmd/herald/internal/adminui"
 	"github.com/herald-outbox/herald/heraldadmin"
+	"github.com/herald-outbox/herald/heraldui"
 )
 
 // What the admin page asks of the running relay: its figures for the
@@ -43,23 +43,23 @@ func (s *relayStatus) sampler(db int, admin heraldadmin.Admin) func() rateSample
 // pageDestinations is the page's Destinations section: /destinations'
 // breakers with each destination's last error. A single destination
 // without a breaker of its own has the relay's outage as its state.
-func (s *relayStatus) pageDestinations() []adminui.Destination {
+func (s *relayStatus) pageDestinations() []heraldui.Destination {
 	dests := s.getDests()
 	if dests == nil {
 		return nil
 	}
 	if dests.router == nil {
-		d := adminui.Destination{Name: dests.names[0], Breaker: "closed"}
+		d := heraldui.Destination{Name: dests.names[0], Breaker: "closed"}
 		for _, db := range s.dbs {
 			if dj := db.ready(true); dj.State == dbRunning && dj.Destination != "" {
 				d.Breaker, d.LastError = "open", dj.Destination
 			}
 		}
-		return []adminui.Destination{d}
+		return []heraldui.Destination{d}
 	}
-	var out []adminui.Destination
+	var out []heraldui.Destination
 	for _, d := range dests.router.Status() {
-		out = append(out, adminui.Destination{Name: d.Name, Breaker: d.Breaker, InFlight: d.InFlight, Failures: d.Failures,
+		out = append(out, heraldui.Destination{Name: d.Name, Breaker: d.Breaker, InFlight: d.InFlight, Failures: d.Failures,
 			LastError: d.LastError, LastErrorAt: d.LastErrorAt})
 	}
 	return out
@@ -75,31 +75,31 @@ const (
 // pageReplay replays from the page through the running relay's
 // destinations, with the same work as `herald replay`: nil when the store
 // cannot list published events.
-func (s *relayStatus) pageReplay(inv *invocation, admin heraldadmin.Admin) func(context.Context, adminui.ReplayRequest) (adminui.ReplayResult, error) {
+func (s *relayStatus) pageReplay(inv *invocation, admin heraldadmin.Admin) func(context.Context, heraldui.ReplayRequest) (heraldui.ReplayResult, error) {
 	published, ok := admin.(heraldadmin.Published)
 	if !ok {
 		return nil
 	}
-	return func(ctx context.Context, req adminui.ReplayRequest) (adminui.ReplayResult, error) {
+	return func(ctx context.Context, req heraldui.ReplayRequest) (heraldui.ReplayResult, error) {
 		dests := s.getDests()
 		if dests == nil {
-			return adminui.ReplayResult{}, errors.New("the relay has not started yet: its destinations are not open")
+			return heraldui.ReplayResult{}, errors.New("the relay has not started yet: its destinations are not open")
 		}
 		w := replayWork{store: published, filter: req.Filter, pub: dests.pub, batch: pageReplayBatch, rate: req.Rate, newIDs: req.NewIDs,
 			publishTimeout: pageReplayTimeout, scrub: inv.stderr.scrub,
 			dest: func(topic string) string { return cmp.Or(dests.destinationOf(topic), "(no route)") }}
 		counted, err := w.count(ctx, req.Max)
 		if err != nil {
-			return adminui.ReplayResult{}, err
+			return heraldui.ReplayResult{}, err
 		}
 		if req.DryRun {
-			return adminui.ReplayResult{Events: counted.total, ByDestination: counted.byDest}, nil
+			return heraldui.ReplayResult{Events: counted.total, ByDestination: counted.byDest}, nil
 		}
 		if req.Max > 0 && counted.total > req.Max {
-			return adminui.ReplayResult{}, fmt.Errorf("more than %d events match: narrow the selection, or use herald replay", req.Max)
+			return heraldui.ReplayResult{}, fmt.Errorf("more than %d events match: narrow the selection, or use herald replay", req.Max)
 		}
 		done, err := w.publish(ctx)
-		res := adminui.ReplayResult{Events: done.total, ByDestination: done.byDest}
+		res := heraldui.ReplayResult{Events: done.total, ByDestination: done.byDest}
 		if done.stopped != nil {
 			res.Stopped = herald.Scrub(done.stopped.Error())
 		}

@@ -1,11 +1,10 @@
-package adminui_test
+package browsertest_test
 
 import (
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,9 +19,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/herald-outbox/herald"
-	"github.com/herald-outbox/herald/cmd/herald/internal/adminui"
 	"github.com/herald-outbox/herald/driver/heraldsqlite"
 	"github.com/herald-outbox/herald/heraldadmin"
+	"github.com/herald-outbox/herald/heraldui"
 	"github.com/herald-outbox/herald/internal/heraldtest"
 )
 
@@ -178,11 +177,11 @@ func (r *recorder) publishedOrder() []string {
 
 // rate is the page's Config.Rate: events published in each of the last ten
 // minutes.
-func (r *recorder) rate() []adminui.RatePoint {
+func (r *recorder) rate() []heraldui.RatePoint {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	now := time.Now().Truncate(time.Minute)
-	points := make([]adminui.RatePoint, 10)
+	points := make([]heraldui.RatePoint, 10)
 	for i := range points {
 		points[i].Minute = now.Add(time.Duration(i-9) * time.Minute)
 	}
@@ -202,9 +201,10 @@ func (r *recorder) rate() []adminui.RatePoint {
 	return points
 }
 
-// TestBrowser drives the page in headless Chromium against a running relay
-// on the same SQLite outbox: a dead letter is found, inspected, requeued
-// through its confirmation page, and really published.
+// TestBrowser drives the page in headless Chromium, mounted under a prefix
+// in a service's mux, against a running relay on the same SQLite outbox: a
+// dead letter is found, inspected, requeued through its confirmation page,
+// and really published.
 func TestBrowser(t *testing.T) {
 	heraldtest.Long(t)
 	t.Parallel()
@@ -219,12 +219,13 @@ func TestBrowser(t *testing.T) {
 	// table at 1,400 pixels.
 	var webhookDown atomic.Bool
 	var store *heraldsqlite.Driver
-	b := setup(t, testToken, func(c *adminui.Config) {
+	b := setup(t, func(c *heraldui.Config) {
+		c.Refresh = 300 * time.Millisecond
 		c.Rate = rec.rate
 		store = c.Admin.(*heraldsqlite.Driver)
 		started := time.Now().Add(-3 * time.Hour)
 		c.Admin = relaysStore{Driver: store, relays: []heraldadmin.RelayInfo{
-			{Owner: "adminui-browser-test", Version: "v1.4.0", StartedAt: started, HeartbeatAt: time.Now(), Leased: 0, Published: 20},
+			{Owner: "heraldui-browser-test", Version: "v1.4.0", StartedAt: started, HeartbeatAt: time.Now(), Leased: 0, Published: 20},
 			{Owner: "worker-2/311", Version: "v1.4.0", StartedAt: started.Add(time.Hour), HeartbeatAt: time.Now(), Published: 1840},
 		}}
 		c.DestinationOf = func(topic string) string {
@@ -236,22 +237,21 @@ func TestBrowser(t *testing.T) {
 			}
 			return "kafka"
 		}
-		c.DestinationStatus = func() []adminui.Destination {
-			hook := adminui.Destination{Name: "webhook", Breaker: "closed"}
+		c.DestinationStatus = func() []heraldui.Destination {
+			hook := heraldui.Destination{Name: "webhook", Breaker: "closed"}
 			if webhookDown.Load() {
-				hook = adminui.Destination{Name: "webhook", Breaker: "open", Failures: 5, LastError: "POST https://hooks.example/in: 503 Service Unavailable",
+				hook = heraldui.Destination{Name: "webhook", Breaker: "open", Failures: 5, LastError: "POST https://hooks.example/in: 503 Service Unavailable",
 					LastErrorAt: time.Now()}
 			}
-			redis := adminui.Destination{Name: "sync.redis", Breaker: "closed", LastErrorAt: time.Now().Add(-time.Hour),
+			redis := heraldui.Destination{Name: "sync.redis", Breaker: "closed", LastErrorAt: time.Now().Add(-time.Hour),
 				LastError: "XADD herald:cache.invalidate.customer-profile-projection: dial tcp 10.0.12.7:6379: connect: connection refused " +
 					"(redis-sentinel master sync-redis-primary.cache.svc.cluster.local:26379 was failing over; READONLY You can't write against a read only replica)"}
-			return []adminui.Destination{{Name: "kafka", Breaker: "closed", InFlight: 1}, hook, redis}
+			return []heraldui.Destination{{Name: "kafka", Breaker: "closed", InFlight: 1}, hook, redis}
 		}
-		c.Replay = func(ctx context.Context, req adminui.ReplayRequest) (adminui.ReplayResult, error) {
+		c.Replay = func(ctx context.Context, req heraldui.ReplayRequest) (heraldui.ReplayResult, error) {
 			return browserReplay(ctx, store, rec, req)
 		}
 	})
-	adminui.SetRefresh(b.ui, 300*time.Millisecond)
 	rec.oldest = func() time.Duration {
 		backlog, err := store.Backlog(context.Background())
 		if err != nil {
@@ -266,7 +266,7 @@ func TestBrowser(t *testing.T) {
 
 	relayLogs := &heraldtest.LogBuffer{}
 	relay, err := herald.NewRelay(&herald.RelayConfig{
-		Store: b.store, Publisher: rec, Owner: "adminui-browser-test",
+		Store: b.store, Publisher: rec, Owner: "heraldui-browser-test",
 		Logger:       slog.New(slog.NewTextHandler(relayLogs, nil)),
 		PollInterval: 5 * time.Millisecond, IdlePollInterval: 20 * time.Millisecond,
 		// A dead invoice does not park its key; a dead order does.
@@ -318,9 +318,6 @@ func TestBrowser(t *testing.T) {
 	// The broker takes orders again; the dead one stays dead until requeued,
 	// and its key stays parked.
 	rec.accept("orders")
-
-	srv := httptest.NewServer(b.ui)
-	t.Cleanup(srv.Close)
 
 	browserLogs := &heraldtest.LogBuffer{}
 	allocCtx, allocCancel := chromedp.NewExecAllocator(context.Background(),
@@ -411,13 +408,13 @@ func TestBrowser(t *testing.T) {
 		defer c()
 		png, err := chromedp.Run(sctx, chromedp.FullScreenshot(100))
 		require.NoError(t, err)
-		dir := filepath.Join("..", "..", "..", "..", "docs")
+		dir := filepath.Join("..", "..", "docs")
 		require.NoError(t, os.MkdirAll(dir, 0o755))
 		require.NoError(t, os.WriteFile(filepath.Join(dir, name), png, 0o644))
 	}
 
 	// Log in, land on the overview.
-	do(chromedp.Navigate(srv.URL+"/"), page("overview"))
+	do(chromedp.Navigate(b.url+"/"), page("overview"))
 	require.Equal(t, "Log in to act", text("#login-link"))
 	do(chromedp.Click(chromedp.ID("login-link")), page("login"),
 		chromedp.SendKeys(chromedp.ID("token"), testToken),
@@ -451,7 +448,7 @@ func TestBrowser(t *testing.T) {
 	})()`))
 
 	// The dead letters: both there; the script's select-all box works.
-	do(chromedp.Click(chromedp.CSS(`a[href="/dead"]`)), page("dead"),
+	do(chromedp.Click(chromedp.CSS(`a[href="`+prefix+`/dead"]`)), page("dead"),
 		chromedp.WaitVisible(chromedp.CSS(`tr[data-id="`+deadOrder+`"]`)),
 		chromedp.WaitVisible(chromedp.CSS(`tr[data-id="`+deadInvoice+`"]`)))
 	do(chromedp.Click(chromedp.ID("select-all")))
@@ -469,16 +466,16 @@ func TestBrowser(t *testing.T) {
 
 	// The invoice's page: the error without the index, the stored text
 	// below it; a header value wider than the page wraps.
-	do(chromedp.Navigate(srv.URL+"/events/"+deadInvoice), page("event"))
+	do(chromedp.Navigate(b.url+"/events/"+deadInvoice), page("event"))
 	require.Equal(t, "permanent: invalid row: topic: contains whitespace or a control character", text("#event-error"))
 	require.Contains(t, text("#event-error-stored"), "herald: message 15: topic:")
 	fits("invoice's page")
 	require.Equal(t, true, eval(`document.querySelector("#event-headers dd, #event-headers td").getClientRects()[0].height > 40`),
 		"the long value wraps")
-	do(chromedp.Navigate(srv.URL+"/dead"), page("dead"), chromedp.WaitVisible(chromedp.CSS(`tr[data-id="`+deadOrder+`"]`)))
+	do(chromedp.Navigate(b.url+"/dead"), page("dead"), chromedp.WaitVisible(chromedp.CSS(`tr[data-id="`+deadOrder+`"]`)))
 
 	// The order's page: its payload is shown as text, never run.
-	do(chromedp.Click(chromedp.CSS(`a[href="/events/`+deadOrder+`"]`)), page("event"))
+	do(chromedp.Click(chromedp.CSS(`a[href="`+prefix+`/events/`+deadOrder+`"]`)), page("event"))
 	require.Equal(t, "dead", text("#event-state"))
 	require.Contains(t, text("#event-parked"), "order-42")
 	require.Contains(t, text("#payload"), `<img src=x onerror=`)
@@ -508,16 +505,16 @@ func TestBrowser(t *testing.T) {
 	do(chromedp.Click(chromedp.ID("back-to-dead")), page("dead"),
 		chromedp.WaitVisible(chromedp.CSS(`tr[data-id="`+deadInvoice+`"]`)))
 	require.Equal(t, false, eval(`document.querySelector('tr[data-id="`+deadOrder+`"]') !== null`), "gone from the dead letters")
-	do(chromedp.Navigate(srv.URL+"/"), page("overview"))
+	do(chromedp.Navigate(b.url+"/"), page("overview"))
 	equals("#total-dead", "1")
 	equals("#total-parked", "0")
 	equals("#rate-total", "23", "the requeued event and the two behind it were published")
-	do(chromedp.Navigate(srv.URL+"/events/"+deadOrder), page("event"))
+	do(chromedp.Navigate(b.url+"/events/"+deadOrder), page("event"))
 	require.Equal(t, "published", text("#event-state"))
 
 	// Pause a topic from the overview: the relay leaves its new events
 	// alone, the page counts them, and Resume lets them go, in order.
-	do(chromedp.Navigate(srv.URL+"/"), page("overview"), chromedp.WaitVisible(chromedp.ID("paused-empty")))
+	do(chromedp.Navigate(b.url+"/"), page("overview"), chromedp.WaitVisible(chromedp.ID("paused-empty")))
 	do(chromedp.SetValue(chromedp.ID("pause-kind"), "topic"),
 		chromedp.SendKeys(chromedp.ID("pause-name"), "orders.shipped"),
 		chromedp.SendKeys(chromedp.ID("pause-reason"), "consumer <b>migration</b>"),
@@ -528,7 +525,7 @@ func TestBrowser(t *testing.T) {
 		"the relay reads the pause within a second")
 	held := b.write(t, herald.Message{Topic: "orders.shipped", Key: "order-7", Type: "a"},
 		herald.Message{Topic: "orders.shipped", Key: "order-7", Type: "b"}, herald.Message{Topic: "orders.shipped", Key: "order-7", Type: "c"})
-	do(chromedp.Navigate(srv.URL+"/"), page("overview"))
+	do(chromedp.Navigate(b.url+"/"), page("overview"))
 	equals(`#paused tr[data-name="orders.shipped"] td.waiting`, "3")
 	contains("#backlog", "paused")
 	// The destination the topic goes to says one of its topics is paused.
@@ -569,7 +566,7 @@ func TestBrowser(t *testing.T) {
 		return err == nil && len(rows) == 2
 	}, 10*time.Second, 10*time.Millisecond)
 	webhookDown.Store(true)
-	do(chromedp.Navigate(srv.URL+"/"), page("overview"), chromedp.WaitVisible(chromedp.CSS(`#outages .outage`)))
+	do(chromedp.Navigate(b.url+"/"), page("overview"), chromedp.WaitVisible(chromedp.CSS(`#outages .outage`)))
 	// The outage's line may be visible before its text is written:
 	// read it until it says so.
 	contains(`#outages .outage`, "webhook is down (circuit open): 2 ready events wait for it")
@@ -635,7 +632,7 @@ func TestBrowser(t *testing.T) {
 
 	// Replay from the page: a count first, then the confirmed replay.
 	before := len(rec.publishedOrder())
-	do(chromedp.Navigate(srv.URL+"/replay"), page("replay"),
+	do(chromedp.Navigate(b.url+"/replay"), page("replay"),
 		chromedp.SendKeys(chromedp.ID("replay-topic"), "orders.shipped"),
 		chromedp.Click(chromedp.ID("replay-count-button")), page("replay"), chromedp.WaitVisible(chromedp.ID("replay-confirm")))
 	require.Contains(t, text("#replay-count"), "23 events match · kafka: 23")
@@ -656,14 +653,14 @@ func TestBrowser(t *testing.T) {
 
 // browserReplay is the browser test's Config.Replay: the published events
 // the store lists, counted or sent again to the recorder under new ids.
-func browserReplay(ctx context.Context, store *heraldsqlite.Driver, rec *recorder, req adminui.ReplayRequest) (adminui.ReplayResult, error) {
+func browserReplay(ctx context.Context, store *heraldsqlite.Driver, rec *recorder, req heraldui.ReplayRequest) (heraldui.ReplayResult, error) {
 	f := req.Filter
 	f.Limit = heraldadmin.MaxListLimit
 	rows, err := store.ListPublished(ctx, f)
 	if err != nil {
-		return adminui.ReplayResult{}, err
+		return heraldui.ReplayResult{}, err
 	}
-	res := adminui.ReplayResult{Events: len(rows), ByDestination: map[string]int{"kafka": len(rows)}}
+	res := heraldui.ReplayResult{Events: len(rows), ByDestination: map[string]int{"kafka": len(rows)}}
 	if req.DryRun || len(rows) == 0 {
 		return res, nil
 	}

@@ -1,4 +1,4 @@
-package adminui
+package heraldui
 
 import (
 	"encoding/json"
@@ -26,7 +26,7 @@ func wantsJSON(r *http.Request) bool {
 func (h *handler) writeJSON(w http.ResponseWriter, status int, v any) {
 	b, err := json.Marshal(v)
 	if err != nil {
-		h.cfg.Logger.Error("adminui: encoding JSON", "error", err)
+		h.cfg.Logger.Error("heraldui: encoding JSON", "error", err)
 		http.Error(w, `{"error":"internal error encoding the answer"}`, http.StatusInternalServerError)
 		return
 	}

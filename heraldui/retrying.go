@@ -1,4 +1,4 @@
-package adminui
+package heraldui
 
 import (
 	"fmt"
@@ -112,10 +112,7 @@ func (h *handler) retryNow(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, http.StatusBadRequest, "%q is not a retry group.", clean(truncate(id, 40)))
 		return
 	}
-	method := "session"
-	if acc.Bearer {
-		method = "bearer"
-	}
+	method := acc.method()
 	attrs := []slog.Attr{slog.String("method", method), slog.String("group", id)}
 	ctx, cancel := storeCtx(r)
 	defer cancel()

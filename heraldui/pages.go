@@ -1,4 +1,4 @@
-package adminui
+package heraldui
 
 import (
 	"errors"
@@ -221,7 +221,7 @@ func (h *handler) confirm(w http.ResponseWriter, r *http.Request) {
 	acc, _ := h.access(r)
 	switch {
 	case acc.ReadOnly:
-		h.fail(w, r, http.StatusForbidden, "This page is read-only: the relay was started without an admin token.")
+		h.fail(w, r, http.StatusForbidden, readOnlyMessage)
 		return
 	case !acc.LoggedIn:
 		h.fail(w, r, http.StatusUnauthorized, "Log in with the admin token first.")
@@ -335,10 +335,7 @@ func (h *handler) action(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, http.StatusBadRequest, "%s.", err)
 		return
 	}
-	method := "session"
-	if acc.Bearer {
-		method = "bearer"
-	}
+	method := acc.method()
 	attrs := []slog.Attr{slog.String("method", method), slog.Any("ids", sel.IDs), slog.String("topic", sel.Topic)}
 	if action == "discard" {
 		attrs = append(attrs, slog.Bool("resume", sel.Resume))

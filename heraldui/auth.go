@@ -1,4 +1,4 @@
-package adminui
+package heraldui
 
 import (
 	"crypto/hmac"
@@ -29,13 +29,28 @@ type session struct {
 
 // access is what the requester may do, for the templates.
 type access struct {
-	ReadOnly bool // no token configured: nobody can act
-	LoggedIn bool // a session cookie or a bearer token
+	ReadOnly bool // no token configured, no ExternalAuth: nobody can act
+	LoggedIn bool // a session cookie, a bearer token, or ExternalAuth
 	Bearer   bool // authenticated by the Authorization header
+	External bool // authenticated by the service mounting the handler
 }
 
 // CanAct reports whether action buttons are shown.
 func (a access) CanAct() bool { return !a.ReadOnly && a.LoggedIn }
+
+// method is how the requester was let in, for the audit log.
+func (a access) method() string {
+	switch {
+	case a.External:
+		return "external"
+	case a.Bearer:
+		return "bearer"
+	}
+	return "session"
+}
+
+// readOnlyMessage is the refusal of an action on a read-only page.
+const readOnlyMessage = "This page is read-only: it runs without an admin token."
 
 // tokenMatches compares a presented token with the configured one in time
 // independent of where they differ, and of the presented one's length:
@@ -64,8 +79,12 @@ func bearer(r *http.Request) (string, bool) {
 }
 
 // access says who the requester is. A bearer header decides alone: a
-// wrong one is not rescued by a cookie.
+// wrong one is not rescued by a cookie. With ExternalAuth the service's
+// middleware has decided already; an Authorization header is its own.
 func (h *handler) access(r *http.Request) (access, *session) {
+	if h.cfg.ExternalAuth {
+		return access{LoggedIn: true, External: true}, nil
+	}
 	if h.cfg.Token == "" {
 		return access{ReadOnly: true}, nil
 	}
@@ -199,7 +218,7 @@ func (h *handler) authorizeAction(w http.ResponseWriter, r *http.Request) (acces
 	acc, sess := h.access(r)
 	switch {
 	case acc.ReadOnly:
-		h.fail(w, r, http.StatusForbidden, "This page is read-only: the relay was started without an admin token.")
+		h.fail(w, r, http.StatusForbidden, readOnlyMessage)
 		return acc, false
 	case !acc.LoggedIn && acc.Bearer:
 		h.audit(r, "login_failed", slog.String("method", "bearer"))
@@ -216,11 +235,24 @@ func (h *handler) authorizeAction(w http.ResponseWriter, r *http.Request) (acces
 }
 
 func (h *handler) loginPage(w http.ResponseWriter, r *http.Request) {
-	if h.cfg.Token == "" {
-		h.fail(w, r, http.StatusForbidden, "This page is read-only: the relay was started without an admin token, so there is nothing to log in to.")
+	if !h.hasLogin(w, r) {
 		return
 	}
 	h.render(w, r, http.StatusOK, "login", "Log in", loginView{})
+}
+
+// hasLogin says whether the page has a login of its own (Config.Token),
+// and refuses the request when it has none.
+func (h *handler) hasLogin(w http.ResponseWriter, r *http.Request) bool {
+	switch {
+	case h.cfg.ExternalAuth:
+		h.fail(w, r, http.StatusNotFound, "This page has no login of its own: the service that serves it decides who may act.")
+		return false
+	case h.cfg.Token == "":
+		h.fail(w, r, http.StatusForbidden, readOnlyMessage+" There is nothing to log in to.")
+		return false
+	}
+	return true
 }
 
 type loginView struct {
@@ -228,8 +260,7 @@ type loginView struct {
 }
 
 func (h *handler) login(w http.ResponseWriter, r *http.Request) {
-	if h.cfg.Token == "" {
-		h.fail(w, r, http.StatusForbidden, "This page is read-only: the relay was started without an admin token, so there is nothing to log in to.")
+	if !h.hasLogin(w, r) {
 		return
 	}
 	if err := r.ParseForm(); err != nil {
@@ -253,6 +284,9 @@ func (h *handler) login(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *handler) logout(w http.ResponseWriter, r *http.Request) {
+	if !h.hasLogin(w, r) {
+		return
+	}
 	if err := r.ParseForm(); err != nil {
 		h.fail(w, r, http.StatusBadRequest, "The form could not be read.")
 		return

@@ -1,11 +1,11 @@
-package adminui_test
+package heraldui_test
 
 import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/herald-outbox/herald/cmd/herald/internal/adminui"
+	"github.com/herald-outbox/herald/heraldui"
 )
 
 func TestShownError(t *testing.T) {
@@ -38,7 +38,7 @@ func TestShownError(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			require.Equal(t, tc.shown, adminui.ShownError(tc.stored))
+			require.Equal(t, tc.shown, heraldui.ShownError(tc.stored))
 		})
 	}
 }

@@ -1,4 +1,4 @@
-package adminui_test
+package heraldui_test
 
 import (
 	"context"
@@ -17,9 +17,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/herald-outbox/herald"
-	"github.com/herald-outbox/herald/cmd/herald/internal/adminui"
 	"github.com/herald-outbox/herald/driver/heraldsqlite"
 	"github.com/herald-outbox/herald/heraldadmin"
+	"github.com/herald-outbox/herald/heraldui"
 )
 
 // retry writes msgs and fails each once the way a relay does: claimed,
@@ -28,7 +28,7 @@ func (b *bundle) retry(t *testing.T, lastError string, msgs ...herald.Message) [
 	t.Helper()
 	ids := b.write(t, msgs...)
 	token := uuid.NewString()
-	envs, err := b.store.Claim(t.Context(), herald.ClaimParams{Token: token, Owner: "adminui-test", Limit: 10000, Lease: time.Hour, Unordered: true})
+	envs, err := b.store.Claim(t.Context(), herald.ClaimParams{Token: token, Owner: "heraldui-test", Limit: 10000, Lease: time.Hour, Unordered: true})
 	require.NoError(t, err)
 	want := map[string]bool{}
 	for _, id := range ids {
@@ -73,9 +73,9 @@ func TestDashboard(t *testing.T) {
 
 	t.Run("AnOpenBreakerIsShownWithTheBacklogItHolds", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t, "", func(c *adminui.Config) {
-			c.DestinationStatus = func() []adminui.Destination {
-				return []adminui.Destination{
+		b := setup(t, "", func(c *heraldui.Config) {
+			c.DestinationStatus = func() []heraldui.Destination {
+				return []heraldui.Destination{
 					{Name: "kafka", Breaker: "closed", InFlight: 2},
 					{Name: "webhook", Breaker: "open", Failures: 5, LastError: "dial tcp 10.0.0.7:443: connection refused token=abc123",
 						LastErrorAt: time.Now()},
@@ -118,8 +118,8 @@ func TestDashboard(t *testing.T) {
 
 	t.Run("NoOutageWhenEveryBreakerIsClosed", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t, "", func(c *adminui.Config) {
-			c.DestinationStatus = func() []adminui.Destination { return []adminui.Destination{{Name: "default", Breaker: "closed"}} }
+		b := setup(t, "", func(c *heraldui.Config) {
+			c.DestinationStatus = func() []heraldui.Destination { return []heraldui.Destination{{Name: "default", Breaker: "closed"}} }
 		})
 		b.write(t, herald.Message{Topic: "orders"})
 		v := jsonOf(t, b.get(t, "/", asJSON))
@@ -227,7 +227,7 @@ func TestDashboard(t *testing.T) {
 		t.Parallel()
 		now := time.Now()
 		claim := now.Add(-3 * time.Second)
-		b := setup(t, "", func(c *adminui.Config) {
+		b := setup(t, "", func(c *heraldui.Config) {
 			c.Admin = relaysStore{Driver: c.Admin.(*heraldsqlite.Driver), relays: []heraldadmin.RelayInfo{{
 				Owner: "host-a/4242", Version: "v1.4.0", StartedAt: now.Add(-2 * time.Hour), HeartbeatAt: now.Add(-2 * time.Second),
 				LastClaimAt: &claim, Leased: 7, Published: 12345,
@@ -244,7 +244,7 @@ func TestDashboard(t *testing.T) {
 		require.Contains(t, page, `id="relays-section"`)
 		require.Regexp(t, `(?s)<tr data-key="host-a/4242"[^>]*>.*v1.4.0.*2s ago.*3s ago.*>7<.*>12345<`, page)
 
-		plain := setup(t, "", func(c *adminui.Config) { c.Admin = adminOnly{c.Admin} })
+		plain := setup(t, "", func(c *heraldui.Config) { c.Admin = adminOnly{c.Admin} })
 		require.NotContains(t, plain.get(t, "/").Body, `id="relays-section"`, "a store without heartbeats has no Relays section")
 		require.Nil(t, jsonOf(t, plain.get(t, "/", asJSON))["relays"])
 	})
@@ -330,24 +330,24 @@ func TestJSONAPI(t *testing.T) {
 // fakeReplay is a Config.Replay that counts what it is asked.
 type fakeReplay struct {
 	calls atomic.Int32
-	last  atomic.Pointer[adminui.ReplayRequest]
+	last  atomic.Pointer[heraldui.ReplayRequest]
 	count int
 	fail  error
 }
 
-func (f *fakeReplay) replay(_ context.Context, req adminui.ReplayRequest) (adminui.ReplayResult, error) {
+func (f *fakeReplay) replay(_ context.Context, req heraldui.ReplayRequest) (heraldui.ReplayResult, error) {
 	f.calls.Add(1)
 	f.last.Store(&req)
 	if f.fail != nil {
-		return adminui.ReplayResult{}, f.fail
+		return heraldui.ReplayResult{}, f.fail
 	}
-	return adminui.ReplayResult{Events: f.count, ByDestination: map[string]int{"kafka": f.count}}, nil
+	return heraldui.ReplayResult{Events: f.count, ByDestination: map[string]int{"kafka": f.count}}, nil
 }
 
 func TestReplayPage(t *testing.T) {
 	t.Parallel()
 	fr := &fakeReplay{count: 12}
-	b := setup(t, testToken, func(c *adminui.Config) { c.Replay = fr.replay })
+	b := setup(t, testToken, func(c *heraldui.Config) { c.Replay = fr.replay })
 	s := b.login(t)
 
 	page := b.get(t, "/replay", s.send)
@@ -420,7 +420,7 @@ func TestReplayPage(t *testing.T) {
 
 	t.Run("MoreThanThePageReplaysIsRefused", func(t *testing.T) {
 		big := &fakeReplay{count: 10001}
-		b := setup(t, testToken, func(c *adminui.Config) { c.Replay = big.replay })
+		b := setup(t, testToken, func(c *heraldui.Config) { c.Replay = big.replay })
 		s := b.login(t)
 		res := b.post(t, "/replay/count", url.Values{"csrf": {s.csrf}, "topic": {"o"}}, s.send)
 		require.Equal(t, http.StatusOK, res.Code)
@@ -429,7 +429,7 @@ func TestReplayPage(t *testing.T) {
 	})
 	t.Run("AFailedReplayIsReportedAndAudited", func(t *testing.T) {
 		bad := &fakeReplay{fail: errors.New("reading published events: password=hunter2 refused")}
-		b := setup(t, testToken, func(c *adminui.Config) { c.Replay = bad.replay })
+		b := setup(t, testToken, func(c *heraldui.Config) { c.Replay = bad.replay })
 		res := b.post(t, "/replay/run", url.Values{"topic": {"o"}, "confirm": {"yes"}}, withBearer(testToken))
 		require.Equal(t, http.StatusInternalServerError, res.Code)
 		require.NotContains(t, res.Body, "hunter2")

@@ -1,4 +1,4 @@
-package adminui_test
+package heraldui_test
 
 import (
 	"context"
@@ -16,29 +16,45 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/herald-outbox/herald"
-	"github.com/herald-outbox/herald/cmd/herald/internal/adminui"
 	"github.com/herald-outbox/herald/heraldadmin"
+	"github.com/herald-outbox/herald/heraldui"
 )
 
 func TestNew(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		name  string
-		cfg   adminui.Config
+		cfg   heraldui.Config
 		field string
 	}{
-		{"AdminIsRequired", adminui.Config{}, "Config.Admin"},
-		{"ShortTokenIsRefused", adminui.Config{Admin: &fakeAdmin{}, Token: "short"}, "Config.Token"},
-		{"PrefixWithTrailingSlashIsRefused", adminui.Config{Admin: &fakeAdmin{}, Prefix: "/admin/"}, "Config.Prefix"},
-		{"PrefixWithoutLeadingSlashIsRefused", adminui.Config{Admin: &fakeAdmin{}, Prefix: "admin"}, "Config.Prefix"},
+		{"AdminIsRequired", heraldui.Config{}, "Config.Admin"},
+		{"ShortTokenIsRefused", heraldui.Config{Admin: &fakeAdmin{}, Token: "short"}, "Config.Token"},
+		{"PrefixWithoutLeadingSlashIsRefused", heraldui.Config{Admin: &fakeAdmin{}, Prefix: "admin"}, "Config.Prefix"},
+		{"PrefixWithTwoTrailingSlashesIsRefused", heraldui.Config{Admin: &fakeAdmin{}, Prefix: "/admin//"}, "Config.Prefix"},
+		{"TokenAndExternalAuthAreRefused", heraldui.Config{Admin: &fakeAdmin{}, Token: testToken, ExternalAuth: true}, "Config.ExternalAuth"},
+		{"ShortRefreshIsRefused", heraldui.Config{Admin: &fakeAdmin{}, Refresh: time.Millisecond}, "Config.Refresh"},
+		{"NegativeRefreshIsRefused", heraldui.Config{Admin: &fakeAdmin{}, Refresh: -time.Second}, "Config.Refresh"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := adminui.New(tc.cfg)
+			_, err := heraldui.New(tc.cfg)
 			require.ErrorContains(t, err, tc.field)
 		})
 	}
-	_, err := adminui.New(adminui.Config{Admin: &fakeAdmin{}})
+	_, err := heraldui.New(heraldui.Config{Admin: &fakeAdmin{}})
 	require.NoError(t, err, "a read-only page needs only Admin")
+
+	t.Run("APrefixsTrailingSlashIsDropped", func(t *testing.T) {
+		b := setup(t, "", func(c *heraldui.Config) { c.Prefix = "/admin/" })
+		res := b.get(t, "/admin/")
+		require.Equal(t, http.StatusOK, res.Code)
+		require.Contains(t, res.Body, `href="/admin/static/admin.css"`)
+	})
+
+	t.Run("RefreshSetsTheOverviewsScript", func(t *testing.T) {
+		require.Contains(t, setup(t, "").get(t, "/").Body, `data-every="5000"`, "the default")
+		b := setup(t, "", func(c *heraldui.Config) { c.Refresh = 300 * time.Millisecond })
+		require.Contains(t, b.get(t, "/").Body, `data-every="300"`)
+	})
 }
 
 func TestPages(t *testing.T) {
@@ -47,9 +63,9 @@ func TestPages(t *testing.T) {
 	t.Run("OverviewShowsBacklogParkedKeysAndRate", func(t *testing.T) {
 		t.Parallel()
 		minute := time.Date(2026, 5, 4, 12, 0, 0, 0, time.UTC)
-		b := setup(t, "", func(c *adminui.Config) {
-			c.Rate = func() []adminui.RatePoint {
-				return []adminui.RatePoint{
+		b := setup(t, "", func(c *heraldui.Config) {
+			c.Rate = func() []heraldui.RatePoint {
+				return []heraldui.RatePoint{
 					{Minute: minute, Published: 40, Failed: 3, OldestPending: 90 * time.Second},
 					{Minute: minute.Add(time.Minute)},
 					{Minute: minute.Add(2 * time.Minute), Published: 2, OldestPending: 5 * time.Second},
@@ -260,7 +276,7 @@ func TestPages(t *testing.T) {
 
 	t.Run("PagesWorkUnderAPrefix", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t, testToken, func(c *adminui.Config) { c.Prefix = "/admin" })
+		b := setup(t, testToken, func(c *heraldui.Config) { c.Prefix = "/admin" })
 		ids := b.kill(t, false, "x", herald.Message{Topic: "orders"})
 		res := b.get(t, "/admin")
 		require.Equal(t, http.StatusMovedPermanently, res.Code)
@@ -747,7 +763,7 @@ func TestActions(t *testing.T) {
 
 	t.Run("StoreErrorsAreShownScrubbed", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t, "", func(c *adminui.Config) {
+		b := setup(t, "", func(c *heraldui.Config) {
 			c.Admin = &fakeAdmin{BacklogFunc: func(context.Context) ([]heraldadmin.TopicBacklog, error) {
 				return nil, errors.New("heraldpg: connecting to postgres://herald:pa55word@db.internal/outbox: <b>refused</b>")
 			}}
@@ -761,7 +777,7 @@ func TestActions(t *testing.T) {
 		require.Contains(t, b.logs.String(), "reading the backlog")
 		require.NotContains(t, b.logs.String(), "pa55word")
 
-		b = setup(t, "", func(c *adminui.Config) {
+		b = setup(t, "", func(c *heraldui.Config) {
 			c.Admin = &fakeAdmin{BacklogFunc: func(ctx context.Context) ([]heraldadmin.TopicBacklog, error) {
 				return nil, fmt.Errorf("querying: %w", context.DeadlineExceeded)
 			}}
@@ -830,7 +846,7 @@ func TestTriesAtTheTokenAreLimited(t *testing.T) {
 	setupLimited := func(t *testing.T) (*bundle, *fakeClock) {
 		b := setup(t, testToken)
 		clock := &fakeClock{now: time.Date(2026, 11, 2, 9, 0, 0, 0, time.UTC)}
-		adminui.SetClock(b.ui, clock.Now)
+		heraldui.SetClock(b.ui, clock.Now)
 		return b, clock
 	}
 	wrong := url.Values{"token": {"not-the-token-at-all"}}

@@ -1,4 +1,4 @@
-package adminui_test
+package heraldui_test
 
 import (
 	"context"
@@ -19,9 +19,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/herald-outbox/herald"
-	"github.com/herald-outbox/herald/cmd/herald/internal/adminui"
 	"github.com/herald-outbox/herald/driver/heraldsqlite"
 	"github.com/herald-outbox/herald/heraldadmin"
+	"github.com/herald-outbox/herald/heraldui"
 	"github.com/herald-outbox/herald/internal/heraldtest"
 )
 
@@ -42,7 +42,7 @@ type bundle struct {
 
 // setup opens a migrated SQLite outbox in a temporary file and a page over
 // it with the given token ("" for read-only); edit changes the config.
-func setup(t *testing.T, token string, edit ...func(*adminui.Config)) *bundle {
+func setup(t *testing.T, token string, edit ...func(*heraldui.Config)) *bundle {
 	t.Helper()
 	db, err := heraldsqlite.Open(filepath.Join(t.TempDir(), "outbox.db"))
 	require.NoError(t, err)
@@ -53,7 +53,7 @@ func setup(t *testing.T, token string, edit ...func(*adminui.Config)) *bundle {
 	w, err := heraldsqlite.NewWriter(nil)
 	require.NoError(t, err)
 	b := &bundle{db: db, store: store, writer: w, audit: &heraldtest.LogBuffer{}, logs: &heraldtest.LogBuffer{}}
-	cfg := adminui.Config{
+	cfg := heraldui.Config{
 		Admin:  store,
 		Token:  token,
 		Audit:  slog.New(slog.NewJSONHandler(b.audit, nil)),
@@ -62,7 +62,7 @@ func setup(t *testing.T, token string, edit ...func(*adminui.Config)) *bundle {
 	for _, e := range edit {
 		e(&cfg)
 	}
-	b.ui, err = adminui.New(cfg)
+	b.ui, err = heraldui.New(cfg)
 	require.NoError(t, err)
 	return b
 }
@@ -95,7 +95,7 @@ func (b *bundle) kill(t *testing.T, park bool, lastError string, msgs ...herald.
 		want[id] = true
 	}
 	token := uuid.NewString()
-	envs, err := b.store.Claim(t.Context(), herald.ClaimParams{Token: token, Owner: "adminui-test", Limit: 10000, Lease: time.Hour, Unordered: true})
+	envs, err := b.store.Claim(t.Context(), herald.ClaimParams{Token: token, Owner: "heraldui-test", Limit: 10000, Lease: time.Hour, Unordered: true})
 	require.NoError(t, err)
 	var failed []herald.Failure
 	var dead []string

@@ -1,4 +1,4 @@
-package adminui_test
+package heraldui_test
 
 import (
 	"net/http"
@@ -9,8 +9,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/herald-outbox/herald"
-	"github.com/herald-outbox/herald/cmd/herald/internal/adminui"
 	"github.com/herald-outbox/herald/heraldadmin"
+	"github.com/herald-outbox/herald/heraldui"
 )
 
 func TestPauses(t *testing.T) {
@@ -18,7 +18,7 @@ func TestPauses(t *testing.T) {
 
 	t.Run("PauseAndResumeFromTheOverviewAreAudited", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t, testToken, func(c *adminui.Config) {
+		b := setup(t, testToken, func(c *heraldui.Config) {
 			c.DestinationOf = func(string) string { return "kafka" }
 			c.Destinations = func() []string { return []string{"webhook", "kafka"} }
 		})
@@ -60,10 +60,10 @@ func TestPauses(t *testing.T) {
 
 	t.Run("ADestinationSaysWhichOfItsTopicsArePaused", func(t *testing.T) {
 		t.Parallel()
-		dests := func() []adminui.Destination {
-			return []adminui.Destination{{Name: "kafka", Breaker: "closed"}, {Name: "webhook", Breaker: "closed"}}
+		dests := func() []heraldui.Destination {
+			return []heraldui.Destination{{Name: "kafka", Breaker: "closed"}, {Name: "webhook", Breaker: "closed"}}
 		}
-		routed := setup(t, testToken, func(c *adminui.Config) {
+		routed := setup(t, testToken, func(c *heraldui.Config) {
 			c.DestinationStatus = dests
 			c.DestinationOf = func(topic string) string {
 				if strings.HasPrefix(topic, "hooks.") {
@@ -72,7 +72,7 @@ func TestPauses(t *testing.T) {
 				return "kafka"
 			}
 		})
-		unrouted := setup(t, testToken, func(c *adminui.Config) { c.DestinationStatus = dests })
+		unrouted := setup(t, testToken, func(c *heraldui.Config) { c.DestinationStatus = dests })
 		for _, b := range []*bundle{routed, unrouted} {
 			b.write(t, herald.Message{Topic: "orders"})
 			// billing has no event: paused all the same.

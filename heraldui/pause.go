@@ -1,4 +1,4 @@
-package adminui
+package heraldui
 
 import (
 	"errors"
@@ -70,10 +70,7 @@ func (h *handler) pauseAction(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, http.StatusBadRequest, "%s.", err)
 		return
 	}
-	method := "session"
-	if acc.Bearer {
-		method = "bearer"
-	}
+	method := acc.method()
 	attrs := []slog.Attr{slog.String("method", method), slog.String("kind", string(kind)), slog.String("name", name)}
 	ctx, cancel := storeCtx(r)
 	defer cancel()

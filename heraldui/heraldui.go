@@ -1,4 +1,4 @@
-package adminui
+package heraldui
 
 import (
 	"context"
@@ -21,46 +21,58 @@ import (
 
 // Config configures the operator page.
 type Config struct {
-	// Admin reads and changes the outbox table. Required.
+	// Admin reads and changes the outbox table: a driver's store, such as
+	// heraldpg.New's. Required.
 	Admin heraldadmin.Admin
-	// Token lets an operator requeue and discard dead events. It must be at
-	// least 16 bytes long. Empty makes the page read-only. Defaults to "".
+	// Prefix is the path the handler is mounted under, such as "/herald".
+	// The handler sees whole paths: mount it with mux.Handle(prefix+"/", h),
+	// not behind http.StripPrefix. A trailing slash is dropped. Defaults to
+	// "" (the root).
+	Prefix string
+	// Token is the page's own login: acting (requeue, discard, pause,
+	// retry now, replay) needs it, typed on the page's login form or sent
+	// as an "Authorization: Bearer" header; reading stays open to whoever
+	// reaches the handler. It must be at least MinTokenLen bytes long. It
+	// excludes ExternalAuth. Defaults to "": no login of the page's own.
 	Token string
+	// ExternalAuth says that the service mounting the handler
+	// authenticates and authorizes every request before it reaches the
+	// handler (its own middleware, its own login): the page then offers its
+	// actions to every request it receives, without a Token. Cross-origin
+	// posts are still refused. Defaults to false: without a Token the page
+	// is read-only.
+	ExternalAuth bool
 	// Rate returns, for each of the last minutes, oldest first, the
 	// events published, the failed attempts and the oldest pending age.
 	// It is called on every overview, possibly from several requests at
-	// once. Nil means the page says the charts are not available.
-	// Defaults to nil.
+	// once. Defaults to nil: the page says the charts are not available.
 	Rate func() []RatePoint
 	// DestinationStatus returns each destination's state: its circuit
-	// breaker, the calls in flight, its last error. Nil leaves the
-	// Destinations section out. Defaults to nil.
+	// breaker, the calls in flight, its last error. Defaults to nil: no
+	// Destinations section.
 	DestinationStatus func() []Destination
-	// Replay republishes published events through the running relay's
-	// destinations (or, with ReplayRequest.DryRun, counts them). Nil
-	// leaves the Replay page out. Defaults to nil.
-	Replay func(ctx context.Context, req ReplayRequest) (ReplayResult, error)
-	// Audit receives one line per action and per login. Defaults to Logger.
-	Audit *slog.Logger
-	// Logger receives the handler's errors. Defaults to slog.Default().
-	Logger *slog.Logger
 	// DestinationOf names the destination a topic routes to
 	// (heraldroute.Router.DestinationOf), so that a paused destination
-	// shows the events it holds. Nil shows them as unknown. Defaults to
-	// nil.
+	// shows the events it holds. Defaults to nil: shown as unknown.
 	DestinationOf func(topic string) string
 	// Destinations names the destinations the pause form offers. Defaults
 	// to nil: any name may be typed.
 	Destinations func() []string
-	// Prefix is the path the handler is mounted under, such as "/admin",
-	// without a trailing slash. The handler sees whole paths: mount it with
-	// mux.Handle(prefix+"/", h), not behind http.StripPrefix. Defaults to
-	// "" (the root).
-	Prefix string
-	// Databases links the pages of every database a relay process serves,
-	// one of them Current (this handler's), in the header of every page.
+	// Replay republishes published events through the service's
+	// destinations (or, with ReplayRequest.DryRun, counts them). Defaults
+	// to nil: no Replay page.
+	Replay func(ctx context.Context, req ReplayRequest) (ReplayResult, error)
+	// Databases links the pages of every database a process serves, one
+	// of them Current (this handler's), in the header of every page.
 	// Defaults to nil: one database, no links.
 	Databases []DatabaseLink
+	// Refresh is how often the overview's script reloads its figures, at
+	// least 100ms. Defaults to 5s.
+	Refresh time.Duration
+	// Audit receives one line per action and per login. Defaults to Logger.
+	Audit *slog.Logger
+	// Logger receives the handler's errors. Defaults to slog.Default().
+	Logger *slog.Logger
 }
 
 // DatabaseLink is one database's page, for the header's links.
@@ -92,6 +104,13 @@ type Destination struct {
 // MinTokenLen is the shortest Config.Token New accepts.
 const MinTokenLen = 16
 
+// minRefresh is the shortest Config.Refresh New accepts: every refresh of
+// every open overview reads the outbox table.
+const minRefresh = 100 * time.Millisecond
+
+// defaultRefresh is Config.Refresh's default.
+const defaultRefresh = 5 * time.Second
+
 // Bounds of the inputs the page accepts.
 const (
 	defaultListLimit = 50
@@ -120,13 +139,24 @@ var staticFS embed.FS
 // New returns the handler of the operator page.
 func New(cfg Config) (http.Handler, error) {
 	if cfg.Admin == nil {
-		return nil, errors.New("adminui: Config.Admin is required")
+		return nil, errors.New("heraldui: Config.Admin is required")
 	}
 	if cfg.Token != "" && len(cfg.Token) < MinTokenLen {
-		return nil, fmt.Errorf("adminui: Config.Token must be at least %d bytes long", MinTokenLen)
+		return nil, fmt.Errorf("heraldui: Config.Token must be at least %d bytes long", MinTokenLen)
 	}
+	if cfg.Token != "" && cfg.ExternalAuth {
+		return nil, errors.New("heraldui: Config.Token and Config.ExternalAuth exclude each other: " +
+			"set Token for the page's own login, or ExternalAuth when your middleware decides who may act")
+	}
+	cfg.Prefix = strings.TrimSuffix(cfg.Prefix, "/")
 	if !prefixPattern.MatchString(cfg.Prefix) {
-		return nil, fmt.Errorf("adminui: Config.Prefix %q must be empty or a path such as /admin, without a trailing slash", cfg.Prefix)
+		return nil, fmt.Errorf("heraldui: Config.Prefix %q must be empty or a path such as /herald", cfg.Prefix)
+	}
+	switch {
+	case cfg.Refresh == 0:
+		cfg.Refresh = defaultRefresh
+	case cfg.Refresh < minRefresh:
+		return nil, fmt.Errorf("heraldui: Config.Refresh %v is shorter than %v", cfg.Refresh, minRefresh)
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -134,23 +164,23 @@ func New(cfg Config) (http.Handler, error) {
 	if cfg.Audit == nil {
 		cfg.Audit = cfg.Logger
 	}
-	h := &handler{cfg: cfg, now: time.Now, pages: map[string]*template.Template{}, refresh: 5 * time.Second}
+	h := &handler{cfg: cfg, now: time.Now, pages: map[string]*template.Template{}}
 	// Sessions are signed with a key of this handler's own: a restart logs
 	// everyone out, and no cookie outlives the process that issued it.
 	h.key = make([]byte, 32)
 	if _, err := rand.Read(h.key); err != nil {
-		return nil, fmt.Errorf("adminui: generating the session key: %w", err)
+		return nil, fmt.Errorf("heraldui: generating the session key: %w", err)
 	}
 	for _, name := range []string{"overview", "dead", "event", "confirm", "result", "parked", "login", "error", "retrying", "replay"} {
 		t, err := template.New(name).Funcs(templateFuncs).ParseFS(templateFS, "templates/layout.html", "templates/"+name+".html")
 		if err != nil {
-			return nil, fmt.Errorf("adminui: parsing template %s: %w", name, err)
+			return nil, fmt.Errorf("heraldui: parsing template %s: %w", name, err)
 		}
 		h.pages[name] = t
 	}
 	static, err := fs.Sub(staticFS, "static")
 	if err != nil {
-		return nil, fmt.Errorf("adminui: %w", err)
+		return nil, fmt.Errorf("heraldui: %w", err)
 	}
 	h.static = static
 
@@ -202,8 +232,6 @@ type handler struct {
 	sessions sessionStore
 	// limiter bounds the tries at guessing the token.
 	limiter loginLimiter
-	// refresh is how often the overview refreshes itself.
-	refresh time.Duration
 	// replaying is set while a replay from the page runs: one at a time.
 	replaying atomic.Bool
 }
@@ -270,7 +298,7 @@ func (h *handler) render(w http.ResponseWriter, r *http.Request, status int, nam
 	}
 	var b strings.Builder
 	if err := h.pages[name].ExecuteTemplate(&b, "layout", v); err != nil {
-		h.cfg.Logger.Error("adminui: rendering page", "page", name, "error", herald.Scrub(err.Error()))
+		h.cfg.Logger.Error("heraldui: rendering page", "page", name, "error", herald.Scrub(err.Error()))
 		http.Error(w, "internal error rendering the page", http.StatusInternalServerError)
 		return
 	}
@@ -306,6 +334,6 @@ func (h *handler) storeFailed(w http.ResponseWriter, r *http.Request, what strin
 		h.fail(w, r, http.StatusGatewayTimeout, "The database did not answer in time while %s.", what)
 		return
 	}
-	h.cfg.Logger.Error("adminui: "+what, "error", herald.Scrub(err.Error()))
+	h.cfg.Logger.Error("heraldui: "+what, "error", herald.Scrub(err.Error()))
 	h.fail(w, r, http.StatusInternalServerError, "Failed while %s: %v", what, err)
 }

@@ -1,4 +1,4 @@
-package adminui
+package heraldui
 
 import (
 	"cmp"
@@ -182,7 +182,7 @@ func (h *handler) overviewData(r *http.Request) (overviewView, string, error) {
 	ctx, cancel := storeCtx(r)
 	defer cancel()
 	now := h.now()
-	v := overviewView{Now: now.UTC(), Refresh: int(h.refresh / time.Millisecond)}
+	v := overviewView{Now: now.UTC(), Refresh: int(h.cfg.Refresh / time.Millisecond)}
 	backlog, err := h.cfg.Admin.Backlog(ctx)
 	if err != nil {
 		return v, "reading the backlog", err

@@ -1,4 +1,4 @@
-package adminui
+package heraldui
 
 import (
 	"errors"
@@ -198,10 +198,7 @@ func (h *handler) replayAction(w http.ResponseWriter, r *http.Request) {
 	}
 	defer h.replaying.Store(false)
 
-	method := "session"
-	if acc.Bearer {
-		method = "bearer"
-	}
+	method := acc.method()
 	attrs := []slog.Attr{slog.String("method", method), slog.String("topic", form.Topic), slog.String("type", form.Type),
 		slog.String("since", form.Since), slog.String("until", form.Until), slog.Int("rate", form.Rate), slog.Bool("new_ids", form.NewIDs)}
 	if !form.AnyKey {
