@@ -7,6 +7,7 @@ import (
 
 	"github.com/herald-outbox/herald/driver/heraldcdc"
 	"github.com/herald-outbox/herald/driver/heraldpg"
+	"github.com/herald-outbox/herald/heraldspec"
 	"github.com/herald-outbox/herald/internal/sqlstore"
 )
 
@@ -69,7 +70,7 @@ func (s *sourceFlags) config(inv *invocation, dbs []*database) (*cdcSetup, error
 		return nil, usagef("%s: %q is not poll or cdc", label("source"), clean(*s.source))
 	}
 	for _, db := range dbs {
-		if db.pool == nil {
+		if db.names == nil {
 			return nil, usagef("%s cdc needs PostgreSQL: %s is not a postgres:// database", label("source"), db.where)
 		}
 	}
@@ -90,7 +91,8 @@ func (s *sourceFlags) config(inv *invocation, dbs []*database) (*cdcSetup, error
 
 // open checks the slot (creating it with --cdc-create-slot) and starts
 // reading it; then, and only then, the table's inserts default to the
-// streamed state: a row written as streamed before the slot existed would
+// streamed state (heraldcdc does both, in that order, through
+// heraldspec): a row written as streamed before the slot existed would
 // be read by neither path.
 //
 // A slot that another relay streams exists, so that order holds for a
@@ -101,24 +103,11 @@ func (s *sourceFlags) config(inv *invocation, dbs []*database) (*cdcSetup, error
 // so the standby goes on from there and repeats nothing; one that is
 // killed leaves its unconfirmed batches to the standby, whose repeats the
 // brokers' dedup ids drop.
-func (c *cdcSetup) open(ctx context.Context, d *dbRelay) (*heraldcdc.Source, error) {
-	pg, ok := d.store.(*heraldpg.Driver)
-	if !ok {
-		return nil, usagef("--source cdc needs PostgreSQL")
-	}
-	src, err := heraldcdc.NewSource(ctx, heraldcdc.Config{
-		ConnString: d.db.pool.ConnString(), Schema: d.db.names.Schema, Table: d.db.names.Table,
+func (c *cdcSetup) open(ctx context.Context, d *dbRelay) (heraldspec.ChangeSource, error) {
+	return d.db.spec.OpenSource(ctx, d.pool, &heraldcdc.Config{
 		Slot: c.slot, Publication: c.publication, CreateSlot: c.createSlot, Logger: d.log,
 		BufferBytes: c.bufferBytes, StandbyInterval: c.standbyInterval,
 	})
-	if err != nil {
-		return nil, err
-	}
-	if err := pg.StreamInserts(ctx, true); err != nil {
-		_ = src.Close()
-		return nil, fmt.Errorf("making the table's inserts streamed: %w", err)
-	}
-	return src, nil
 }
 
 // refuseStreamedTable refuses to poll a table whose inserts default to the
