@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/herald-outbox/herald/driver/heraldcdc"
-	"github.com/herald-outbox/herald/driver/heraldpg"
+	"github.com/herald-outbox/herald/heraldspec"
 	"github.com/herald-outbox/herald/internal/sqlstore"
 )
 
@@ -68,7 +68,7 @@ func (s *sourceFlags) config(inv *invocation, dbs []*database) (*cdcSetup, error
 		return nil, usagef("%s: %q is not poll or cdc", label("source"), clean(*s.source))
 	}
 	for _, db := range dbs {
-		if db.pool == nil {
+		if db.names == nil {
 			return nil, usagef("%s cdc needs PostgreSQL: %s is not a postgres:// database", label("source"), db.where)
 		}
 	}
@@ -101,12 +101,8 @@ func (s *sourceFlags) config(inv *invocation, dbs []*database) (*cdcSetup, error
 // so the standby goes on from there and repeats nothing; one that is
 // killed leaves its unconfirmed batches to the standby, whose repeats the
 // brokers' dedup ids drop.
-func (c *cdcSetup) open(ctx context.Context, d *dbRelay) (*heraldcdc.Source, error) {
-	if _, ok := d.store.(*heraldpg.Driver); !ok {
-		return nil, usagef("--source cdc needs PostgreSQL")
-	}
-	return heraldcdc.NewSource(ctx, heraldcdc.Config{
-		ConnString: d.db.pool.ConnString(), Schema: d.db.names.Schema, Table: d.db.names.Table,
+func (c *cdcSetup) open(ctx context.Context, d *dbRelay) (heraldspec.ChangeSource, error) {
+	return d.db.spec.OpenSource(ctx, d.pool, &heraldcdc.Config{
 		Slot: c.slot, Publication: c.publication, CreateSlot: c.createSlot, Logger: d.log,
 		BufferBytes: c.bufferBytes, StandbyInterval: c.standbyInterval,
 	})

@@ -14,6 +14,8 @@ import (
 	"strings"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/herald-outbox/herald/heraldspec"
 )
 
 // The daemon's configuration file (--config herald.yaml, HERALD_CONFIG):
@@ -409,7 +411,7 @@ func dsnHasPassword(dsn string) bool {
 			return true
 		}
 	}
-	return keywordPassword.MatchString(dsn)
+	return len(heraldspec.DSNSecrets(dsn)) > 0
 }
 
 // databases reads NAME: DSN entries: --databases NAMES with HERALD_DB_<NAME>.

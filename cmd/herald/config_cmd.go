@@ -209,10 +209,10 @@ func maskDSN(dsn string) string {
 	if u, err := url.Parse(dsn); err == nil && u.User != nil && strings.Contains(dsn, "://") {
 		return heraldspec.Redact(u, false)
 	}
-	return keywordPassword.ReplaceAllStringFunc(dsn, func(m string) string {
-		key, _, _ := strings.Cut(m, "=")
-		return key + "=" + heraldspec.Redacted
-	})
+	for _, secret := range heraldspec.DSNSecrets(dsn) {
+		dsn = strings.ReplaceAll(dsn, secret, heraldspec.Redacted)
+	}
+	return dsn
 }
 
 // maskURLs is a destination's URL list with every password or token

@@ -12,7 +12,6 @@ import (
 	"maps"
 	"net/http"
 	"os"
-	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -25,6 +24,7 @@ import (
 	"github.com/herald-outbox/herald/driver/heraldcdc"
 	"github.com/herald-outbox/herald/driver/heraldcdc/heraldcdcprom"
 	"github.com/herald-outbox/herald/heraldprom"
+	"github.com/herald-outbox/herald/heraldspec"
 )
 
 // One relay process, several databases: each database is relayed by a
@@ -54,26 +54,12 @@ var databaseName = destinationName
 // defaultDatabase names the database of a plain --db DSN.
 const defaultDatabase = "default"
 
-// dsnStart is how a DSN after NAME= begins: a URL's scheme or sqlite:.
-var dsnStart = regexp.MustCompile(`^([a-zA-Z][a-zA-Z0-9+.-]*://|sqlite:)`)
-
-// libpqKeywords are the keywords of a libpq connection string that could
-// start a --db value; host=... must never read as a database named host.
-var libpqKeywords = map[string]bool{
-	"host": true, "hostaddr": true, "port": true, "dbname": true, "user": true, "password": true, "passfile": true,
-	"sslmode": true, "sslrootcert": true, "sslcert": true, "sslkey": true, "sslpassword": true, "connect_timeout": true,
-	"application_name": true, "options": true, "service": true, "target_session_attrs": true, "krbsrvname": true,
-}
-
 // splitNamedDSN reads NAME=DSN: NAME a database name, DSN a URL, a sqlite:
-// path or a keyword/value string. Anything else is one plain DSN.
+// path or a keyword/value string (heraldspec.IsDSN). Anything else is one
+// plain DSN: host=... must never read as a database named host.
 func splitNamedDSN(raw string) (name, dsn string, named bool) {
 	name, dsn, found := strings.Cut(raw, "=")
-	switch {
-	case !found || !databaseName.MatchString(name):
-	case dsnStart.MatchString(dsn):
-		return name, dsn, true
-	case keywordDSN.MatchString(dsn) && !libpqKeywords[name]:
+	if found && databaseName.MatchString(name) && !heraldspec.DSNKeyword(name) && heraldspec.IsDSN(dsn) {
 		return name, dsn, true
 	}
 	return "", raw, false
@@ -165,14 +151,7 @@ func (d *dbFlags) parseDatabase(inv *invocation, src dbSource) (*database, error
 	one := *d
 	raw := src.raw
 	one.db = &raw
-	db, err := one.parseDB(inv)
-	if err != nil {
-		return nil, err
-	}
-	if err := db.mustExist(inv); err != nil {
-		return nil, err
-	}
-	return db, nil
+	return one.parseDB(inv, false)
 }
 
 // repeatable makes the string flag name collect every value it is given,
@@ -214,7 +193,7 @@ type dbRelay struct {
 	name    string
 	db      *database
 	log     *slog.Logger
-	pool    closer
+	pool    *heraldspec.Outbox
 	store   outbox
 	cfg     herald.RelayConfig // Store, Publisher and Owner are set at each start
 	metrics *heraldprom.Metrics
@@ -341,7 +320,7 @@ func (f *fleet) start(d *dbRelay) error {
 func (f *fleet) run(ctx context.Context, d *dbRelay) error {
 	start := starter{inv: f.inv, log: d.log, status: d}
 	err := start.wait(ctx, "database", func(ctx context.Context) error {
-		if err := d.db.reach(ctx, d.pool); err != nil {
+		if err := d.pool.Reach(ctx); err != nil {
 			return err
 		}
 		return d.store.Ping(ctx)
@@ -699,7 +678,7 @@ func (d *dbRelay) readerActive() bool {
 // stands by (0). The slot's herald_cdc_slot_active says that some reader
 // streams it; this gauge says which relay does.
 func registerSlotMetrics(d *dbRelay, c *cdcSetup) error {
-	q, ok := d.pool.(heraldcdc.Querier)
+	q, ok := d.pool.Client.(heraldcdc.Querier)
 	if !ok {
 		return errors.New("--source cdc needs PostgreSQL")
 	}

@@ -24,6 +24,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"github.com/herald-outbox/herald/heraldspec"
 	"github.com/herald-outbox/herald/internal/heraldtest"
 )
 
@@ -560,6 +561,6 @@ func FuzzSplitNamedDSN(f *testing.F) {
 		}
 		require.Equal(t, raw, name+"="+dsn)
 		require.Regexp(t, databaseName, name)
-		require.False(t, libpqKeywords[name], name)
+		require.False(t, heraldspec.DSNKeyword(name), name)
 	})
 }

@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/herald-outbox/herald/driver/heraldsqlite"
 )
 
 // secretCore is planted in the middle of a fuzzed password: any part of
@@ -173,7 +175,7 @@ func FuzzParseDB(f *testing.F) {
 		inv := fuzzInvocation(&out)
 		d := addDBFlags(inv.flags)
 		*d.db = raw
-		db, err := d.parseDB(inv)
+		db, err := d.parseDB(inv, true)
 		if err != nil {
 			shown := printed(inv, &out, err.Error(), true)
 			require.False(t, holdsCore(shown), "the error shows the password of %q: %s", raw, shown)
@@ -183,8 +185,10 @@ func FuzzParseDB(f *testing.F) {
 		require.False(t, holdsCore(shown), "the description of %q shows its password: %s", raw, shown)
 		if form%4 == 2 {
 			path, _ := strings.CutPrefix(strings.TrimSpace(raw), "sqlite:")
-			require.Equal(t, strings.TrimPrefix(path, "//"), db.sqlitePath)
-			require.NotEmpty(t, db.sqlitePath)
+			lite, ok := db.spec.Target().(*heraldsqlite.DSNConfig)
+			require.True(t, ok, "%q opens SQLite", raw)
+			require.Equal(t, strings.TrimPrefix(path, "//"), lite.Path)
+			require.NotEmpty(t, lite.Path)
 		}
 	})
 }

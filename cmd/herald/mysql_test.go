@@ -10,6 +10,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 	"github.com/stretchr/testify/require"
 
+	"github.com/herald-outbox/herald/driver/heraldmysql"
 	"github.com/herald-outbox/herald/internal/heraldtest"
 )
 
@@ -141,9 +142,10 @@ func TestMySQLInterpolatesParametersUnlessTheURLSays(t *testing.T) {
 	} {
 		fs := newFlagSet("status")
 		flags := addDBFlags(fs)
+		*flags.db = "mysql://root:secret@127.0.0.1:3306/test" + tc.query
 		inv := &invocation{stderr: &redactor{w: io.Discard}, flags: fs}
-		d, err := flags.parseMySQL(inv, "mysql://root:secret@127.0.0.1:3306/test"+tc.query)
+		d, err := flags.parseDB(inv, false)
 		require.NoError(t, err, tc.query)
-		require.Equal(t, tc.want, d.mysql.InterpolateParams, tc.query)
+		require.Equal(t, tc.want, d.spec.Target().(*heraldmysql.DSNConfig).MySQL.InterpolateParams, tc.query)
 	}
 }

@@ -360,7 +360,7 @@ func runRelay(ctx context.Context, fl *fleet, plan *plan, natsCfg *heraldnats.Co
 	// would wait for them, and the process is exiting anyway.
 	abandoned := false
 	for _, d := range fl.dbs {
-		if d.pool, d.store, err = d.db.open(); err != nil {
+		if d.pool, d.store, err = d.db.open(ctx); err != nil {
 			return err
 		}
 		defer func() {

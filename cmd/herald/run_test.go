@@ -15,6 +15,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/herald-outbox/herald/driver/heraldpg"
 	"github.com/herald-outbox/herald/internal/heraldtest"
 )
 
@@ -410,9 +411,9 @@ func TestKeywordDSNIsParsed(t *testing.T) {
 	require.NoError(t, err)
 	var stderr bytes.Buffer
 	red := &redactor{w: &stderr}
-	db, err := d.parseDB(&invocation{flags: f, stderr: red})
+	db, err := d.parseDB(&invocation{flags: f, stderr: red}, false)
 	require.NoError(t, err)
 	require.Equal(t, "app@db.example:6543/shop", db.where)
-	require.Equal(t, "p w", db.pool.ConnConfig.Password)
+	require.Equal(t, "p w", db.spec.Target().(*heraldpg.DSNConfig).Pool.ConnConfig.Password)
 	require.Equal(t, "x "+redacted+" y", red.scrub("x p w y"), "the password is a secret of the run")
 }

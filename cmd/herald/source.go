@@ -56,7 +56,7 @@ func setupSourcePoll(f *flagSet) func(context.Context, *invocation) error {
 		}
 		defer pool.Close()
 		pg, ok := driver.(*heraldpg.Driver)
-		q, isPG := pool.(heraldcdc.Querier)
+		q, isPG := pool.Client.(heraldcdc.Querier)
 		if !ok || !isPG {
 			return usagef("herald source poll needs PostgreSQL: only it has a change-data-capture source")
 		}

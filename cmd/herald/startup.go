@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/herald-outbox/herald/heraldspec"
 )
 
 // The relay's waits for its database and destinations at start: doubling
@@ -83,6 +85,7 @@ func isUnreachable(err error) bool {
 	var (
 		ue      *usageError
 		down    *unreachableError
+		dbErr   *heraldspec.DatabaseOpenError
 		pgErr   *pgconn.PgError
 		connErr *pgconn.ConnectError
 		netErr  net.Error
@@ -92,6 +95,9 @@ func isUnreachable(err error) bool {
 		return false
 	case errors.As(err, &down):
 		return true
+	case errors.As(err, &dbErr):
+		// The database's driver told.
+		return dbErr.Unreachable
 	case errors.As(err, &pgErr):
 		// The server answered. Only these classes pass: connection
 		// exception (08), insufficient resources such as too many

@@ -15,6 +15,7 @@ import (
 	"github.com/herald-outbox/herald/driver/heraldpg"
 	"github.com/herald-outbox/herald/driver/heraldsqlite"
 	"github.com/herald-outbox/herald/heraldadmin"
+	"github.com/herald-outbox/herald/heraldspec"
 )
 
 func setupMigrate(f *flagSet) func(context.Context, *invocation) error {
@@ -35,7 +36,7 @@ func setupMigrate(f *flagSet) func(context.Context, *invocation) error {
 			// PostgreSQL's, the default database.
 			db, err = d.parsePostgresNames(inv)
 		} else {
-			db, err = d.parseDB(inv)
+			db, err = d.parseDB(inv, true)
 		}
 		if err != nil {
 			return err
@@ -363,11 +364,15 @@ func (db *database) printMigrationSQL(inv *invocation, from int) error {
 		script string
 		err    error
 	)
-	switch {
-	case db.sqlite != nil:
-		script, err = heraldsqlite.MigrationSQL(db.sqlite, from)
-	case db.mysql != nil:
-		script, err = heraldmysql.MigrationSQL(db.mysqlNames, from)
+	var target heraldspec.DatabaseTarget
+	if db.spec != nil {
+		target = db.spec.Target()
+	}
+	switch t := target.(type) {
+	case *heraldsqlite.DSNConfig:
+		script, err = heraldsqlite.MigrationSQL(&t.Config, from)
+	case *heraldmysql.DSNConfig:
+		script, err = heraldmysql.MigrationSQL(&t.Config, from)
 	default:
 		script, err = heraldpg.MigrationSQL(db.names, from)
 	}

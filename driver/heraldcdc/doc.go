@@ -24,4 +24,8 @@
 // (connection, slot, decoding, confirmation) and Tracker (which position
 // may be confirmed while acknowledgements return out of order). The
 // relay's CDC mode builds on it.
+//
+// Imported, it opens the Source of a PostgreSQL database that heraldspec
+// parsed: heraldspec.ParsedDatabase.OpenSource, with a *Config for the
+// slot's settings.
 package heraldcdc

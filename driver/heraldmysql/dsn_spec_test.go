@@ -1,0 +1,151 @@
+package heraldmysql_test
+
+import (
+	"context"
+	"database/sql"
+	"testing"
+
+	"github.com/go-sql-driver/mysql"
+	"github.com/stretchr/testify/require"
+
+	heraldpkg "github.com/herald-outbox/herald"
+	"github.com/herald-outbox/herald/driver/heraldmysql"
+	"github.com/herald-outbox/herald/driver/internal/mysqltest"
+	"github.com/herald-outbox/herald/heraldspec"
+	"github.com/herald-outbox/herald/internal/heraldtest"
+)
+
+func TestDSNsAcceptedThroughHeraldspec(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name    string
+		db      heraldspec.Database
+		display string
+		check   func(t *testing.T, c *heraldmysql.DSNConfig)
+	}{
+		{"URL", heraldspec.Database{DSN: "mysql://app:hunter2@db.example:3307/shop"}, "app@db.example:3307/shop",
+			func(t *testing.T, c *heraldmysql.DSNConfig) {
+				require.Equal(t, "hunter2", c.MySQL.Passwd)
+				require.Equal(t, "shop", c.MySQL.DBName)
+				require.True(t, c.MySQL.InterpolateParams, "one round trip per statement")
+				require.Equal(t, heraldmysql.Config{}, c.Config, "the driver's defaults")
+			}},
+		{"DefaultPortAndSchemeInAnyCase", heraldspec.Database{DSN: "MySQL://app@db.example/shop"}, "app@db.example:3306/shop", nil},
+		{"PercentEncodedPassword", heraldspec.Database{DSN: "mysql://app:p%2Fss%3Fw@h/shop"}, "app@h:3306/shop",
+			func(t *testing.T, c *heraldmysql.DSNConfig) { require.Equal(t, "p/ss?w", c.MySQL.Passwd) }},
+		{"DriverOptions", heraldspec.Database{DSN: "mysql://app@h/shop?timeout=5s&parseTime=true"}, "app@h:3306/shop",
+			func(t *testing.T, c *heraldmysql.DSNConfig) {
+				require.Equal(t, "5s", c.MySQL.Timeout.String())
+				require.True(t, c.MySQL.ParseTime)
+			}},
+		{"InterpolationLeftToTheURL", heraldspec.Database{DSN: "mysql://app@h/shop?interpolateParams=false"}, "app@h:3306/shop",
+			func(t *testing.T, c *heraldmysql.DSNConfig) { require.False(t, c.MySQL.InterpolateParams) }},
+		{"ACharacterSetOfItsOwn", heraldspec.Database{DSN: "mysql://app@h/shop?charset=utf8mb4"}, "app@h:3306/shop",
+			func(t *testing.T, c *heraldmysql.DSNConfig) { require.False(t, c.MySQL.InterpolateParams) }},
+		{"ThePublicSchemaIsTheDefault", heraldspec.Database{DSN: "mysql://app@h/shop", Schema: "public", Table: "events",
+			Config: &heraldmysql.Config{MaxPayloadBytes: 10}}, "app@h:3306/shop",
+			func(t *testing.T, c *heraldmysql.DSNConfig) {
+				require.Equal(t, heraldmysql.Config{Table: "events", MaxPayloadBytes: 10}, c.Config)
+			}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			p, err := heraldspec.ParseDatabase(tc.db)
+			require.NoError(t, err)
+			require.Equal(t, "mysql", p.Driver)
+			require.Equal(t, tc.display, p.Display())
+			c, ok := p.Target().(*heraldmysql.DSNConfig)
+			require.True(t, ok)
+			if c.MySQL.Passwd != "" {
+				require.Contains(t, p.Secrets(), c.MySQL.Passwd)
+			}
+			if tc.check != nil {
+				tc.check(t, c)
+			}
+		})
+	}
+}
+
+func TestDSNsRefusedThroughHeraldspec(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name  string
+		db    heraldspec.Database
+		field string
+		says  string
+	}{
+		{"NoDatabase", heraldspec.Database{DSN: "mysql://u:hunter2@127.0.0.1:1"}, "DSN", "mysql:// needs one database as its path"},
+		{"TwoDatabases", heraldspec.Database{DSN: "mysql://u:hunter2@127.0.0.1:1/a/b"}, "DSN", "mysql:// needs one database as its path"},
+		{"NoHost", heraldspec.Database{DSN: "mysql://u:hunter2@/db"}, "DSN", "mysql:// needs a host"},
+		{"BadOption", heraldspec.Database{DSN: "mysql://u:hunter2@127.0.0.1:1/db?timeout=soon"}, "DSN", `option timeout=soon: time: invalid duration "soon"`},
+		{"UnencodedSlashInThePassword", heraldspec.Database{DSN: "mysql://u:pw0rd/hunter2@127.0.0.1:1/db"}, "DSN",
+			"the password holds a '/', '?' or '#' that is not percent-encoded: write them %2F, %3F and %23"},
+		{"BadPort", heraldspec.Database{DSN: "mysql://u:hunter2@127.0.0.1:port/db"}, "DSN", "not a mysql:// URL"},
+		{"ASchema", heraldspec.Database{DSN: "mysql://u:hunter2@127.0.0.1:1/db", Schema: "other"}, "Schema",
+			"on MySQL the database is the schema: name it in the DSN's path"},
+		{"BadTable", heraldspec.Database{DSN: "mysql://u:hunter2@127.0.0.1:1/db", Table: "Bad-Name"}, "Table", `"Bad-Name" must match`},
+		{"AnotherDriversConfig", heraldspec.Database{DSN: "mysql://u:hunter2@127.0.0.1:1/db", Config: &heraldspec.Database{}}, "Config",
+			"a *heraldspec.Database, not a *heraldmysql.Config"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			_, err := heraldspec.ParseDatabase(tc.db)
+			var de *heraldspec.DatabaseError
+			require.ErrorAs(t, err, &de)
+			require.Equal(t, tc.field, de.Field)
+			require.Contains(t, de.Reason(), tc.says)
+			require.NotContains(t, err.Error(), "hunter2")
+		})
+	}
+}
+
+// Open against the test server: the store, admin and writer of one
+// table on one pool, and a refusal told from an outage.
+func TestOpenThroughHeraldspec(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	server := mysqltest.Pool(t)
+
+	t.Run("OpensTheOutbox", func(t *testing.T) {
+		t.Parallel()
+		database := mysqltest.Database(t, server)
+		_, o, err := heraldspec.OpenDatabase(ctx, heraldspec.Database{DSN: heraldtest.MySQLURL(t, database), MaxConns: 2})
+		require.NoError(t, err)
+		defer o.Close()
+		require.NoError(t, o.Store.Migrate(ctx))
+		require.NoError(t, o.Store.Ping(ctx))
+		db, ok := o.Client.(*sql.DB)
+		require.True(t, ok)
+		require.Equal(t, 2, db.Stats().MaxOpenConnections)
+		w, ok := o.Writer.(*heraldpkg.Writer[*sql.Tx])
+		require.True(t, ok, "a database/sql writer: %T", o.Writer)
+		tx, err := db.BeginTx(ctx, nil)
+		require.NoError(t, err)
+		require.NoError(t, w.WriteTx(ctx, tx, heraldpkg.Message{Topic: "orders", Payload: []byte("x")}))
+		require.NoError(t, tx.Commit())
+		st, err := o.Admin.Status(ctx)
+		require.NoError(t, err)
+		require.Len(t, st.Topics, 1)
+		require.EqualValues(t, 1, st.Topics[0].Count, "the writer wrote into the table the store reads")
+	})
+
+	t.Run("AnUnknownDatabaseIsRefusedNotUnreachable", func(t *testing.T) {
+		t.Parallel()
+		_, _, err := heraldspec.OpenDatabase(ctx, heraldspec.Database{DSN: heraldtest.MySQLURL(t, "herald_no_such_db")})
+		var oe *heraldspec.DatabaseOpenError
+		require.ErrorAs(t, err, &oe)
+		require.False(t, oe.Unreachable, "%v", err)
+		var myErr *mysql.MySQLError
+		require.ErrorAs(t, err, &myErr, "the server's own answer")
+	})
+
+	t.Run("ADownServerIsUnreachableAndItsPasswordUnsaid", func(t *testing.T) {
+		t.Parallel()
+		_, _, err := heraldspec.OpenDatabase(ctx, heraldspec.Database{DSN: "mysql://u:hunter2@127.0.0.1:1/db?timeout=5s"})
+		var oe *heraldspec.DatabaseOpenError
+		require.ErrorAs(t, err, &oe)
+		require.True(t, oe.Unreachable, "%v", err)
+		require.Contains(t, err.Error(), "cannot reach the database u@127.0.0.1:1/db: ")
+		require.NotContains(t, err.Error(), "hunter2")
+	})
+}
