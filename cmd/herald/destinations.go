@@ -311,15 +311,6 @@ func (df destinationFlags) parsePlan(inv *invocation, publisher string) (*plan, 
 	for i := range p.endpoints {
 		p.endpoints[i].ce = ce
 	}
-	for _, ep := range p.endpoints {
-		if ep.kind == "webhook" {
-			pub, err := newWebhook(inv, slog.New(slog.DiscardHandler), ep)
-			if err != nil {
-				return nil, err
-			}
-			_ = pub.Close()
-		}
-	}
 	if len(p.endpoints) == 0 {
 		return nil, usagef("--publisher (or HERALD_PUBLISHER) or --destination is required: a %s URL", supportedSchemes)
 	}
@@ -470,47 +461,9 @@ func (p *plan) connect(ctx context.Context, start starter, log *slog.Logger, own
 	return d, nil
 }
 
-// newWebhook builds a webhook destination's publisher; it connects to
-// nothing, so parsePlan uses it to check the configuration early.
-func newWebhook(inv *invocation, log *slog.Logger, ep endpoint) (*heraldwebhook.Publisher, error) {
-	// The signing secrets come from the environment only, never from a
-	// flag that would show in the process list.
-	sign, err := webhookSecrets(inv, ep)
-	if err != nil {
-		return nil, err
-	}
-	allowed, err := inv.env(webhookAllowEnv)
-	if err != nil {
-		return nil, err
-	}
-	def := sign.own
-	def.URL = ep.raw
-	pub, err := heraldwebhook.New(&heraldwebhook.Config{
-		Default: def, Secret: sign.def, PreviousSecret: sign.prev,
-		AllowedNetworks: strings.Fields(strings.ReplaceAll(allowed, ",", " ")), Logger: log,
-		AllowHint:   webhookAllowEnv + " (CIDRs, comma-separated)",
-		CloudEvents: ep.ce,
-	})
-	if err != nil {
-		msg := webhookNetworkField.ReplaceAllString(inv.stderr.scrub(err.Error()), webhookAllowEnv)
-		return nil, usagef("destination %s: %s", ep.name, sign.hints.Replace(msg))
-	}
-	return pub, nil
-}
-
-// webhookHints rewords the webhook publisher's errors for the command line:
-// its Config is the destination's URL and the environment.
-var webhookHints = strings.NewReplacer(
-	"heraldwebhook: Config.Default.URL: ", "",
-	" (Config.Default)", "",
-	"heraldwebhook: Config.Default.Secret is required, or set Config.Secret",
-	webhookSecretEnv+" is required: the whsec_... secret every webhook request is signed with",
-	"heraldwebhook: Config.Secret", webhookSecretEnv,
-)
-
-// webhookNetworkField is the webhook publisher's name for one entry of
-// HERALD_WEBHOOK_ALLOW_NETWORKS.
-var webhookNetworkField = regexp.MustCompile(`heraldwebhook: Config\.AllowedNetworks\[\d+\]`)
+// webhookHints rewords the webhook publisher's refusals (Refused) for the
+// daemon, which has one endpoint per destination.
+var webhookHints = strings.NewReplacer(" (Config.Default)", "")
 
 // natsHints rewords the NATS publisher's errors for the command line: its
 // Config is the --nats-* flags.
@@ -558,14 +511,6 @@ func openEndpoint(ctx context.Context, inv *invocation, log *slog.Logger, owner 
 		return openMQTT(ctx, inv, log, ep, unreachable)
 	case "pubsub":
 		return openPubSub(ctx, inv, log, ep)
-	case "webhook":
-		// The signing secret comes from the environment only, never from a
-		// flag that would show in the process list.
-		pub, err := newWebhook(inv, log, ep)
-		if err != nil {
-			return nil, nil, err
-		}
-		return pub, func() { _ = pub.Close() }, nil
 	}
 	return nil, nil, errors.New("unknown destination kind " + ep.kind)
 }

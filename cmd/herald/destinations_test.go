@@ -226,7 +226,12 @@ func TestRelayPublishesToRabbitMQAndWebhooks(t *testing.T) {
 // the origin only.
 func TestWebhookDestinationIsShownByItsOrigin(t *testing.T) {
 	t.Parallel()
-	inv := &invocation{stderr: &redactor{w: io.Discard}, flags: newFlagSet("relay")}
+	inv := &invocation{stderr: &redactor{w: io.Discard}, flags: newFlagSet("relay"), getenv: func(name string) (string, bool) {
+		if name == webhookSecretEnv {
+			return "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", true
+		}
+		return "", false
+	}}
 	ep, err := parseEndpoint(inv, "--destination hook", "hook", "https://u:pw@hooks.example.com:8443/services/T0/B0/XXXX?token=t")
 	require.NoError(t, err)
 	require.Equal(t, "https://hooks.example.com:8443", ep.display)
