@@ -8,6 +8,7 @@ import (
 
 	"github.com/herald-outbox/herald"
 	"github.com/herald-outbox/herald/heraldspec"
+	_ "github.com/herald-outbox/herald/publish/heraldaws" // sqs:// and sns://
 	"github.com/herald-outbox/herald/publish/heraldnats"
 	_ "github.com/herald-outbox/herald/publish/heraldredis"   // redis:// and rediss://
 	_ "github.com/herald-outbox/herald/publish/heraldwebhook" // http:// and https://
@@ -56,6 +57,9 @@ func parseSpec(inv *invocation, label string, ep endpoint, kind string) (endpoin
 			return ep, err
 		}
 		label = webhookLabel(label, ep)
+	}
+	if kind == "sqs" || kind == "sns" {
+		d.Getenv = awsGetenv(inv)
 	}
 	p, err := heraldspec.Parse(d)
 	if err != nil {

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"net/http"
 	"net/url"
 	"os"
 	"regexp"
@@ -19,13 +18,6 @@ import (
 	"time"
 
 	"cloud.google.com/go/pubsub/v2"
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/config"
-	"github.com/aws/aws-sdk-go-v2/credentials"
-	"github.com/aws/aws-sdk-go-v2/service/sns"
-	"github.com/aws/aws-sdk-go-v2/service/sqs"
-	"github.com/aws/aws-sdk-go-v2/service/sts"
-	"github.com/aws/smithy-go"
 	"github.com/eclipse/paho.golang/autopaho"
 	"github.com/nats-io/nats.go"
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -36,7 +28,6 @@ import (
 	"github.com/herald-outbox/herald"
 	"github.com/herald-outbox/herald/heraldce"
 	"github.com/herald-outbox/herald/heraldspec"
-	"github.com/herald-outbox/herald/publish/heraldaws"
 	"github.com/herald-outbox/herald/publish/heraldmqtt"
 	"github.com/herald-outbox/herald/publish/heraldnats"
 	"github.com/herald-outbox/herald/publish/heraldpubsub"
@@ -125,11 +116,6 @@ func parseEndpoint(inv *invocation, label, name, raw string) (endpoint, error) {
 			var n int
 			if _, err := fmt.Sscanf(p, "%d", &n); err != nil || n < 1 || n > 65535 {
 				return ep, usagef("%s: port %q is not a port number", label, p)
-			}
-		}
-		if kind == "sqs" || kind == "sns" {
-			if _, err := parseAWSDestination(kind, u); err != nil {
-				return ep, usagef("%s: %v", label, err)
 			}
 		}
 		if kind == "pubsub" {
@@ -505,8 +491,6 @@ func openEndpoint(ctx context.Context, inv *invocation, log *slog.Logger, owner 
 		return openKafka(ctx, inv, log, ep, unreachable)
 	case "amqp":
 		return openAMQP(ctx, inv, log, owner, ep, unreachable)
-	case "sqs", "sns":
-		return openAWS(ctx, inv, log, ep)
 	case "mqtt":
 		return openMQTT(ctx, inv, log, ep, unreachable)
 	case "pubsub":
@@ -573,255 +557,6 @@ func (l *natsLog) close() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.closed = true
-}
-
-// awsDestination is an sqs:// or sns:// destination:
-//
-//	sqs://QUEUE?region=R&account=ID&endpoint=URL&max_message_bytes=N
-//	sqs://sqs.R.amazonaws.com/ID/QUEUE (a queue URL, https:// left out)
-//	sns://TOPIC?region=R&account=ID&endpoint=URL&max_message_bytes=N
-//
-// Every option may be left out: the region then comes from the AWS
-// configuration (AWS_REGION, the shared config file), the account is the
-// caller's own, the endpoint AWS's. Credentials come from the AWS chain
-// (the environment, the shared files, a role), never from the URL.
-type awsDestination struct {
-	kind     string // sqs or sns
-	name     string // the queue's or topic's name
-	region   string
-	account  string
-	endpoint string
-	maxBytes int
-	ce       *heraldce.Config // --cloudevents-*; nil: off
-}
-
-var (
-	awsQueueName  = regexp.MustCompile(`^[A-Za-z0-9_-]{1,75}(\.fifo)?$`)
-	awsTopicName  = regexp.MustCompile(`^[A-Za-z0-9_-]{1,251}(\.fifo)?$`)
-	awsRegion     = regexp.MustCompile(`^[a-z]{2}(-[a-z]+)+-[0-9]+$`)
-	awsAccount    = regexp.MustCompile(`^[0-9]{12}$`)
-	awsQueueHost  = regexp.MustCompile(`^sqs\.([a-z0-9-]+)\.amazonaws\.com(\.cn)?$`)
-	awsOptionList = "region, account, endpoint or max_message_bytes"
-)
-
-// parseAWSDestination checks an sqs:// or sns:// URL; errors quote nothing
-// but option names and values, and never the URL's user information.
-func parseAWSDestination(kind string, u *url.URL) (awsDestination, error) {
-	d := awsDestination{kind: kind, name: u.Host}
-	if u.User != nil {
-		return d, errors.New("an " + kind + ":// URL takes no credentials: they come from the AWS credential chain " +
-			"(AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, AWS_PROFILE, a role)")
-	}
-	path := strings.Trim(u.Path, "/")
-	switch {
-	case kind == "sqs" && path != "":
-		// A queue URL: https://sqs.REGION.amazonaws.com/ACCOUNT/NAME.
-		parts := strings.Split(path, "/")
-		m := awsQueueHost.FindStringSubmatch(u.Hostname())
-		if len(parts) != 2 || m == nil {
-			return d, errors.New("an sqs:// URL is sqs://QUEUE?region=... or sqs://sqs.REGION.amazonaws.com/ACCOUNT/QUEUE")
-		}
-		d.region, d.account, d.name = m[1], parts[0], parts[1]
-	case path != "":
-		return d, errors.New("an sns:// URL is sns://TOPIC?region=...&account=...: no path")
-	}
-	q, err := url.ParseQuery(u.RawQuery)
-	if err != nil {
-		return d, errors.New("the query is not name=value pairs")
-	}
-	for name, vs := range q {
-		if len(vs) > 1 {
-			return d, fmt.Errorf("option %q is given twice", clean(name))
-		}
-		v := vs[0]
-		switch name {
-		case "region":
-			d.region = v
-		case "account":
-			d.account = v
-		case "endpoint":
-			d.endpoint = v
-		case "max_message_bytes":
-			if d.maxBytes, err = strconv.Atoi(v); err != nil || d.maxBytes < 1 || d.maxBytes > 1<<20 {
-				return d, fmt.Errorf("max_message_bytes=%q is not a number of bytes from 1 to 1048576", clean(v))
-			}
-		default:
-			return d, fmt.Errorf("%s option %q is not supported: use %s", kind, clean(name), awsOptionList)
-		}
-	}
-	switch {
-	case kind == "sqs" && !awsQueueName.MatchString(d.name):
-		return d, fmt.Errorf("%q is not an SQS queue name (letters, digits, - and _, up to 80 characters with .fifo)", clean(d.name))
-	case kind == "sns" && !awsTopicName.MatchString(d.name):
-		return d, fmt.Errorf("%q is not an SNS topic name (letters, digits, - and _, up to 256 characters with .fifo)", clean(d.name))
-	case d.region != "" && !awsRegion.MatchString(d.region):
-		return d, fmt.Errorf("region=%q is not an AWS region such as eu-west-1", clean(d.region))
-	case d.account != "" && !awsAccount.MatchString(d.account):
-		return d, fmt.Errorf("account=%q is not a 12-digit AWS account id", clean(d.account))
-	}
-	if d.endpoint != "" {
-		e, err := url.Parse(d.endpoint)
-		if err != nil || (e.Scheme != "http" && e.Scheme != "https") || e.Host == "" || e.User != nil {
-			return d, errors.New("endpoint is not an http:// or https:// URL without credentials")
-		}
-	}
-	return d, nil
-}
-
-// awsEnv are the variables of the AWS credential chain that the daemon
-// reads through its own environment, so that its tests need not set the
-// process's; the SDK reads the rest (AWS_CONFIG_FILE, web identity, ...).
-const (
-	awsAccessKeyEnv    = "AWS_ACCESS_KEY_ID"
-	awsSecretKeyEnv    = "AWS_SECRET_ACCESS_KEY"
-	awsSessionTokenEnv = "AWS_SESSION_TOKEN"
-	awsRegionEnv       = "AWS_REGION"
-	awsProfileEnv      = "AWS_PROFILE"
-)
-
-// openAWS builds an SQS or SNS publisher from the AWS configuration and
-// checks that its queue or topic exists.
-func openAWS(ctx context.Context, inv *invocation, log *slog.Logger, ep endpoint) (herald.Publisher, func(), error) {
-	u, err := url.Parse(ep.raw)
-	if err != nil {
-		return nil, nil, usagef("destination %s: not a URL", ep.name)
-	}
-	d, err := parseAWSDestination(ep.kind, u)
-	if err != nil {
-		return nil, nil, usagef("destination %s: %v", ep.name, err)
-	}
-	d.ce = ep.ce
-	cfg, err := loadAWSConfig(ctx, inv, log, d)
-	if err != nil {
-		return nil, nil, usagef("destination %s: %s", ep.name, inv.stderr.scrub(err.Error()))
-	}
-	if d.endpoint != "" {
-		cfg.BaseEndpoint = aws.String(d.endpoint)
-	}
-	// A transport of its own, whose idle connections the closer closes.
-	transport := http.DefaultTransport.(*http.Transport).Clone()
-	cfg.HTTPClient = &http.Client{Transport: transport}
-	opened := false
-	defer func() {
-		if !opened {
-			transport.CloseIdleConnections()
-		}
-	}()
-	if cfg.Region == "" {
-		return nil, nil, usagef("destination %s: no AWS region: add ?region= to the URL or set %s", ep.name, awsRegionEnv)
-	}
-	failed := func(what string, err error) error {
-		msg := inv.stderr.scrub(herald.Scrub(err.Error()))
-		var api smithy.APIError
-		if errors.As(err, &api) && awsCredentialRefused(api.ErrorCode()) {
-			return fmt.Errorf("destination %s at %s refused the credentials: %s", ep.name, ep.display, msg)
-		}
-		return &unreachableError{fmt.Sprintf("cannot %s for destination %s at %s: %s", what, ep.name, ep.display, msg)}
-	}
-	pctx, cancel := context.WithTimeout(ctx, brokerConnectTimeout)
-	defer cancel()
-	open := d.openSNS
-	if d.kind == "sqs" {
-		open = d.openSQS
-	}
-	pub, err := open(pctx, cfg, log, failed)
-	if err != nil {
-		return nil, nil, err
-	}
-	opened = true
-	return pub, transport.CloseIdleConnections, nil
-}
-
-// openSQS finds the queue's URL and returns a publisher to it; failed
-// describes an error of AWS.
-func (d awsDestination) openSQS(ctx context.Context, cfg aws.Config, log *slog.Logger,
-	failed func(string, error) error) (herald.Publisher, error) {
-	client := sqs.NewFromConfig(cfg)
-	in := &sqs.GetQueueUrlInput{QueueName: aws.String(d.name)}
-	if d.account != "" {
-		in.QueueOwnerAWSAccountId = aws.String(d.account)
-	}
-	out, err := client.GetQueueUrl(ctx, in)
-	if err != nil {
-		return nil, failed("find queue "+d.name, err)
-	}
-	return heraldaws.NewSQS(client, &heraldaws.SQSConfig{
-		QueueURL: heraldaws.Fixed(aws.ToString(out.QueueUrl)), MaxMessageBytes: d.maxBytes, Logger: log, CloudEvents: d.ce,
-	})
-}
-
-// openSNS checks that the topic exists and returns a publisher to it. The
-// account defaults to the caller's own.
-func (d awsDestination) openSNS(ctx context.Context, cfg aws.Config, log *slog.Logger,
-	failed func(string, error) error) (herald.Publisher, error) {
-	account := d.account
-	if account == "" {
-		out, err := sts.NewFromConfig(cfg).GetCallerIdentity(ctx, &sts.GetCallerIdentityInput{})
-		if err != nil {
-			return nil, failed("find the AWS account", err)
-		}
-		account = aws.ToString(out.Account)
-	}
-	arn := fmt.Sprintf("arn:%s:sns:%s:%s:%s", awsPartition(cfg.Region), cfg.Region, account, d.name)
-	client := sns.NewFromConfig(cfg)
-	if _, err := client.GetTopicAttributes(ctx, &sns.GetTopicAttributesInput{TopicArn: aws.String(arn)}); err != nil {
-		return nil, failed("find topic "+arn, err)
-	}
-	return heraldaws.NewSNS(client, &heraldaws.SNSConfig{TopicARN: heraldaws.Fixed(arn), MaxMessageBytes: d.maxBytes, Logger: log,
-		CloudEvents: d.ce})
-}
-
-// loadAWSConfig loads the AWS configuration as the SDK does, with the
-// region of the URL, and the credentials, region and profile of the
-// daemon's environment. The secret key and session token are registered
-// with the redactor first. The SDK logs to log (it would print its
-// warnings to stderr), and its retries too when log shows Debug.
-func loadAWSConfig(ctx context.Context, inv *invocation, log *slog.Logger, d awsDestination) (aws.Config, error) {
-	opts := []func(*config.LoadOptions) error{config.WithLogger(heraldaws.Logger(log))}
-	if log.Enabled(ctx, slog.LevelDebug) {
-		opts = append(opts, config.WithClientLogMode(aws.LogRetries))
-	}
-	if p, _ := inv.getenv(awsProfileEnv); p != "" {
-		opts = append(opts, config.WithSharedConfigProfile(p))
-	}
-	if r, _ := inv.getenv(awsRegionEnv); r != "" {
-		opts = append(opts, config.WithRegion(r))
-	}
-	if d.region != "" {
-		opts = append(opts, config.WithRegion(d.region))
-	}
-	id, _ := inv.getenv(awsAccessKeyEnv)
-	secret, _ := inv.getenv(awsSecretKeyEnv)
-	token, _ := inv.getenv(awsSessionTokenEnv)
-	inv.stderr.add(secret, token)
-	if id != "" && secret != "" {
-		opts = append(opts, config.WithCredentialsProvider(credentials.NewStaticCredentialsProvider(id, secret, token)))
-	}
-	return config.LoadDefaultConfig(ctx, opts...)
-}
-
-// awsPartition is the ARN partition of a region.
-func awsPartition(region string) string {
-	switch {
-	case strings.HasPrefix(region, "cn-"):
-		return "aws-cn"
-	case strings.HasPrefix(region, "us-gov-"):
-		return "aws-us-gov"
-	}
-	return "aws"
-}
-
-// awsCredentialRefused reports whether an AWS error code says the
-// credentials are wrong or lack a permission: configuration, not an AWS
-// to wait for.
-func awsCredentialRefused(code string) bool {
-	switch code {
-	case "AccessDenied", "AccessDeniedException", "AuthorizationError", "InvalidClientTokenId",
-		"SignatureDoesNotMatch", "UnrecognizedClientException", "ExpiredToken", "ExpiredTokenException",
-		"InvalidSecurity", "MissingAuthenticationToken", "IncompleteSignature":
-		return true
-	}
-	return false
 }
 
 // mqttOptions are the query parameters of an mqtt:// or mqtts://
