@@ -10,6 +10,7 @@ import (
 	"github.com/herald-outbox/herald/heraldspec"
 	_ "github.com/herald-outbox/herald/publish/heraldaws" // sqs:// and sns://
 	"github.com/herald-outbox/herald/publish/heraldnats"
+	_ "github.com/herald-outbox/herald/publish/heraldpubsub"  // pubsub://
 	_ "github.com/herald-outbox/herald/publish/heraldredis"   // redis:// and rediss://
 	_ "github.com/herald-outbox/herald/publish/heraldwebhook" // http:// and https://
 )

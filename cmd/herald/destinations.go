@@ -17,20 +17,16 @@ import (
 	"sync"
 	"time"
 
-	"cloud.google.com/go/pubsub/v2"
 	"github.com/eclipse/paho.golang/autopaho"
 	"github.com/nats-io/nats.go"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/redis/go-redis/v9"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	"github.com/herald-outbox/herald"
 	"github.com/herald-outbox/herald/heraldce"
 	"github.com/herald-outbox/herald/heraldspec"
 	"github.com/herald-outbox/herald/publish/heraldmqtt"
 	"github.com/herald-outbox/herald/publish/heraldnats"
-	"github.com/herald-outbox/herald/publish/heraldpubsub"
 	"github.com/herald-outbox/herald/publish/heraldroute"
 	"github.com/herald-outbox/herald/publish/heraldwebhook"
 )
@@ -116,12 +112,6 @@ func parseEndpoint(inv *invocation, label, name, raw string) (endpoint, error) {
 			var n int
 			if _, err := fmt.Sscanf(p, "%d", &n); err != nil || n < 1 || n > 65535 {
 				return ep, usagef("%s: port %q is not a port number", label, p)
-			}
-		}
-		if kind == "pubsub" {
-			emulator, _ := inv.getenv(pubsubEmulatorEnv)
-			if _, err := parsePubSub(label, u, emulator); err != nil {
-				return ep, err
 			}
 		}
 		if kind == "mqtt" {
@@ -493,8 +483,6 @@ func openEndpoint(ctx context.Context, inv *invocation, log *slog.Logger, owner 
 		return openAMQP(ctx, inv, log, owner, ep, unreachable)
 	case "mqtt":
 		return openMQTT(ctx, inv, log, ep, unreachable)
-	case "pubsub":
-		return openPubSub(ctx, inv, log, ep)
 	}
 	return nil, nil, errors.New("unknown destination kind " + ep.kind)
 }
@@ -719,111 +707,6 @@ func mqttRefusedCredentials(err error) bool {
 	return errors.As(err, &ce) && (ce.ReasonCode == 0x86 || ce.ReasonCode == 0x87 || ce.ReasonCode == 0x8c)
 }
 
-// pubsubDest is a pubsub:// destination's settings: pubsub://PROJECT with
-// the options emulator=HOST:PORT and prefix=TOPIC_PREFIX.
-type pubsubDest struct {
-	project, emulator, prefix string
-}
-
-// pubsubEmulatorEnv names the emulator's address, as the Pub/Sub client
-// reads it; emulator= wins over it.
+// pubsubEmulatorEnv names the Pub/Sub emulator's address, which pubsub://
+// destinations read from the daemon's environment (heraldpubsub).
 const pubsubEmulatorEnv = "PUBSUB_EMULATOR_HOST"
-
-// pubsubProject is Google Cloud's rule for project IDs. An emulator takes
-// any name (gcloud's own examples use short ones such as "p").
-var pubsubProject = regexp.MustCompile(`^[a-z][a-z0-9-]{4,28}[a-z0-9]$`)
-
-// parsePubSub checks a pubsub:// URL. Credentials never appear in it: the
-// client takes Application Default Credentials. envEmulator is
-// PUBSUB_EMULATOR_HOST: with an emulator, from it or from emulator=, the
-// project is only a name.
-func parsePubSub(label string, u *url.URL, envEmulator string) (pubsubDest, error) {
-	d := pubsubDest{project: u.Hostname()}
-	emulated := envEmulator != "" || u.Query().Has("emulator")
-	switch {
-	case u.User != nil:
-		return d, usagef("%s: pubsub:// takes no user information: credentials come from Application Default Credentials (GOOGLE_APPLICATION_CREDENTIALS)", label)
-	case u.Port() != "":
-		return d, usagef("%s: pubsub://PROJECT takes no port: give an emulator as ?emulator=HOST:PORT", label)
-	case u.Path != "" && u.Path != "/":
-		return d, usagef("%s: pubsub://PROJECT takes no path: give a topic prefix as ?prefix=PREFIX", label)
-	case emulated && (d.project == "" || strings.ContainsAny(d.project, "/ \t\r\n")):
-		return d, usagef("%s: %q is not a project name for the emulator (no '/' or spaces)", label, clean(d.project))
-	case !emulated && !pubsubProject.MatchString(d.project):
-		return d, usagef("%s: %q is not a Google Cloud project ID (6 to 30 lower-case letters, digits and hyphens, starting with a letter); "+
-			"an emulator takes any name: set %s or add ?emulator=HOST:PORT", label, clean(d.project), pubsubEmulatorEnv)
-	}
-	q := u.Query()
-	names := make([]string, 0, len(q))
-	for name := range q {
-		names = append(names, name)
-	}
-	slices.Sort(names)
-	for _, name := range names {
-		v := q[name]
-		switch {
-		case name != "emulator" && name != "prefix":
-			return d, usagef("%s: pubsub:// option %q is not supported: use emulator=HOST:PORT or prefix=PREFIX", label, clean(name))
-		case len(v) != 1:
-			return d, usagef("%s: pubsub:// option %s is given %d times", label, name, len(v))
-		case name == "prefix":
-			if err := heraldpubsub.CheckTopicPrefix(v[0]); err != nil {
-				return d, usagef("%s: prefix %s", label, err)
-			}
-			d.prefix = v[0]
-		default:
-			if _, port, err := net.SplitHostPort(v[0]); err != nil || port == "" {
-				return d, usagef("%s: emulator=%q is not HOST:PORT", label, clean(v[0]))
-			}
-			d.emulator = v[0]
-		}
-	}
-	return d, nil
-}
-
-// openPubSub builds a pubsub:// destination's client and publisher, and
-// checks that the service answers.
-func openPubSub(ctx context.Context, inv *invocation, log *slog.Logger, ep endpoint) (herald.Publisher, func(), error) {
-	label := "destination " + ep.name
-	u, err := url.Parse(ep.raw)
-	if err != nil {
-		return nil, nil, usagef("%s: not a URL", label)
-	}
-	envEmulator, _ := inv.getenv(pubsubEmulatorEnv)
-	d, err := parsePubSub(label, u, envEmulator)
-	if err != nil {
-		return nil, nil, err
-	}
-	if d.emulator == "" {
-		d.emulator = envEmulator
-	}
-	// Without an emulator the client finds Application Default
-	// Credentials: GOOGLE_APPLICATION_CREDENTIALS, gcloud's application
-	// default login, or the metadata server on Google Cloud.
-	var client *pubsub.Client
-	if d.emulator != "" {
-		client, err = heraldpubsub.NewClient(ctx, d.project, heraldpubsub.EmulatorOptions(d.emulator)...)
-	} else {
-		client, err = heraldpubsub.NewClient(ctx, d.project)
-	}
-	if err != nil {
-		return nil, nil, fmt.Errorf("%s: %s (credentials come from Application Default Credentials)", label, inv.stderr.scrub(err.Error()))
-	}
-	pub, err := heraldpubsub.New(client, &heraldpubsub.Config{TopicPrefix: d.prefix, Logger: log, CloudEvents: ep.ce})
-	if err != nil {
-		_ = client.Close()
-		return nil, nil, usagef("%s: %s", label, strings.ReplaceAll(err.Error(), "Config.TopicPrefix", "prefix="))
-	}
-	closeAll := func() { _ = pub.Close(); _ = client.Close() }
-	pctx, cancel := context.WithTimeout(ctx, brokerConnectTimeout)
-	defer cancel()
-	if err := pub.Ping(pctx); err != nil {
-		closeAll()
-		msg := inv.stderr.scrub(herald.Scrub(err.Error()))
-		if status.Code(err) == codes.Unauthenticated {
-			return nil, nil, fmt.Errorf("destination %s at %s refused the credentials: %s", ep.name, ep.display, msg)
-		}
-		return nil, nil, &unreachableError{fmt.Sprintf("cannot reach destination %s at %s: %s", ep.name, ep.display, msg)}
-	}
-	return pub, closeAll, nil
-}
