@@ -1,69 +1,98 @@
 package main
 
 import (
+	"regexp"
 	"strings"
 
+	"github.com/herald-outbox/herald/heraldspec"
 	"github.com/herald-outbox/herald/publish/heraldwebhook"
 )
 
-// webhookPreviousSecretEnv is the retiring secret of a rollover of
-// HERALD_WEBHOOK_SECRET: requests are signed under both meanwhile.
-const webhookPreviousSecretEnv = "HERALD_WEBHOOK_PREVIOUS_SECRET"
+// webhookSecrets are a webhook destination's signing secrets as the
+// daemon reads them: a --destination's own HERALD_DESTINATION_<NAME>_SECRET
+// and _PREVIOUS_SECRET when either is set, else (and for --publisher)
+// HERALD_WEBHOOK_SECRET and HERALD_WEBHOOK_PREVIOUS_SECRET. A pair is taken
+// whole, never one of each: a PREVIOUS_SECRET goes with the SECRET beside
+// it. Each may be read from a file through its _FILE twin; each is
+// registered with the redactor.
+type webhookSecrets struct{ envSecrets }
 
-// webhookSigning is a webhook destination's signing secrets from the
-// environment, as the publisher's configuration takes them, and how its
-// errors are worded for the command line.
-type webhookSigning struct {
-	own   heraldwebhook.Endpoint // the destination's own secrets, if set
-	def   string                 // HERALD_WEBHOOK_SECRET
-	prev  string                 // HERALD_WEBHOOK_PREVIOUS_SECRET
-	hints *strings.Replacer
+// own reports whether the destination has secrets of its own.
+func (s webhookSecrets) own() (bool, error) {
+	if s.ep.publisher {
+		// Its own variables are HERALD_WEBHOOK_*.
+		return false, nil
+	}
+	for _, what := range []string{heraldspec.Secret, heraldspec.PreviousSecret} {
+		if v, err := destinationSecret(s.inv, s.ep, what); err != nil || v != "" {
+			return v != "", err
+		}
+	}
+	return false, nil
 }
 
-// webhookSecrets reads the signing secrets of a webhook destination:
-// HERALD_DESTINATION_<NAME>_SECRET and _PREVIOUS_SECRET for a
-// --destination that has its own, else (and for --publisher)
-// HERALD_WEBHOOK_SECRET and HERALD_WEBHOOK_PREVIOUS_SECRET. Each may be
-// read from a file through its _FILE twin; each is registered with the
-// redactor. A PREVIOUS_SECRET goes with the SECRET beside it.
-func webhookSecrets(inv *invocation, ep endpoint) (webhookSigning, error) {
-	var s webhookSigning
-	var err error
-	if s.def, err = inv.env(webhookSecretEnv); err != nil {
-		return s, err
+// webhookGlobal names the variable every webhook destination without
+// secrets of its own reads: HERALD_WEBHOOK_SECRET,
+// HERALD_WEBHOOK_PREVIOUS_SECRET.
+func webhookGlobal(what string) string { return "HERALD_WEBHOOK_" + what }
+
+func (s webhookSecrets) Secret(what string) (string, error) {
+	if own, err := s.own(); own || err != nil {
+		return s.envSecrets.Secret(what)
 	}
-	if s.prev, err = inv.env(webhookPreviousSecretEnv); err != nil {
-		return s, err
-	}
-	inv.stderr.add(s.def, s.prev)
-	replace := []string{
-		// The publisher's wording for a missing secret.
-		"heraldwebhook: Config.Default.Secret is required, or set Config.Secret",
-		webhookSecretEnv + " is required: the whsec_... secret every webhook request is signed with",
-	}
-	if !ep.publisher {
-		ep.kind = "webhook"
-		ownName, own, err := inv.destinationSecret(ep, "SECRET")
-		if err != nil {
-			return s, err
-		}
-		prevName, prev, err := inv.destinationSecret(ep, "PREVIOUS_SECRET")
-		if err != nil {
-			return s, err
-		}
-		s.own = heraldwebhook.Endpoint{Secret: own, PreviousSecret: prev}
-		replace = []string{
-			replace[0], webhookSecretEnv + " (or " + ownName + ") is required: the whsec_... secret every webhook request is signed with",
-			"Config.Default.PreviousSecret", prevName,
-			"Config.Default.Secret", ownName,
-		}
-	}
-	s.hints = strings.NewReplacer(append(replace,
-		"heraldwebhook: Config.Default.URL: ", "",
-		" (Config.Default)", "",
-		"heraldwebhook: ", "",
-		"Config.PreviousSecret", webhookPreviousSecretEnv,
-		"Config.Secret", webhookSecretEnv,
-	)...)
-	return s, nil
+	v, err := s.inv.env(webhookGlobal(what))
+	s.inv.stderr.add(v)
+	return v, err
 }
+
+func (s webhookSecrets) Where(what string) string {
+	if own, _ := s.own(); own || s.ep.publisher {
+		return s.envSecrets.Where(what)
+	}
+	if what == heraldspec.Secret {
+		// With no secret anywhere, either variable would do.
+		secret, _ := s.inv.env(webhookGlobal(heraldspec.Secret))
+		previous, _ := s.inv.env(webhookGlobal(heraldspec.PreviousSecret))
+		if secret == "" && previous == "" {
+			return webhookGlobal(what) + " (or " + s.envSecrets.Where(what) + ")"
+		}
+	}
+	return webhookGlobal(what)
+}
+
+// webhookSpec sets what a webhook destination takes from the daemon's
+// environment besides its secrets: the networks its address guard allows
+// (HERALD_WEBHOOK_ALLOW_NETWORKS), as the publisher's Config, since they
+// are the operator's decision, not the URL's (whose query belongs to the
+// receiver), and how a refusal says to allow an address.
+func webhookSpec(inv *invocation, ep endpoint, d *heraldspec.Destination) error {
+	allowed, err := inv.env(webhookAllowEnv)
+	if err != nil {
+		return err
+	}
+	d.Secrets = webhookSecrets{envSecrets{inv, ep}}
+	d.Config = &heraldwebhook.Config{
+		AllowedNetworks: strings.Fields(strings.ReplaceAll(allowed, ",", " ")),
+		AllowHint:       webhookAllowEnv + " (CIDRs, comma-separated)",
+	}
+	return nil
+}
+
+// webhookLabel is the label of a webhook destination's errors:
+// "destination NAME" for those of its configuration, which the daemon
+// has always worded so (they were checked once every destination was
+// read), and the flag's for those of its URL, which heraldspec finds
+// before the webhook package sees it: one URL, a URL, a host.
+func webhookLabel(label string, ep endpoint) string {
+	if strings.Contains(ep.raw, ",") {
+		return label
+	}
+	if u, err := heraldspec.ParseURL(ep.raw); err != nil || u.Hostname() == "" {
+		return label
+	}
+	return "destination " + ep.name
+}
+
+// webhookNetworkField is the webhook publisher's name for one entry of
+// HERALD_WEBHOOK_ALLOW_NETWORKS.
+var webhookNetworkField = regexp.MustCompile(`Config\.AllowedNetworks\[\d+\]`)

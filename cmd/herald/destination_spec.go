@@ -9,11 +9,14 @@ import (
 
 	"github.com/herald-outbox/herald"
 	"github.com/herald-outbox/herald/heraldspec"
+	_ "github.com/herald-outbox/herald/publish/heraldaws"   // sqs:// and sns://
 	_ "github.com/herald-outbox/herald/publish/heraldkafka" // kafka://
 	_ "github.com/herald-outbox/herald/publish/heraldmqtt"  // mqtt:// and mqtts://
 	"github.com/herald-outbox/herald/publish/heraldnats"
-	_ "github.com/herald-outbox/herald/publish/heraldrabbit" // amqp:// and amqps://
-	_ "github.com/herald-outbox/herald/publish/heraldredis"  // redis:// and rediss://
+	_ "github.com/herald-outbox/herald/publish/heraldpubsub"  // pubsub://
+	_ "github.com/herald-outbox/herald/publish/heraldrabbit"  // amqp:// and amqps://
+	_ "github.com/herald-outbox/herald/publish/heraldredis"   // redis:// and rediss://
+	_ "github.com/herald-outbox/herald/publish/heraldwebhook" // http:// and https://
 )
 
 // The daemon opens its destinations through heraldspec, as a service
@@ -53,7 +56,17 @@ func parseSpec(inv *invocation, label string, ep endpoint, kind string) (endpoin
 	for _, one := range strings.Split(ep.raw, ",") {
 		inv.stderr.add(heraldspec.UserinfoSecrets(strings.TrimSpace(one), urlUserIsSecret(inv, ep, one))...)
 	}
-	p, err := heraldspec.Parse(heraldspec.Destination{Name: ep.name, URL: ep.raw, Secrets: envSecrets{inv, ep}, Getenv: inv.getenv})
+	d := heraldspec.Destination{Name: ep.name, URL: ep.raw, Secrets: envSecrets{inv, ep}, Getenv: inv.getenv}
+	if kind == "webhook" {
+		if err := webhookSpec(inv, ep, &d); err != nil {
+			return ep, err
+		}
+		label = webhookLabel(label, ep)
+	}
+	if kind == "sqs" || kind == "sns" {
+		d.Getenv = awsGetenv(inv)
+	}
+	p, err := heraldspec.Parse(d)
 	if err != nil {
 		return ep, specUsage(inv, label, err)
 	}
@@ -84,6 +97,7 @@ func specUsage(inv *invocation, label string, err error) error {
 	}
 	msg = strings.Replace(msg, "give another destination for", "give another --destination for", 1)
 	msg = secretFileHint(msg)
+	msg = webhookNetworkField.ReplaceAllString(msg, webhookAllowEnv)
 	return usagef("%s: %s", label, inv.stderr.scrub(msg))
 }
 

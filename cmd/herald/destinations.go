@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
-	"net/http"
 	"net/url"
 	"regexp"
 	"slices"
@@ -15,25 +13,13 @@ import (
 	"sync"
 	"time"
 
-	"cloud.google.com/go/pubsub/v2"
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/config"
-	"github.com/aws/aws-sdk-go-v2/credentials"
-	"github.com/aws/aws-sdk-go-v2/service/sns"
-	"github.com/aws/aws-sdk-go-v2/service/sqs"
-	"github.com/aws/aws-sdk-go-v2/service/sts"
-	"github.com/aws/smithy-go"
 	"github.com/nats-io/nats.go"
 	"github.com/redis/go-redis/v9"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	"github.com/herald-outbox/herald"
 	"github.com/herald-outbox/herald/heraldce"
 	"github.com/herald-outbox/herald/heraldspec"
-	"github.com/herald-outbox/herald/publish/heraldaws"
 	"github.com/herald-outbox/herald/publish/heraldnats"
-	"github.com/herald-outbox/herald/publish/heraldpubsub"
 	"github.com/herald-outbox/herald/publish/heraldroute"
 	"github.com/herald-outbox/herald/publish/heraldwebhook"
 )
@@ -119,17 +105,6 @@ func parseEndpoint(inv *invocation, label, name, raw string) (endpoint, error) {
 			var n int
 			if _, err := fmt.Sscanf(p, "%d", &n); err != nil || n < 1 || n > 65535 {
 				return ep, usagef("%s: port %q is not a port number", label, p)
-			}
-		}
-		if kind == "sqs" || kind == "sns" {
-			if _, err := parseAWSDestination(kind, u); err != nil {
-				return ep, usagef("%s: %v", label, err)
-			}
-		}
-		if kind == "pubsub" {
-			emulator, _ := inv.getenv(pubsubEmulatorEnv)
-			if _, err := parsePubSub(label, u, emulator); err != nil {
-				return ep, err
 			}
 		}
 		ep.kind = kind
@@ -288,15 +263,6 @@ func (df destinationFlags) parsePlan(inv *invocation, publisher string) (*plan, 
 	for i := range p.endpoints {
 		p.endpoints[i].ce = ce
 	}
-	for _, ep := range p.endpoints {
-		if ep.kind == "webhook" {
-			pub, err := newWebhook(inv, slog.New(slog.DiscardHandler), ep)
-			if err != nil {
-				return nil, err
-			}
-			_ = pub.Close()
-		}
-	}
 	if len(p.endpoints) == 0 {
 		return nil, usagef("--publisher (or HERALD_PUBLISHER) or --destination is required: a %s URL", supportedSchemes)
 	}
@@ -447,47 +413,9 @@ func (p *plan) connect(ctx context.Context, start starter, log *slog.Logger, own
 	return d, nil
 }
 
-// newWebhook builds a webhook destination's publisher; it connects to
-// nothing, so parsePlan uses it to check the configuration early.
-func newWebhook(inv *invocation, log *slog.Logger, ep endpoint) (*heraldwebhook.Publisher, error) {
-	// The signing secrets come from the environment only, never from a
-	// flag that would show in the process list.
-	sign, err := webhookSecrets(inv, ep)
-	if err != nil {
-		return nil, err
-	}
-	allowed, err := inv.env(webhookAllowEnv)
-	if err != nil {
-		return nil, err
-	}
-	def := sign.own
-	def.URL = ep.raw
-	pub, err := heraldwebhook.New(&heraldwebhook.Config{
-		Default: def, Secret: sign.def, PreviousSecret: sign.prev,
-		AllowedNetworks: strings.Fields(strings.ReplaceAll(allowed, ",", " ")), Logger: log,
-		AllowHint:   webhookAllowEnv + " (CIDRs, comma-separated)",
-		CloudEvents: ep.ce,
-	})
-	if err != nil {
-		msg := webhookNetworkField.ReplaceAllString(inv.stderr.scrub(err.Error()), webhookAllowEnv)
-		return nil, usagef("destination %s: %s", ep.name, sign.hints.Replace(msg))
-	}
-	return pub, nil
-}
-
-// webhookHints rewords the webhook publisher's errors for the command line:
-// its Config is the destination's URL and the environment.
-var webhookHints = strings.NewReplacer(
-	"heraldwebhook: Config.Default.URL: ", "",
-	" (Config.Default)", "",
-	"heraldwebhook: Config.Default.Secret is required, or set Config.Secret",
-	webhookSecretEnv+" is required: the whsec_... secret every webhook request is signed with",
-	"heraldwebhook: Config.Secret", webhookSecretEnv,
-)
-
-// webhookNetworkField is the webhook publisher's name for one entry of
-// HERALD_WEBHOOK_ALLOW_NETWORKS.
-var webhookNetworkField = regexp.MustCompile(`heraldwebhook: Config\.AllowedNetworks\[\d+\]`)
+// webhookHints rewords the webhook publisher's refusals (Refused) for the
+// daemon, which has one endpoint per destination.
+var webhookHints = strings.NewReplacer(" (Config.Default)", "")
 
 // natsHints rewords the NATS publisher's errors for the command line: its
 // Config is the --nats-* flags.
@@ -503,8 +431,9 @@ var natsHints = strings.NewReplacer(
 // Webhooks signing secret (whsec_...), and the networks (CIDRs) a webhook
 // may reach although private or loopback.
 const (
-	webhookSecretEnv = "HERALD_WEBHOOK_SECRET"
-	webhookAllowEnv  = "HERALD_WEBHOOK_ALLOW_NETWORKS"
+	webhookSecretEnv         = "HERALD_WEBHOOK_SECRET"
+	webhookPreviousSecretEnv = "HERALD_WEBHOOK_PREVIOUS_SECRET"
+	webhookAllowEnv          = "HERALD_WEBHOOK_ALLOW_NETWORKS"
 )
 
 // brokerConnectTimeout bounds reaching a broker at start.
@@ -525,18 +454,6 @@ func openEndpoint(ctx context.Context, inv *invocation, log *slog.Logger, owner 
 	switch ep.kind {
 	case "nats":
 		return openNATS(inv, log, owner, ep, natsCfg, unreachable)
-	case "sqs", "sns":
-		return openAWS(ctx, inv, log, ep)
-	case "pubsub":
-		return openPubSub(ctx, inv, log, ep)
-	case "webhook":
-		// The signing secret comes from the environment only, never from a
-		// flag that would show in the process list.
-		pub, err := newWebhook(inv, log, ep)
-		if err != nil {
-			return nil, nil, err
-		}
-		return pub, func() { _ = pub.Close() }, nil
 	}
 	return nil, nil, errors.New("unknown destination kind " + ep.kind)
 }
@@ -599,360 +516,6 @@ func (l *natsLog) close() {
 	l.closed = true
 }
 
-// awsDestination is an sqs:// or sns:// destination:
-//
-//	sqs://QUEUE?region=R&account=ID&endpoint=URL&max_message_bytes=N
-//	sqs://sqs.R.amazonaws.com/ID/QUEUE (a queue URL, https:// left out)
-//	sns://TOPIC?region=R&account=ID&endpoint=URL&max_message_bytes=N
-//
-// Every option may be left out: the region then comes from the AWS
-// configuration (AWS_REGION, the shared config file), the account is the
-// caller's own, the endpoint AWS's. Credentials come from the AWS chain
-// (the environment, the shared files, a role), never from the URL.
-type awsDestination struct {
-	kind     string // sqs or sns
-	name     string // the queue's or topic's name
-	region   string
-	account  string
-	endpoint string
-	maxBytes int
-	ce       *heraldce.Config // --cloudevents-*; nil: off
-}
-
-var (
-	awsQueueName  = regexp.MustCompile(`^[A-Za-z0-9_-]{1,75}(\.fifo)?$`)
-	awsTopicName  = regexp.MustCompile(`^[A-Za-z0-9_-]{1,251}(\.fifo)?$`)
-	awsRegion     = regexp.MustCompile(`^[a-z]{2}(-[a-z]+)+-[0-9]+$`)
-	awsAccount    = regexp.MustCompile(`^[0-9]{12}$`)
-	awsQueueHost  = regexp.MustCompile(`^sqs\.([a-z0-9-]+)\.amazonaws\.com(\.cn)?$`)
-	awsOptionList = "region, account, endpoint or max_message_bytes"
-)
-
-// parseAWSDestination checks an sqs:// or sns:// URL; errors quote nothing
-// but option names and values, and never the URL's user information.
-func parseAWSDestination(kind string, u *url.URL) (awsDestination, error) {
-	d := awsDestination{kind: kind, name: u.Host}
-	if u.User != nil {
-		return d, errors.New("an " + kind + ":// URL takes no credentials: they come from the AWS credential chain " +
-			"(AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, AWS_PROFILE, a role)")
-	}
-	path := strings.Trim(u.Path, "/")
-	switch {
-	case kind == "sqs" && path != "":
-		// A queue URL: https://sqs.REGION.amazonaws.com/ACCOUNT/NAME.
-		parts := strings.Split(path, "/")
-		m := awsQueueHost.FindStringSubmatch(u.Hostname())
-		if len(parts) != 2 || m == nil {
-			return d, errors.New("an sqs:// URL is sqs://QUEUE?region=... or sqs://sqs.REGION.amazonaws.com/ACCOUNT/QUEUE")
-		}
-		d.region, d.account, d.name = m[1], parts[0], parts[1]
-	case path != "":
-		return d, errors.New("an sns:// URL is sns://TOPIC?region=...&account=...: no path")
-	}
-	q, err := url.ParseQuery(u.RawQuery)
-	if err != nil {
-		return d, errors.New("the query is not name=value pairs")
-	}
-	for name, vs := range q {
-		if len(vs) > 1 {
-			return d, fmt.Errorf("option %q is given twice", clean(name))
-		}
-		v := vs[0]
-		switch name {
-		case "region":
-			d.region = v
-		case "account":
-			d.account = v
-		case "endpoint":
-			d.endpoint = v
-		case "max_message_bytes":
-			if d.maxBytes, err = strconv.Atoi(v); err != nil || d.maxBytes < 1 || d.maxBytes > 1<<20 {
-				return d, fmt.Errorf("max_message_bytes=%q is not a number of bytes from 1 to 1048576", clean(v))
-			}
-		default:
-			return d, fmt.Errorf("%s option %q is not supported: use %s", kind, clean(name), awsOptionList)
-		}
-	}
-	switch {
-	case kind == "sqs" && !awsQueueName.MatchString(d.name):
-		return d, fmt.Errorf("%q is not an SQS queue name (letters, digits, - and _, up to 80 characters with .fifo)", clean(d.name))
-	case kind == "sns" && !awsTopicName.MatchString(d.name):
-		return d, fmt.Errorf("%q is not an SNS topic name (letters, digits, - and _, up to 256 characters with .fifo)", clean(d.name))
-	case d.region != "" && !awsRegion.MatchString(d.region):
-		return d, fmt.Errorf("region=%q is not an AWS region such as eu-west-1", clean(d.region))
-	case d.account != "" && !awsAccount.MatchString(d.account):
-		return d, fmt.Errorf("account=%q is not a 12-digit AWS account id", clean(d.account))
-	}
-	if d.endpoint != "" {
-		e, err := url.Parse(d.endpoint)
-		if err != nil || (e.Scheme != "http" && e.Scheme != "https") || e.Host == "" || e.User != nil {
-			return d, errors.New("endpoint is not an http:// or https:// URL without credentials")
-		}
-	}
-	return d, nil
-}
-
-// awsEnv are the variables of the AWS credential chain that the daemon
-// reads through its own environment, so that its tests need not set the
-// process's; the SDK reads the rest (AWS_CONFIG_FILE, web identity, ...).
-const (
-	awsAccessKeyEnv    = "AWS_ACCESS_KEY_ID"
-	awsSecretKeyEnv    = "AWS_SECRET_ACCESS_KEY"
-	awsSessionTokenEnv = "AWS_SESSION_TOKEN"
-	awsRegionEnv       = "AWS_REGION"
-	awsProfileEnv      = "AWS_PROFILE"
-)
-
-// openAWS builds an SQS or SNS publisher from the AWS configuration and
-// checks that its queue or topic exists.
-func openAWS(ctx context.Context, inv *invocation, log *slog.Logger, ep endpoint) (herald.Publisher, func(), error) {
-	u, err := url.Parse(ep.raw)
-	if err != nil {
-		return nil, nil, usagef("destination %s: not a URL", ep.name)
-	}
-	d, err := parseAWSDestination(ep.kind, u)
-	if err != nil {
-		return nil, nil, usagef("destination %s: %v", ep.name, err)
-	}
-	d.ce = ep.ce
-	cfg, err := loadAWSConfig(ctx, inv, log, d)
-	if err != nil {
-		return nil, nil, usagef("destination %s: %s", ep.name, inv.stderr.scrub(err.Error()))
-	}
-	if d.endpoint != "" {
-		cfg.BaseEndpoint = aws.String(d.endpoint)
-	}
-	// A transport of its own, whose idle connections the closer closes.
-	transport := http.DefaultTransport.(*http.Transport).Clone()
-	cfg.HTTPClient = &http.Client{Transport: transport}
-	opened := false
-	defer func() {
-		if !opened {
-			transport.CloseIdleConnections()
-		}
-	}()
-	if cfg.Region == "" {
-		return nil, nil, usagef("destination %s: no AWS region: add ?region= to the URL or set %s", ep.name, awsRegionEnv)
-	}
-	failed := func(what string, err error) error {
-		msg := inv.stderr.scrub(herald.Scrub(err.Error()))
-		var api smithy.APIError
-		if errors.As(err, &api) && awsCredentialRefused(api.ErrorCode()) {
-			return fmt.Errorf("destination %s at %s refused the credentials: %s", ep.name, ep.display, msg)
-		}
-		return &unreachableError{fmt.Sprintf("cannot %s for destination %s at %s: %s", what, ep.name, ep.display, msg)}
-	}
-	pctx, cancel := context.WithTimeout(ctx, brokerConnectTimeout)
-	defer cancel()
-	open := d.openSNS
-	if d.kind == "sqs" {
-		open = d.openSQS
-	}
-	pub, err := open(pctx, cfg, log, failed)
-	if err != nil {
-		return nil, nil, err
-	}
-	opened = true
-	return pub, transport.CloseIdleConnections, nil
-}
-
-// openSQS finds the queue's URL and returns a publisher to it; failed
-// describes an error of AWS.
-func (d awsDestination) openSQS(ctx context.Context, cfg aws.Config, log *slog.Logger,
-	failed func(string, error) error) (herald.Publisher, error) {
-	client := sqs.NewFromConfig(cfg)
-	in := &sqs.GetQueueUrlInput{QueueName: aws.String(d.name)}
-	if d.account != "" {
-		in.QueueOwnerAWSAccountId = aws.String(d.account)
-	}
-	out, err := client.GetQueueUrl(ctx, in)
-	if err != nil {
-		return nil, failed("find queue "+d.name, err)
-	}
-	return heraldaws.NewSQS(client, &heraldaws.SQSConfig{
-		QueueURL: heraldaws.Fixed(aws.ToString(out.QueueUrl)), MaxMessageBytes: d.maxBytes, Logger: log, CloudEvents: d.ce,
-	})
-}
-
-// openSNS checks that the topic exists and returns a publisher to it. The
-// account defaults to the caller's own.
-func (d awsDestination) openSNS(ctx context.Context, cfg aws.Config, log *slog.Logger,
-	failed func(string, error) error) (herald.Publisher, error) {
-	account := d.account
-	if account == "" {
-		out, err := sts.NewFromConfig(cfg).GetCallerIdentity(ctx, &sts.GetCallerIdentityInput{})
-		if err != nil {
-			return nil, failed("find the AWS account", err)
-		}
-		account = aws.ToString(out.Account)
-	}
-	arn := fmt.Sprintf("arn:%s:sns:%s:%s:%s", awsPartition(cfg.Region), cfg.Region, account, d.name)
-	client := sns.NewFromConfig(cfg)
-	if _, err := client.GetTopicAttributes(ctx, &sns.GetTopicAttributesInput{TopicArn: aws.String(arn)}); err != nil {
-		return nil, failed("find topic "+arn, err)
-	}
-	return heraldaws.NewSNS(client, &heraldaws.SNSConfig{TopicARN: heraldaws.Fixed(arn), MaxMessageBytes: d.maxBytes, Logger: log,
-		CloudEvents: d.ce})
-}
-
-// loadAWSConfig loads the AWS configuration as the SDK does, with the
-// region of the URL, and the credentials, region and profile of the
-// daemon's environment. The secret key and session token are registered
-// with the redactor first. The SDK logs to log (it would print its
-// warnings to stderr), and its retries too when log shows Debug.
-func loadAWSConfig(ctx context.Context, inv *invocation, log *slog.Logger, d awsDestination) (aws.Config, error) {
-	opts := []func(*config.LoadOptions) error{config.WithLogger(heraldaws.Logger(log))}
-	if log.Enabled(ctx, slog.LevelDebug) {
-		opts = append(opts, config.WithClientLogMode(aws.LogRetries))
-	}
-	if p, _ := inv.getenv(awsProfileEnv); p != "" {
-		opts = append(opts, config.WithSharedConfigProfile(p))
-	}
-	if r, _ := inv.getenv(awsRegionEnv); r != "" {
-		opts = append(opts, config.WithRegion(r))
-	}
-	if d.region != "" {
-		opts = append(opts, config.WithRegion(d.region))
-	}
-	id, _ := inv.getenv(awsAccessKeyEnv)
-	secret, _ := inv.getenv(awsSecretKeyEnv)
-	token, _ := inv.getenv(awsSessionTokenEnv)
-	inv.stderr.add(secret, token)
-	if id != "" && secret != "" {
-		opts = append(opts, config.WithCredentialsProvider(credentials.NewStaticCredentialsProvider(id, secret, token)))
-	}
-	return config.LoadDefaultConfig(ctx, opts...)
-}
-
-// awsPartition is the ARN partition of a region.
-func awsPartition(region string) string {
-	switch {
-	case strings.HasPrefix(region, "cn-"):
-		return "aws-cn"
-	case strings.HasPrefix(region, "us-gov-"):
-		return "aws-us-gov"
-	}
-	return "aws"
-}
-
-// awsCredentialRefused reports whether an AWS error code says the
-// credentials are wrong or lack a permission: configuration, not an AWS
-// to wait for.
-func awsCredentialRefused(code string) bool {
-	switch code {
-	case "AccessDenied", "AccessDeniedException", "AuthorizationError", "InvalidClientTokenId",
-		"SignatureDoesNotMatch", "UnrecognizedClientException", "ExpiredToken", "ExpiredTokenException",
-		"InvalidSecurity", "MissingAuthenticationToken", "IncompleteSignature":
-		return true
-	}
-	return false
-}
-
-// pubsubDest is a pubsub:// destination's settings: pubsub://PROJECT with
-// the options emulator=HOST:PORT and prefix=TOPIC_PREFIX.
-type pubsubDest struct {
-	project, emulator, prefix string
-}
-
-// pubsubEmulatorEnv names the emulator's address, as the Pub/Sub client
-// reads it; emulator= wins over it.
+// pubsubEmulatorEnv names the Pub/Sub emulator's address, which pubsub://
+// destinations read from the daemon's environment (heraldpubsub).
 const pubsubEmulatorEnv = "PUBSUB_EMULATOR_HOST"
-
-// pubsubProject is Google Cloud's rule for project IDs. An emulator takes
-// any name (gcloud's own examples use short ones such as "p").
-var pubsubProject = regexp.MustCompile(`^[a-z][a-z0-9-]{4,28}[a-z0-9]$`)
-
-// parsePubSub checks a pubsub:// URL. Credentials never appear in it: the
-// client takes Application Default Credentials. envEmulator is
-// PUBSUB_EMULATOR_HOST: with an emulator, from it or from emulator=, the
-// project is only a name.
-func parsePubSub(label string, u *url.URL, envEmulator string) (pubsubDest, error) {
-	d := pubsubDest{project: u.Hostname()}
-	emulated := envEmulator != "" || u.Query().Has("emulator")
-	switch {
-	case u.User != nil:
-		return d, usagef("%s: pubsub:// takes no user information: credentials come from Application Default Credentials (GOOGLE_APPLICATION_CREDENTIALS)", label)
-	case u.Port() != "":
-		return d, usagef("%s: pubsub://PROJECT takes no port: give an emulator as ?emulator=HOST:PORT", label)
-	case u.Path != "" && u.Path != "/":
-		return d, usagef("%s: pubsub://PROJECT takes no path: give a topic prefix as ?prefix=PREFIX", label)
-	case emulated && (d.project == "" || strings.ContainsAny(d.project, "/ \t\r\n")):
-		return d, usagef("%s: %q is not a project name for the emulator (no '/' or spaces)", label, clean(d.project))
-	case !emulated && !pubsubProject.MatchString(d.project):
-		return d, usagef("%s: %q is not a Google Cloud project ID (6 to 30 lower-case letters, digits and hyphens, starting with a letter); "+
-			"an emulator takes any name: set %s or add ?emulator=HOST:PORT", label, clean(d.project), pubsubEmulatorEnv)
-	}
-	q := u.Query()
-	names := make([]string, 0, len(q))
-	for name := range q {
-		names = append(names, name)
-	}
-	slices.Sort(names)
-	for _, name := range names {
-		v := q[name]
-		switch {
-		case name != "emulator" && name != "prefix":
-			return d, usagef("%s: pubsub:// option %q is not supported: use emulator=HOST:PORT or prefix=PREFIX", label, clean(name))
-		case len(v) != 1:
-			return d, usagef("%s: pubsub:// option %s is given %d times", label, name, len(v))
-		case name == "prefix":
-			if err := heraldpubsub.CheckTopicPrefix(v[0]); err != nil {
-				return d, usagef("%s: prefix %s", label, err)
-			}
-			d.prefix = v[0]
-		default:
-			if _, port, err := net.SplitHostPort(v[0]); err != nil || port == "" {
-				return d, usagef("%s: emulator=%q is not HOST:PORT", label, clean(v[0]))
-			}
-			d.emulator = v[0]
-		}
-	}
-	return d, nil
-}
-
-// openPubSub builds a pubsub:// destination's client and publisher, and
-// checks that the service answers.
-func openPubSub(ctx context.Context, inv *invocation, log *slog.Logger, ep endpoint) (herald.Publisher, func(), error) {
-	label := "destination " + ep.name
-	u, err := url.Parse(ep.raw)
-	if err != nil {
-		return nil, nil, usagef("%s: not a URL", label)
-	}
-	envEmulator, _ := inv.getenv(pubsubEmulatorEnv)
-	d, err := parsePubSub(label, u, envEmulator)
-	if err != nil {
-		return nil, nil, err
-	}
-	if d.emulator == "" {
-		d.emulator = envEmulator
-	}
-	// Without an emulator the client finds Application Default
-	// Credentials: GOOGLE_APPLICATION_CREDENTIALS, gcloud's application
-	// default login, or the metadata server on Google Cloud.
-	var client *pubsub.Client
-	if d.emulator != "" {
-		client, err = heraldpubsub.NewClient(ctx, d.project, heraldpubsub.EmulatorOptions(d.emulator)...)
-	} else {
-		client, err = heraldpubsub.NewClient(ctx, d.project)
-	}
-	if err != nil {
-		return nil, nil, fmt.Errorf("%s: %s (credentials come from Application Default Credentials)", label, inv.stderr.scrub(err.Error()))
-	}
-	pub, err := heraldpubsub.New(client, &heraldpubsub.Config{TopicPrefix: d.prefix, Logger: log, CloudEvents: ep.ce})
-	if err != nil {
-		_ = client.Close()
-		return nil, nil, usagef("%s: %s", label, strings.ReplaceAll(err.Error(), "Config.TopicPrefix", "prefix="))
-	}
-	closeAll := func() { _ = pub.Close(); _ = client.Close() }
-	pctx, cancel := context.WithTimeout(ctx, brokerConnectTimeout)
-	defer cancel()
-	if err := pub.Ping(pctx); err != nil {
-		closeAll()
-		msg := inv.stderr.scrub(herald.Scrub(err.Error()))
-		if status.Code(err) == codes.Unauthenticated {
-			return nil, nil, fmt.Errorf("destination %s at %s refused the credentials: %s", ep.name, ep.display, msg)
-		}
-		return nil, nil, &unreachableError{fmt.Sprintf("cannot reach destination %s at %s: %s", ep.name, ep.display, msg)}
-	}
-	return pub, closeAll, nil
-}

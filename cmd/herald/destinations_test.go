@@ -226,7 +226,12 @@ func TestRelayPublishesToRabbitMQAndWebhooks(t *testing.T) {
 // the origin only.
 func TestWebhookDestinationIsShownByItsOrigin(t *testing.T) {
 	t.Parallel()
-	inv := &invocation{stderr: &redactor{w: io.Discard}, flags: newFlagSet("relay")}
+	inv := &invocation{stderr: &redactor{w: io.Discard}, flags: newFlagSet("relay"), getenv: func(name string) (string, bool) {
+		if name == webhookSecretEnv {
+			return "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", true
+		}
+		return "", false
+	}}
 	ep, err := parseEndpoint(inv, "--destination hook", "hook", "https://u:pw@hooks.example.com:8443/services/T0/B0/XXXX?token=t")
 	require.NoError(t, err)
 	require.Equal(t, "https://hooks.example.com:8443", ep.display)
@@ -341,14 +346,14 @@ func TestAWSDestinationURLsAreChecked(t *testing.T) {
 		require.NoError(t, err, raw)
 		require.Equal(t, raw, ep.display)
 	}
-	u, err := url.Parse("sqs://sqs.eu-west-1.amazonaws.com/123456789012/orders")
+	ep, err := parseEndpoint(inv, "--destination q", "q", "sqs://sqs.eu-west-1.amazonaws.com/123456789012/orders")
 	require.NoError(t, err)
-	d, err := parseAWSDestination("sqs", u)
-	require.NoError(t, err)
-	require.Equal(t, awsDestination{kind: "sqs", name: "orders", region: "eu-west-1", account: "123456789012"}, d)
-	require.Equal(t, "aws-us-gov", awsPartition("us-gov-west-1"))
-	require.Equal(t, "aws-cn", awsPartition("cn-north-1"))
-	require.Equal(t, "aws", awsPartition("eu-west-1"))
+	d, ok := ep.spec.Target().(*heraldaws.URLConfig)
+	require.True(t, ok, "an sqs destination parses into a *heraldaws.URLConfig, not %T", ep.spec.Target())
+	require.Equal(t, "sqs", d.Kind)
+	require.Equal(t, "orders", d.Name)
+	require.Equal(t, "eu-west-1", d.Region)
+	require.Equal(t, "123456789012", d.Account)
 }
 
 // A queue that does not exist is waited for, as an unreachable broker is:

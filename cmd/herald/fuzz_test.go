@@ -19,7 +19,13 @@ const secretCore = "Qz9Sekr3t"
 // fuzzInvocation is what the parsers of the command line need of a run;
 // its stderr writes to out.
 func fuzzInvocation(out *bytes.Buffer) *invocation {
-	return &invocation{stderr: &redactor{w: out}, flags: newFlagSet("relay"), getenv: func(string) (string, bool) { return "", false }}
+	// A webhook's signing secret, so that webhook URLs are accepted.
+	return &invocation{stderr: &redactor{w: out}, flags: newFlagSet("relay"), getenv: func(name string) (string, bool) {
+		if name == webhookSecretEnv {
+			return "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", true
+		}
+		return "", false
+	}}
 }
 
 // printed is what a run prints of s: an error goes through scrub, as run

@@ -2,9 +2,9 @@ package main
 
 import (
 	"encoding/json"
+	"io"
 	"net/http"
 	"net/http/httptest"
-	"net/url"
 	"regexp"
 	"testing"
 	"time"
@@ -221,9 +221,10 @@ func TestReplayDryRunWithoutADestinationSaysSo(t *testing.T) {
 func TestPubSubProjectNamesForTheEmulator(t *testing.T) {
 	t.Parallel()
 	parse := func(raw, env string) error {
-		u, err := url.Parse(raw)
-		require.NoError(t, err)
-		_, err = parsePubSub("--publisher", u, env)
+		inv := &invocation{stderr: &redactor{w: io.Discard}, flags: newFlagSet("relay"), getenv: func(name string) (string, bool) {
+			return env, name == pubsubEmulatorEnv && env != ""
+		}}
+		_, err := parseEndpoint(inv, "--publisher", "default", raw)
 		return err
 	}
 	for _, tc := range []struct {

@@ -37,8 +37,11 @@ var motoListening = regexp.MustCompile(`Running on (http://127\.0\.0\.1:[0-9]+)`
 
 // Moto starts moto_server on a random port of 127.0.0.1 and kills it when
 // the test ends. Without moto_server (the Python package moto, with its
-// server extras) the test skips, except with CI=true, where it fails.
-func Moto(t testing.TB) *MotoServer {
+// server extras) the test skips, except with CI=true, where it fails. env
+// are NAME=VALUE settings of the server's own, added to the test's
+// environment: INITIAL_NO_AUTH_ACTION_COUNT=0 makes it check credentials
+// (it knows none but the ones its IAM creates).
+func Moto(t testing.TB, env ...string) *MotoServer {
 	t.Helper()
 	bin := os.Getenv(EnvMoto)
 	if bin == "" {
@@ -55,6 +58,9 @@ func Moto(t testing.TB) *MotoServer {
 	}
 	// Port 0: the kernel picks a free port, and the server says which.
 	cmd := exec.Command(bin, "-H", "127.0.0.1", "-p", "0")
+	if len(env) > 0 {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	// An *os.File is handed to the child as is; any other writer would
 	// need a copying goroutine, which goleak would report.
 	cmd.Stdout, cmd.Stderr = logf, logf

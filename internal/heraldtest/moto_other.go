@@ -18,7 +18,7 @@ type MotoServer struct {
 
 // Moto skips the test, or fails it with CI=true: the helper starts
 // moto_server on Linux and macOS only.
-func Moto(t testing.TB) *MotoServer {
+func Moto(t testing.TB, _ ...string) *MotoServer {
 	t.Helper()
 	Unavailable(t, "heraldtest: no moto_server helper on "+runtime.GOOS)
 	return nil

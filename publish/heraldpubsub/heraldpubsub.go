@@ -20,6 +20,18 @@
 // the event's fields (see package heraldce). The ordering key is the
 // event's key either way. Parse reads both modes back.
 //
+// # URL form
+//
+// Imported, the package registers pubsub:// with heraldspec (ParseURL):
+//
+//	pubsub://PROJECT[?emulator=HOST:PORT&prefix=PREFIX]
+//
+// prefix is Config.TopicPrefix; emulator, or else PUBSUB_EMULATOR_HOST from
+// the Destination's Getenv, reaches an emulator (EmulatorOptions), which
+// takes any project name. Credentials are never in the URL: the client
+// takes Application Default Credentials. Open makes the client (NewClient)
+// and pings the service: no answer is unreachable, Unauthenticated is not.
+//
 // # What counts as published
 //
 // Publish reports an event as published only once the service answered

@@ -64,6 +64,17 @@
 // from the environment (HTTP_PROXY) are not used: the guard would
 // otherwise only see the proxy.
 //
+// # URL form
+//
+// Imported, the package registers http:// and https:// with heraldspec:
+// a destination URL is the endpoint every event goes to (Config.Default),
+// its path and query the receiver's, so it takes no options. Its signing
+// secrets are the destination's Secret and PreviousSecret secrets, else
+// Config.Secret and Config.PreviousSecret of the Destination's Config,
+// which also gives the allow-list (Config.AllowedNetworks) and the other
+// settings. heraldspec.Parse checks the whole configuration, as New does;
+// Open connects to nothing.
+//
 // # Secrets
 //
 // Signing secrets never appear in errors, logs or the String form of a
