@@ -23,6 +23,13 @@
 // environment, files or a secret manager. Errors name the URL part or the
 // option that is wrong, never a secret.
 //
+// Databases open the same way: each driver package registers the DSN
+// forms it reads (heraldpg: postgres:// and libpq keyword strings;
+// heraldmysql: mysql://; heraldsqlite: sqlite:PATH), and
+// OpenDatabase returns the outbox's Store, Admin, Writer and pool.
+//
+//	_, outbox, err := heraldspec.OpenDatabase(ctx, heraldspec.Database{DSN: os.Getenv("DATABASE_URL")})
+//
 // Parse checks a destination without connecting (reading only the files
 // its options name); Parsed.Open connects. An *OpenError says whether the
 // broker could not be reached (try again later) or refused the

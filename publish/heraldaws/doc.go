@@ -24,6 +24,23 @@
 // holding the same bytes. SNS subscription filter policies can match
 // Herald-Type and Herald-Topic; they cannot see into Herald-Headers.
 //
+// # URL form
+//
+// Importing this package registers sqs:// and sns:// with package
+// heraldspec (ParseURL, URLConfig):
+//
+//	sqs://QUEUE[?OPTIONS]
+//	sqs://sqs.REGION.amazonaws.com/ACCOUNT/QUEUE (a queue URL, https:// left out)
+//	sns://TOPIC[?OPTIONS]
+//
+// Options, each optional: region (else AWS_REGION or the shared
+// configuration), account (the queue's owner, or the topic's account;
+// else the caller's own), endpoint (an http(s):// URL, for an emulator or
+// a VPC endpoint) and max_message_bytes. Credentials come from the AWS
+// credential chain (the environment, the shared files, a role), never
+// from the URL. Open finds the queue's URL, or checks that the topic
+// exists, before it returns.
+//
 // # CloudEvents
 //
 // With CloudEvents in SQSConfig or SNSConfig, every event is a CloudEvent
