@@ -47,7 +47,7 @@ func (s envSecrets) Where(what string) string { return s.ep.secretEnv(what) }
 func parseSpec(inv *invocation, label string, ep endpoint, kind string) (endpoint, error) {
 	ep.kind = kind
 	for _, one := range strings.Split(ep.raw, ",") {
-		inv.stderr.add(heraldspec.UserinfoSecrets(strings.TrimSpace(one), urlUserIsSecret(inv, ep, one))...)
+		inv.stderr.add(heraldspec.UserinfoSecrets(strings.TrimSpace(one), specUserIsSecret(inv, ep, one))...)
 	}
 	p, err := heraldspec.Parse(heraldspec.Destination{Name: ep.name, URL: ep.raw, Secrets: envSecrets{inv, ep}, Getenv: inv.getenv})
 	if err != nil {
@@ -97,10 +97,31 @@ func openSpec(ctx context.Context, inv *invocation, log *slog.Logger, owner stri
 	if err == nil {
 		return pub, closer, nil
 	}
-	msg := inv.stderr.scrub(err.Error())
+	msg := natsHints.Replace(inv.stderr.scrub(err.Error()))
 	var oe *heraldspec.OpenError
 	if errors.As(err, &oe) && oe.Unreachable {
 		return nil, nil, &unreachableError{msg}
 	}
 	return nil, nil, errors.New(msg)
 }
+
+// specUserIsSecret reports whether the user name of a destination URL is
+// a secret, by its publisher package's rule when it has one (a NATS
+// token unless the PASSWORD variable is set), else by urlUserIsSecret.
+func specUserIsSecret(inv *invocation, ep endpoint, raw string) bool {
+	scheme, _, _ := strings.Cut(strings.TrimSpace(raw), "://")
+	if s, ok := heraldspec.Lookup(scheme); ok && s.UserIsSecret != nil {
+		return s.UserIsSecret(&heraldspec.Destination{Name: ep.name, Secrets: envSecrets{inv, ep}, Getenv: inv.getenv})
+	}
+	return urlUserIsSecret(inv, ep, raw)
+}
+
+// natsHints rewords the NATS publisher's errors for the command line: its
+// Config is the --nats-* flags.
+var natsHints = strings.NewReplacer(
+	"heraldnats: Config.CreateStream", "--nats-create-stream",
+	"heraldnats: Config.SubjectPrefix", "--nats-subject-prefix",
+	"heraldnats: Config.MaxPendingBytes", "--nats-max-pending-bytes",
+	"heraldnats: Config.MaxPending", "--nats-max-pending",
+	"heraldnats: Config.AckTimeout", "--nats-ack-timeout",
+)

@@ -15,7 +15,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"cloud.google.com/go/pubsub/v2"
@@ -165,14 +164,10 @@ func parseEndpoint(inv *invocation, label, name, raw string) (endpoint, error) {
 	if ep.kind != "nats" && ep.kind != "kafka" && len(ep.hosts) > 1 {
 		return ep, usagef("%s: a %s destination takes one URL", label, ep.kind)
 	}
-	// Authentication and TLS options (auth_kafka.go, auth_nats.go).
+	// Authentication and TLS options (auth_kafka.go).
 	switch ep.kind {
 	case "kafka":
 		if _, err := kafkaDestination(inv, label, ep); err != nil {
-			return ep, err
-		}
-	case "nats":
-		if _, err := natsDestination(inv, label, ep); err != nil {
 			return ep, err
 		}
 	}
@@ -512,16 +507,6 @@ var webhookHints = strings.NewReplacer(
 // HERALD_WEBHOOK_ALLOW_NETWORKS.
 var webhookNetworkField = regexp.MustCompile(`heraldwebhook: Config\.AllowedNetworks\[\d+\]`)
 
-// natsHints rewords the NATS publisher's errors for the command line: its
-// Config is the --nats-* flags.
-var natsHints = strings.NewReplacer(
-	"heraldnats: Config.CreateStream", "--nats-create-stream",
-	"heraldnats: Config.SubjectPrefix", "--nats-subject-prefix",
-	"heraldnats: Config.MaxPendingBytes", "--nats-max-pending-bytes",
-	"heraldnats: Config.MaxPending", "--nats-max-pending",
-	"heraldnats: Config.AckTimeout", "--nats-ack-timeout",
-)
-
 // The webhook destinations' settings from the environment: the Standard
 // Webhooks signing secret (whsec_...), and the networks (CIDRs) a webhook
 // may reach although private or loopback.
@@ -546,8 +531,6 @@ func openEndpoint(ctx context.Context, inv *invocation, log *slog.Logger, owner 
 		return openSpec(ctx, inv, log, owner, ep, natsCfg)
 	}
 	switch ep.kind {
-	case "nats":
-		return openNATS(inv, log, owner, ep, natsCfg, unreachable)
 	case "kafka":
 		return openKafka(ctx, inv, log, ep, unreachable)
 	case "amqp":
@@ -577,57 +560,6 @@ func refusedCredentials(err error) bool {
 	return errors.Is(err, nats.ErrAuthorization) || redis.HasErrorPrefix(err, "WRONGPASS") ||
 		redis.HasErrorPrefix(err, "NOAUTH") || (errors.As(err, &amqpErr) && amqpErr.Code == amqp.AccessRefused) ||
 		mqttRefusedCredentials(err)
-}
-
-// connectNATS connects to a NATS server list and logs the connection's
-// ups and downs; auth adds credentials and TLS. Call the returned close
-// instead of the connection's Close: the client runs its callbacks on a
-// goroutine of its own, and close makes sure none logs once it returned.
-func connectNATS(inv *invocation, log *slog.Logger, owner, urls string, auth ...nats.Option) (*nats.Conn, func(), error) {
-	nlog := &natsLog{log: log.With("component", "nats")}
-	nc, err := nats.Connect(urls, append(auth,
-		nats.Name("herald relay "+owner),
-		nats.MaxReconnects(-1),
-		nats.ReconnectWait(250*time.Millisecond),
-		nats.Timeout(brokerConnectTimeout),
-		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
-			if err != nil {
-				nlog.print(slog.LevelWarn, "disconnected from NATS; reconnecting", "error", inv.stderr.scrub(err.Error()))
-			}
-		}),
-		nats.ReconnectHandler(func(c *nats.Conn) {
-			nlog.print(slog.LevelInfo, "reconnected to NATS", "server", c.ConnectedUrlRedacted())
-		}),
-		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
-			nlog.print(slog.LevelWarn, "NATS error", "error", inv.stderr.scrub(err.Error()))
-		}),
-	)...)
-	if err != nil {
-		nlog.close()
-		return nil, nil, err
-	}
-	return nc, func() { nc.Close(); nlog.close() }, nil
-}
-
-// natsLog is the NATS client's callbacks' logger, silent once closed.
-type natsLog struct {
-	mu     sync.Mutex
-	closed bool
-	log    *slog.Logger
-}
-
-func (l *natsLog) print(level slog.Level, msg string, args ...any) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if !l.closed {
-		l.log.Log(context.Background(), level, msg, args...)
-	}
-}
-
-func (l *natsLog) close() {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.closed = true
 }
 
 // awsDestination is an sqs:// or sns:// destination:

@@ -27,8 +27,9 @@ import (
 // were not JSON. run points those loggers, once, at the command's logger;
 // the clients that take a logger of their own are given the command's
 // logger where the daemon builds them: franz-go in openKafka, the AWS SDK
-// in loadAWSConfig, paho through heraldmqtt.New, and the NATS callbacks in
-// connectNATS (nats.go prints nothing itself once they are set).
+// in loadAWSConfig, paho through heraldmqtt.New, and the NATS callbacks
+// through the destination's Logger, which heraldnats's URLConfig.Open sets
+// (nats.go prints nothing itself once they are set).
 
 // commandLog is the logger the command built from --log-format and
 // --log-level; the libraries' process-wide loggers write to it.
