@@ -70,6 +70,10 @@ func specUsage(inv *invocation, label string, err error) error {
 		return ue
 	case errors.As(err, &se) && se.Scheme == "":
 		return usagef("%s: %s has no scheme: use %s", label, inv.stderr.scrub(se.URL), supportedSchemes)
+	case errors.As(err, &se) && schemes[strings.ToLower(se.Scheme)] != "":
+		// A scheme the daemon still opens itself, after a URL of a
+		// registered one (nats://a,kafka://b): two brokers.
+		return usagef("%s: one destination takes URLs of one broker; give another --destination for %s", label, strings.ToLower(se.Scheme))
 	case errors.As(err, &se):
 		return usagef("%s: scheme %q is not supported: use %s", label, se.Scheme, supportedSchemes)
 	}
