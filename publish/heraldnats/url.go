@@ -86,6 +86,11 @@ func ParseURLs(d *heraldspec.Destination, urls []*url.URL) (*URLConfig, error) {
 	if len(urls) == 0 {
 		return nil, errors.New("no URL")
 	}
+	for _, u := range urls {
+		if err := checkUserinfoEnd(u); err != nil {
+			return nil, err
+		}
+	}
 	c := &URLConfig{d: d, Options: nats.GetDefaultOptions()}
 	base, err := baseConfig(d.Config)
 	if err != nil {
@@ -124,6 +129,21 @@ func ParseURLs(d *heraldspec.Destination, urls []*url.URL) (*URLConfig, error) {
 	}
 	c.Options.MaxReconnect, c.Options.ReconnectWait = -1, reconnectWait
 	return c, nil
+}
+
+// checkUserinfoEnd refuses a URL whose user information may have been
+// cut short by a '/', '?' or '#' before its '@' (nats://TO#KEN@host parses
+// as the host "TO" and the fragment "KEN@host"): the rest of the token
+// would be shown as the path, the query or the fragment, which a NATS URL
+// does not otherwise take.
+func checkUserinfoEnd(u *url.URL) error {
+	switch {
+	case u.Fragment != "":
+		return errors.New("a NATS URL takes no fragment: write a '#' of the user information as %23")
+	case u.User == nil && strings.Contains(u.Path+u.RawQuery, "@"):
+		return errors.New("the user information holds an '@', '/', '?' or '#' that is not percent-encoded (write '@' as %40, '/' as %2F)")
+	}
+	return nil
 }
 
 // baseConfig is the *Config a Destination's Config holds, nil for none.
