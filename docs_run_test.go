@@ -23,7 +23,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
-	"github.com/herald-outbox/herald/internal/heraldtest"
+	"github.com/herald-outbox/herald/internal/testenv"
 )
 
 // What a user is told to run, a test runs. A fenced block of the docs
@@ -135,14 +135,14 @@ func TestDocsRunnableBlocksRun(t *testing.T) {
 // read the event the README says it publishes; then it gets SIGTERM and
 // must exit 0.
 func runDaemonQuickStart(t *testing.T, blocks []markedBlock) {
-	heraldtest.Long(t) // builds the herald command
+	testenv.Long(t) // builds the herald command
 	for _, tool := range []string{"bash", "psql"} {
 		if _, err := exec.LookPath(tool); err != nil {
-			heraldtest.Unavailable(t, tool+" is not installed: the daemon quick start runs it (apt-get install bash postgresql-client)")
+			testenv.Unavailable(t, tool+" is not installed: the daemon quick start runs it (apt-get install bash postgresql-client)")
 		}
 	}
 	dsn := ownDatabase(t)
-	ns := heraldtest.NATS(t)
+	ns := testenv.NATS(t)
 	bin := buildHerald(t)
 
 	var text strings.Builder
@@ -164,7 +164,7 @@ func runDaemonQuickStart(t *testing.T, blocks []markedBlock) {
 			env = append(env, kv)
 		}
 	}
-	out := &heraldtest.LogBuffer{}
+	out := &testenv.LogBuffer{}
 	cmd := exec.Command("bash", "-c", script)
 	cmd.Dir, cmd.Env, cmd.Stdout, cmd.Stderr = dir, env, out, out
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // so that cleanup reaches the background commands
@@ -209,7 +209,7 @@ func runDaemonQuickStart(t *testing.T, blocks []markedBlock) {
 // readRelayedEvent reads the first message of the stream ORDERS, which the
 // relay creates, as the README's nats.go snippet does. It fails as soon as
 // the script exits, since the relay should still be running.
-func readRelayedEvent(t *testing.T, natsURL string, exited chan error, out *heraldtest.LogBuffer) jetstream.Msg {
+func readRelayedEvent(t *testing.T, natsURL string, exited chan error, out *testenv.LogBuffer) jetstream.Msg {
 	t.Helper()
 	nc, err := nats.Connect(natsURL)
 	require.NoError(t, err)
@@ -248,10 +248,10 @@ func readRelayedEvent(t *testing.T, natsURL string, exited chan error, out *hera
 // schema, public, so a schema of the test's own would not isolate them.
 func ownDatabase(t *testing.T) string {
 	t.Helper()
-	base := heraldtest.PostgresDSN(t)
+	base := testenv.PostgresDSN(t)
 	u, err := url.Parse(base)
 	if err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
-		t.Fatalf("%s must be a postgres:// URL for the quick start's test (psql takes it as is)", heraldtest.EnvPostgres)
+		t.Fatalf("%s must be a postgres:// URL for the quick start's test (psql takes it as is)", testenv.EnvPostgres)
 	}
 	var b [6]byte
 	_, _ = rand.Read(b[:])

@@ -14,7 +14,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/herald-outbox/herald"
-	"github.com/herald-outbox/herald/internal/heraldtest"
+	"github.com/herald-outbox/herald/internal/testenv"
 )
 
 func TestMain(m *testing.M) {
@@ -222,7 +222,7 @@ func TestRelayRetriesAnAcknowledgementWhoseAnswerWasLost(t *testing.T) {
 			return herald.CompleteResult{}, nil // already written: nothing left to change
 		},
 	}
-	logs := &heraldtest.LogBuffer{}
+	logs := &testenv.LogBuffer{}
 	relay, err := herald.NewRelay(&herald.RelayConfig{
 		Store: store, Logger: slog.New(slog.NewTextHandler(logs, nil)),
 		Publisher: herald.PublisherFunc(func(context.Context, []herald.Envelope) error { return nil }),
@@ -246,7 +246,7 @@ func TestRelayRetriesAnAcknowledgementWhoseAnswerWasLost(t *testing.T) {
 // database too slow to claim a whole batch within the claim's deadline
 // (Lease/2) still drains, instead of repeating the same cancelled work.
 func TestRelayHalvesAClaimThatRanOutOfTime(t *testing.T) {
-	heraldtest.Long(t)
+	testenv.Long(t)
 	t.Parallel()
 	var (
 		mu      sync.Mutex

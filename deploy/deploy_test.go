@@ -23,7 +23,7 @@ import (
 	// direct requirement, so reading YAML here adds none to go.mod.
 	"github.com/stretchr/testify/assert/yaml"
 
-	"github.com/herald-outbox/herald/internal/heraldtest"
+	"github.com/herald-outbox/herald/internal/testenv"
 )
 
 const (
@@ -571,7 +571,7 @@ func promtool(t *testing.T) string {
 	if err == nil {
 		return path
 	}
-	heraldtest.Unavailable(t, "promtool is not on PATH (apt-get install prometheus provides promtool)")
+	testenv.Unavailable(t, "promtool is not on PATH (apt-get install prometheus provides promtool)")
 	return ""
 }
 

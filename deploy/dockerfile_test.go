@@ -14,7 +14,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/herald-outbox/herald/internal/heraldtest"
+	"github.com/herald-outbox/herald/internal/testenv"
 )
 
 // There is no container engine on Herald's machines, so the Dockerfile is
@@ -228,7 +228,7 @@ func TestDockerfileBuildRuns(t *testing.T) {
 		t.Skip("builds herald (about a minute on a cold cache)")
 	}
 	if _, err := exec.LookPath("git"); err != nil {
-		heraldtest.Unavailable(t, "git is not on PATH (apt-get install git)")
+		testenv.Unavailable(t, "git is not on PATH (apt-get install git)")
 	}
 	spec := readImageSpec(t)
 	root, err := exec.Command("git", "rev-parse", "--show-toplevel").Output()

@@ -20,10 +20,10 @@ import (
 	"github.com/herald-outbox/herald"
 	"github.com/herald-outbox/herald/driver/heraldsqlite"
 	"github.com/herald-outbox/herald/heraldinbox"
-	"github.com/herald-outbox/herald/internal/heraldtest"
+	"github.com/herald-outbox/herald/internal/testenv"
 )
 
-func TestMain(m *testing.M) { heraldtest.Main(m) }
+func TestMain(m *testing.M) { testenv.Main(m) }
 
 // backend is one database under test, seen the same way by every case:
 // process runs the handler through the inbox with an "effects" table write
@@ -43,8 +43,8 @@ var errHandler = errors.New("handler failed")
 
 func pgxBackend(t *testing.T) *backend {
 	ctx := context.Background()
-	pool := heraldtest.PostgresPool(t)
-	schema := heraldtest.Schema(t)
+	pool := testenv.PostgresPool(t)
+	schema := testenv.Schema(t)
 	ib, err := heraldinbox.NewPostgres(&heraldinbox.Config{Schema: schema})
 	require.NoError(t, err)
 	require.NoError(t, ib.MigratePgx(ctx, pool))
@@ -114,9 +114,9 @@ func sqlBackend(t *testing.T, db *sql.DB, ib *heraldinbox.Inbox, effects, ph str
 }
 
 func pgStdlibBackend(t *testing.T) *backend {
-	db := stdlib.OpenDBFromPool(heraldtest.PostgresPool(t))
+	db := stdlib.OpenDBFromPool(testenv.PostgresPool(t))
 	t.Cleanup(func() { db.Close() })
-	schema := heraldtest.Schema(t)
+	schema := testenv.Schema(t)
 	ib, err := heraldinbox.NewPostgres(&heraldinbox.Config{Schema: schema})
 	require.NoError(t, err)
 	return sqlBackend(t, db, ib, schema+".effects", "$1",
@@ -287,8 +287,8 @@ func TestCleanupRemovesOnlyOldRows(t *testing.T) {
 func TestConcurrentDuplicatesResolveAtTheUniqueKey(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool := heraldtest.PostgresPool(t)
-	schema := heraldtest.Schema(t)
+	pool := testenv.PostgresPool(t)
+	schema := testenv.Schema(t)
 	ib, err := heraldinbox.NewPostgres(&heraldinbox.Config{Schema: schema})
 	require.NoError(t, err)
 	require.NoError(t, ib.MigratePgx(ctx, pool))

@@ -19,10 +19,10 @@ import (
 	"github.com/herald-outbox/herald"
 	"github.com/herald-outbox/herald/heraldadmin"
 	"github.com/herald-outbox/herald/heraldprom"
-	"github.com/herald-outbox/herald/internal/heraldtest"
+	"github.com/herald-outbox/herald/internal/testenv"
 )
 
-func TestMain(m *testing.M) { heraldtest.Main(m) }
+func TestMain(m *testing.M) { testenv.Main(m) }
 
 // fakeAdmin serves Backlog from a function and counts the reads.
 type fakeAdmin struct {
@@ -165,7 +165,7 @@ func TestAFailedBacklogReadKeepsTheLastFiguresAndHidesSecrets(t *testing.T) {
 		}
 		return []heraldadmin.TopicBacklog{{Topic: "t", Ready: 3}}, nil
 	}}
-	var log heraldtest.LogBuffer
+	var log testenv.LogBuffer
 	m, err := heraldprom.New(&heraldprom.Config{Admin: admin, BacklogInterval: time.Nanosecond,
 		Logger: slog.New(slog.NewTextHandler(&log, nil))})
 	require.NoError(t, err)

@@ -16,7 +16,7 @@ import (
 	"github.com/herald-outbox/herald/driver/heraldpg"
 	"github.com/herald-outbox/herald/driver/heraldsqlite"
 	"github.com/herald-outbox/herald/heraldtest"
-	itest "github.com/herald-outbox/herald/internal/heraldtest"
+	itest "github.com/herald-outbox/herald/internal/testenv"
 )
 
 func TestMain(m *testing.M) { itest.Main(m) }

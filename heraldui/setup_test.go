@@ -22,10 +22,10 @@ import (
 	"github.com/herald-outbox/herald/driver/heraldsqlite"
 	"github.com/herald-outbox/herald/heraldadmin"
 	"github.com/herald-outbox/herald/heraldui"
-	"github.com/herald-outbox/herald/internal/heraldtest"
+	"github.com/herald-outbox/herald/internal/testenv"
 )
 
-func TestMain(m *testing.M) { heraldtest.Main(m) }
+func TestMain(m *testing.M) { testenv.Main(m) }
 
 // testToken is the admin token of the tests that configure one.
 const testToken = "s3cret-admin-token-for-tests"
@@ -36,8 +36,8 @@ type bundle struct {
 	store  *heraldsqlite.Driver
 	writer *herald.Writer[*sql.Tx]
 	ui     http.Handler
-	audit  *heraldtest.LogBuffer
-	logs   *heraldtest.LogBuffer
+	audit  *testenv.LogBuffer
+	logs   *testenv.LogBuffer
 }
 
 // setup opens a migrated SQLite outbox in a temporary file and a page over
@@ -52,7 +52,7 @@ func setup(t *testing.T, token string, edit ...func(*heraldui.Config)) *bundle {
 	require.NoError(t, store.Migrate(t.Context()))
 	w, err := heraldsqlite.NewWriter(nil)
 	require.NoError(t, err)
-	b := &bundle{db: db, store: store, writer: w, audit: &heraldtest.LogBuffer{}, logs: &heraldtest.LogBuffer{}}
+	b := &bundle{db: db, store: store, writer: w, audit: &testenv.LogBuffer{}, logs: &testenv.LogBuffer{}}
 	cfg := heraldui.Config{
 		Admin:  store,
 		Token:  token,

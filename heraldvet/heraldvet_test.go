@@ -7,7 +7,7 @@ import (
 	"golang.org/x/tools/go/analysis/analysistest"
 
 	"github.com/herald-outbox/herald/heraldvet"
-	"github.com/herald-outbox/herald/internal/heraldtest"
+	"github.com/herald-outbox/herald/internal/testenv"
 )
 
 // The cases are the testdata packages: each line that must be reported
@@ -21,14 +21,14 @@ import (
 // ignored (WriteTx errors dropped) and httpposts (net/http POSTs as
 // publishes).
 func TestAnalyzer(t *testing.T) {
-	heraldtest.Long(t)
+	testenv.Long(t)
 	t.Parallel()
 	analysistest.Run(t, analysistest.TestData(), heraldvet.Analyzer, "dualwrite", "txmismatch", "ignored", "httpposts")
 }
 
 // httpignored is httpposts without its want comments.
 func TestIgnoreHTTP(t *testing.T) {
-	heraldtest.Long(t)
+	testenv.Long(t)
 	t.Parallel()
 	a := heraldvet.NewAnalyzer(&heraldvet.Config{IgnoreHTTP: true})
 	analysistest.Run(t, analysistest.TestData(), a, "httpignored")
@@ -37,7 +37,7 @@ func TestIgnoreHTTP(t *testing.T) {
 // Checked with the defaults, httpignored has its two POSTs reported: the
 // tests that expect none there are not vacuous.
 func TestHTTPIgnoredHasPostsByDefault(t *testing.T) {
-	heraldtest.Long(t)
+	testenv.Long(t)
 	t.Parallel()
 	var unexpected errorCounter
 	var diagnostics []string
@@ -59,7 +59,7 @@ func (c *errorCounter) Errorf(string, ...any) { *c++ }
 
 // The flag go vet passes, -http=false, does what IgnoreHTTP does.
 func TestHTTPFlag(t *testing.T) {
-	heraldtest.Long(t)
+	testenv.Long(t)
 	t.Parallel()
 	a := heraldvet.NewAnalyzer(nil)
 	if err := a.Flags.Set("http", "false"); err != nil {

@@ -13,14 +13,14 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/herald-outbox/herald/internal/heraldtest"
+	"github.com/herald-outbox/herald/internal/testenv"
 )
 
 // cmd/heraldvet, built, run by go vet on a module that requires the real
 // Herald module: the way users run it, with Herald's own Writer type
 // rather than the stub the analysistest cases use.
 func TestGoVetVettool(t *testing.T) {
-	heraldtest.Long(t)
+	testenv.Long(t)
 	t.Parallel()
 	root, err := filepath.Abs(filepath.Join("..")) // the Herald module
 	require.NoError(t, err)

@@ -9,13 +9,13 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/herald-outbox/herald/cmd/herald-lab/internal/demo"
-	"github.com/herald-outbox/herald/internal/heraldtest"
+	"github.com/herald-outbox/herald/internal/testenv"
 )
 
 func TestMain(m *testing.M) {
 	// `herald-lab demo` re-executes this binary to run its relay child.
 	demo.RunRelayChildIfAsked()
-	heraldtest.Main(m)
+	testenv.Main(m)
 }
 
 // result is what one run of the program printed and returned.

@@ -13,7 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/herald-outbox/herald"
-	"github.com/herald-outbox/herald/internal/heraldtest"
+	"github.com/herald-outbox/herald/internal/testenv"
 )
 
 // The admin page of a running relay: the charts count what the relay
@@ -24,7 +24,7 @@ func TestRelayAdminPageReplaysAndShowsTheOutage(t *testing.T) {
 	t.Parallel()
 	d := setup(t)
 	const token = "page-admin-token-0042-xyz"
-	ns := heraldtest.NATS(t)
+	ns := testenv.NATS(t)
 	ns.CreateStream(t, "PAGE", "orders.>")
 	addr := freeAddr(t)
 	ctx, cancel := context.WithCancel(context.Background())

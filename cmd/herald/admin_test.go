@@ -13,14 +13,14 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/herald-outbox/herald/internal/heraldtest"
+	"github.com/herald-outbox/herald/internal/testenv"
 )
 
 // freeAddr is an address for a server the test starts: see
-// heraldtest.FreeAddr for why not port 0's.
+// testenv.FreeAddr for why not port 0's.
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	return heraldtest.FreeAddr(t)
+	return testenv.FreeAddr(t)
 }
 
 func get(addr, path string) (int, string, error) {
@@ -41,14 +41,14 @@ func TestRelayAdminServer(t *testing.T) {
 	d := setup(t)
 	const canary = "canary-Pw-7731"
 	const adminToken = "canary-admin-token-0042"
-	dsn := heraldtest.PostgresDSN(t)
+	dsn := testenv.PostgresDSN(t)
 	if u, err := url.Parse(dsn); err == nil && u.Scheme != "" && u.User != nil {
 		// Trust authentication takes any password: the canary rides along.
 		u.User = url.UserPassword(u.User.Username(), canary)
 		dsn = u.String()
 	}
 	flags := []string{"--db", dsn, "--schema", d.schema}
-	ns := heraldtest.NATS(t)
+	ns := testenv.NATS(t)
 	ns.CreateStream(t, "ADMIN", "orders.>")
 	addr := freeAddr(t)
 

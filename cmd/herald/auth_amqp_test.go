@@ -8,11 +8,11 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
 
-	"github.com/herald-outbox/herald/internal/heraldtest"
+	"github.com/herald-outbox/herald/internal/testenv"
 )
 
 // An amqps:// destination end to end on RabbitMQ nodes of the test's own
-// that listen with TLS only (heraldtest.RabbitTLS), as the nodes' user
+// that listen with TLS only (testenv.RabbitTLS), as the nodes' user
 // with the password from HERALD_DESTINATION_<NAME>_PASSWORD_FILE: with
 // ca_file= only on a node that asks for no client certificate, and with
 // cert_file= and key_file= on one that refuses a client without a
@@ -29,7 +29,7 @@ func TestRelayPublishesToRabbitMQOverTLS(t *testing.T) {
 	// a channel of the test's own to read the queue.
 	node := func(t *testing.T, mutual bool) (string, *amqp.Channel) {
 		t.Helper()
-		n := heraldtest.RabbitTLS(t, heraldtest.RabbitTLSConfig{CertFile: pki.serverCert, KeyFile: pki.serverKey,
+		n := testenv.RabbitTLS(t, testenv.RabbitTLSConfig{CertFile: pki.serverCert, KeyFile: pki.serverKey,
 			CAFile: pki.ca, VerifyClients: mutual, User: user, Password: password})
 		t.Logf("RabbitMQ node %s took %s to boot", n.Name, n.Boot.Round(time.Millisecond))
 		cfg := &tls.Config{RootCAs: pki.pool, ServerName: pki.serverHostname, MinVersion: tls.VersionTLS12}

@@ -15,7 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
-	"github.com/herald-outbox/herald/internal/heraldtest"
+	"github.com/herald-outbox/herald/internal/testenv"
 )
 
 // startTLSRedis runs a redis-server of the test's own on a random port of
@@ -29,12 +29,12 @@ func startTLSRedis(t *testing.T, pki *authPKI, mutual bool, user, password, pref
 	t.Helper()
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
-		heraldtest.Unavailable(t, "redis-server is not installed (apt-get install redis-server)")
+		testenv.Unavailable(t, "redis-server is not installed (apt-get install redis-server)")
 	}
 	// A build without TLS refuses the tls-port directive.
 	out, _ := exec.Command(bin, "--tls-port", "0", "--port", "0").CombinedOutput()
 	if !strings.Contains(string(out), "not to listen anywhere") && !strings.Contains(string(out), "not listen anywhere") {
-		heraldtest.Unavailable(t, "redis-server was built without TLS (BUILD_TLS=yes; Debian's redis-server has it): "+strings.TrimSpace(string(out)))
+		testenv.Unavailable(t, "redis-server was built without TLS (BUILD_TLS=yes; Debian's redis-server has it): "+strings.TrimSpace(string(out)))
 	}
 	port := freeTCPPort(t)
 	auth := "no"

@@ -16,7 +16,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/herald-outbox/herald/internal/heraldtest"
+	"github.com/herald-outbox/herald/internal/testenv"
 	"github.com/herald-outbox/herald/publish/heraldwebhook"
 )
 
@@ -115,12 +115,12 @@ func TestRelaySignsWebhooksWithPerDestinationSecretsAndRollsThemOver(t *testing.
 		d.flags...)...)
 	require.Eventually(t, func() bool {
 		var done int
-		err := heraldtest.PostgresPool(t).QueryRow(context.Background(), fmt.Sprintf(
+		err := testenv.PostgresPool(t).QueryRow(context.Background(), fmt.Sprintf(
 			`SELECT count(*) FROM %s.herald_outbox WHERE state IN ('published', 'dead')`, d.schema)).Scan(&done)
 		return err == nil && done == 3
 	}, 30*time.Second, 20*time.Millisecond)
 	var lastError string
-	require.NoError(t, heraldtest.PostgresPool(t).QueryRow(context.Background(), fmt.Sprintf(
+	require.NoError(t, testenv.PostgresPool(t).QueryRow(context.Background(), fmt.Sprintf(
 		`SELECT coalesce(last_error, '') FROM %s.herald_outbox WHERE topic = 'c.placed' AND state = 'dead'`, d.schema)).Scan(&lastError))
 	require.Contains(t, lastError, "401", "the receiver on another secret refused it")
 

@@ -14,7 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
-	"github.com/herald-outbox/herald/internal/heraldtest"
+	"github.com/herald-outbox/herald/internal/testenv"
 )
 
 // The trickle the high-availability tests write while the relays hand
@@ -165,7 +165,7 @@ func requireEachEventOnceInKeyOrder(t *testing.T, payloads []string) {
 // each key's in order. What the killed one had published and not
 // confirmed comes again, and JetStream drops it by its Nats-Msg-Id.
 func TestCDCStandbyTakesOverFromAKilledRelay(t *testing.T) {
-	heraldtest.Long(t)
+	testenv.Long(t)
 	w := newCDCWorld(t)
 	p := startHAPair(t, w)
 	written := w.trickle(t)
@@ -208,7 +208,7 @@ func TestCDCStandbyTakesOverFromAKilledRelay(t *testing.T) {
 // small duplicates window cannot show them: NATS refuses one under 100ms,
 // and the standby can take over faster than that.)
 func TestCDCGracefulHandoverPublishesNothingTwice(t *testing.T) {
-	heraldtest.Long(t)
+	testenv.Long(t)
 	w := newCDCWorld(t)
 	var (
 		mu    sync.Mutex

@@ -11,7 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/herald-outbox/herald/internal/heraldtest"
+	"github.com/herald-outbox/herald/internal/testenv"
 )
 
 // heldWriter writes what trickle writes (haRows events, "kK:N", in
@@ -96,7 +96,7 @@ func (hw *heldWriter) wait() error {
 // JetStream drops it by its Nats-Msg-Id. Nothing failed, so nothing was
 // written back to the table.
 func TestCDCRelayResumesAfterPostgreSQLRestartsMidStream(t *testing.T) {
-	heraldtest.Long(t)
+	testenv.Long(t)
 	w := newCDCWorld(t)
 	addr := freeAddr(t)
 	relay := startChild(t, "relay", "--db", w.dsn, "--publisher", w.nats.URL(), "--source", "cdc",

@@ -17,7 +17,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
-	"github.com/herald-outbox/herald/internal/heraldtest"
+	"github.com/herald-outbox/herald/internal/testenv"
 )
 
 // childArgsEnv makes this test binary run the herald command with the
@@ -43,7 +43,7 @@ func runChildIfAsked() {
 // stdout and stderr as they came, stdout and stderr each alone.
 type child struct {
 	cmd                 *exec.Cmd
-	out, stdout, stderr *heraldtest.LogBuffer
+	out, stdout, stderr *testenv.LogBuffer
 }
 
 func startChild(t *testing.T, args ...string) *child {
@@ -55,7 +55,7 @@ func startChild(t *testing.T, args ...string) *child {
 // env.
 func startChildEnv(t *testing.T, env []string, args ...string) *child {
 	t.Helper()
-	c := &child{out: &heraldtest.LogBuffer{}, stdout: &heraldtest.LogBuffer{}, stderr: &heraldtest.LogBuffer{}}
+	c := &child{out: &testenv.LogBuffer{}, stdout: &testenv.LogBuffer{}, stderr: &testenv.LogBuffer{}}
 	c.cmd = exec.Command(os.Args[0], "-test.run=^$")
 	raw, err := json.Marshal(args)
 	require.NoError(t, err)
@@ -94,22 +94,22 @@ func (c *child) stop(t *testing.T) int {
 // cdcWorld is a private cluster with wal_level=logical, a migrated outbox
 // and an embedded JetStream with a stream of every cdc.> subject.
 type cdcWorld struct {
-	pc     *heraldtest.Cluster // to stop and start the server
+	pc     *testenv.Cluster // to stop and start the server
 	dsn    string
 	db     *pgx.Conn
-	nats   *heraldtest.NATSServer
+	nats   *testenv.NATSServer
 	stream jetstream.Stream
 }
 
 func newCDCWorld(t *testing.T) cdcWorld {
 	t.Helper()
-	pc := heraldtest.PrivateCluster(t)
+	pc := testenv.PrivateCluster(t)
 	r := cli(t, nil, "migrate", "--db", pc.DSN)
 	require.Equal(t, 0, r.code, r)
 	db, err := pgx.Connect(context.Background(), pc.DSN)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = db.Close(context.Background()) })
-	ns := heraldtest.NATS(t)
+	ns := testenv.NATS(t)
 	stream := ns.CreateStreamConfig(t, jetstream.StreamConfig{Name: "CDC", Subjects: []string{"cdc.>"}, Duplicates: 10 * time.Minute})
 	return cdcWorld{pc: pc, dsn: pc.DSN, db: db, nats: ns, stream: stream}
 }
@@ -153,7 +153,7 @@ func (w cdcWorld) payloads(t *testing.T) []string {
 // transaction; the next one delivers every event, each key's in commit
 // order, and the broker's dedup ids absorb what the first had in flight.
 func TestCDCRelayKilledMidTransactionDeliversEverythingInKeyOrder(t *testing.T) {
-	heraldtest.Long(t)
+	testenv.Long(t)
 	w := newCDCWorld(t)
 	args := []string{"relay", "--db", w.dsn, "--publisher", w.nats.URL(), "--source", "cdc", "--batch-size", "500"}
 	first := startChild(t, append(args, "--cdc-create-slot")...)

@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/herald-outbox/herald/heraldce"
-	"github.com/herald-outbox/herald/internal/heraldtest"
+	"github.com/herald-outbox/herald/internal/testenv"
 	"github.com/herald-outbox/herald/publish/heraldrabbit"
 	"github.com/herald-outbox/herald/publish/heraldredis"
 )
@@ -49,13 +49,13 @@ func TestRelaySendsCloudEventsToRabbitMQAndRedis(t *testing.T) {
 	d := setup(t)
 	conn, err := amqp.Dial("amqp://guest:guest@127.0.0.1:5672/")
 	if err != nil {
-		heraldtest.Unavailable(t, fmt.Sprintf("RabbitMQ is not reachable at 127.0.0.1:5672 (%v): start it with rabbitmq-server -detached", err))
+		testenv.Unavailable(t, fmt.Sprintf("RabbitMQ is not reachable at 127.0.0.1:5672 (%v): start it with rabbitmq-server -detached", err))
 	}
 	t.Cleanup(func() { _ = conn.Close() })
 	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
 	t.Cleanup(func() { _ = rdb.Close() })
 	if err := rdb.Ping(t.Context()).Err(); err != nil {
-		heraldtest.Unavailable(t, fmt.Sprintf("Redis is not reachable at 127.0.0.1:6379 (%v): start it with redis-server --daemonize yes", err))
+		testenv.Unavailable(t, fmt.Sprintf("Redis is not reachable at 127.0.0.1:6379 (%v): start it with redis-server --daemonize yes", err))
 	}
 	ch, err := conn.Channel()
 	require.NoError(t, err)

@@ -13,7 +13,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/herald-outbox/herald/internal/heraldtest"
+	"github.com/herald-outbox/herald/internal/testenv"
 )
 
 // writeConfig writes a configuration file for a test and returns its path.
@@ -29,7 +29,7 @@ func writeConfig(t *testing.T, text string) string {
 func TestRelayRunsFromAConfigFile(t *testing.T) {
 	t.Parallel()
 	d := setup(t)
-	ns := heraldtest.NATS(t)
+	ns := testenv.NATS(t)
 	d.exec(t, `INSERT INTO %s.herald_outbox (topic, key, payload)
 		SELECT 'orders.placed', 'k' || i, convert_to('order ' || i, 'UTF8') FROM generate_series(1, 50) AS i`)
 	path := writeConfig(t, fmt.Sprintf(`
@@ -55,11 +55,11 @@ relay:
 	defer cancel()
 	done := make(chan result, 1)
 	go func() {
-		done <- cliCtx(ctx, map[string]string{"APP_DB": heraldtest.PostgresDSN(t)}, nil, "relay", "--config", path)
+		done <- cliCtx(ctx, map[string]string{"APP_DB": testenv.PostgresDSN(t)}, nil, "relay", "--config", path)
 	}()
 	require.Eventually(t, func() bool {
 		var published int
-		err := heraldtest.PostgresPool(t).QueryRow(context.Background(), fmt.Sprintf(
+		err := testenv.PostgresPool(t).QueryRow(context.Background(), fmt.Sprintf(
 			`SELECT count(*) FROM %s.herald_outbox WHERE state = 'published'`, d.schema)).Scan(&published)
 		return err == nil && published == 50
 	}, 30*time.Second, 20*time.Millisecond)

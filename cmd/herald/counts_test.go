@@ -9,7 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/herald-outbox/herald/internal/heraldtest"
+	"github.com/herald-outbox/herald/internal/testenv"
 )
 
 // However a row dies, the relay says so alike everywhere an operator
@@ -20,7 +20,7 @@ import (
 func TestEveryDeadRowIsLoggedAndCountedAlike(t *testing.T) {
 	t.Parallel()
 	d := setup(t)
-	ns := heraldtest.NATS(t)
+	ns := testenv.NATS(t)
 	d.exec(t, `INSERT INTO %s.herald_outbox (topic, key, payload, headers) VALUES
 		('orders.placed', 'k1', 'x', '{"n": 3}'),
 		('orders' || chr(7), '', 'x', '{}'),

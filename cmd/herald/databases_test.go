@@ -25,7 +25,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/herald-outbox/herald/heraldspec"
-	"github.com/herald-outbox/herald/internal/heraldtest"
+	"github.com/herald-outbox/herald/internal/testenv"
 )
 
 // pgDatabase is a database of its own on the test server (not a schema),
@@ -45,7 +45,7 @@ func newPGDatabase(t *testing.T, admin *pgxpool.Pool) pgDatabase {
 	t.Cleanup(func() {
 		_, _ = admin.Exec(context.Background(), "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
 	})
-	u, err := url.Parse(heraldtest.PostgresDSN(t))
+	u, err := url.Parse(testenv.PostgresDSN(t))
 	require.NoError(t, err)
 	u.Path = "/" + name
 	r := cli(t, nil, "migrate", "--db", u.String())
@@ -160,11 +160,11 @@ func readAll(t *testing.T, resp *http.Response) string {
 // names it; once it answers its events follow. An operator stops and
 // starts one database without the others.
 func TestRelayRelaysSeveralDatabases(t *testing.T) {
-	heraldtest.Long(t)
+	testenv.Long(t)
 	t.Parallel()
 	const canary = "canary-Pw-8812"
 	const token = "multi-db-admin-token-0099"
-	admin := heraldtest.PostgresPool(t)
+	admin := testenv.PostgresPool(t)
 	a, b, c := newPGDatabase(t, admin), newPGDatabase(t, admin), newPGDatabase(t, admin)
 	// a's DSN carries a password (trust authentication takes any) and
 	// comes from a file; c is reached through a proxy that refuses it.
@@ -175,7 +175,7 @@ func TestRelayRelaysSeveralDatabases(t *testing.T) {
 	require.NoError(t, os.WriteFile(aFile, []byte(ua.String()+"\n"), 0o600))
 	uc, err := url.Parse(c.dsn)
 	require.NoError(t, err)
-	proxy := heraldtest.NewProxy(t, uc.Host)
+	proxy := testenv.NewProxy(t, uc.Host)
 	proxy.RefuseNew()
 	uc.Host = proxy.Addr()
 	litePath := filepath.Join(t.TempDir(), "lite.db")
@@ -185,7 +185,7 @@ func TestRelayRelaysSeveralDatabases(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = lite.Close() })
 
-	ns := heraldtest.NATS(t)
+	ns := testenv.NATS(t)
 	stream := ns.CreateStream(t, "MULTI", "multi.>")
 	addr := freeAddr(t)
 	a.writeEvents(t, "a", "multi.a", 1, 60, 3)
@@ -331,7 +331,7 @@ func TestRelayRelaysSeveralDatabases(t *testing.T) {
 // bounded all along: the backlog cannot take the destination's publish
 // slots (nor the process's byte budget) another database needs.
 func TestOneDatabasesBacklogDoesNotStarveAnother(t *testing.T) {
-	heraldtest.Long(t)
+	testenv.Long(t)
 	t.Parallel()
 	const secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 	const backlog = 1500
@@ -511,7 +511,7 @@ func TestNamedDatabasesAreReadFromTheirFlagsAndVariables(t *testing.T) {
 // are. With only that one, the relay ends, as it always has.
 func TestADatabaseThatRefusesDoesNotStopTheOthers(t *testing.T) {
 	t.Parallel()
-	u, err := url.Parse(heraldtest.PostgresDSN(t))
+	u, err := url.Parse(testenv.PostgresDSN(t))
 	require.NoError(t, err)
 	u.Path = "/herald_no_such_database"
 	litePath := filepath.Join(t.TempDir(), "lite.db")
@@ -521,7 +521,7 @@ func TestADatabaseThatRefusesDoesNotStopTheOthers(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = lite.Close() })
 	writeSQLiteEvents(t, lite, "lite", "multi.lite", 1, 20, 2)
-	ns := heraldtest.NATS(t)
+	ns := testenv.NATS(t)
 	stream := ns.CreateStream(t, "REFUSED", "multi.>")
 	addr := freeAddr(t)
 

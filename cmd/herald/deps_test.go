@@ -19,14 +19,14 @@ func TestBinaryLinksNoEmbeddedTestServer(t *testing.T) {
 	require.Contains(t, deps, "github.com/herald-outbox/herald/publish/heraldnats", "the list is herald's own dependencies")
 
 	forbidden := map[string]string{
-		"github.com/nats-io/nats-server/v2":                   "the embedded NATS server (herald-lab demo, herald-lab bench)",
-		"github.com/twmb/franz-go/pkg/kfake":                  "the in-process Kafka (herald-lab bench)",
-		"cloud.google.com/go/pubsub/v2/pstest":                "the in-process Pub/Sub (herald-lab bench)",
-		"github.com/herald-outbox/herald/cmd/herald-lab":      "herald-lab's packages",
-		"github.com/herald-outbox/herald/internal/heraldtest": "Herald's test harness",
-		"github.com/stretchr/testify":                         "a test library",
-		"net/http/httptest":                                   "a test server",
-		"testing":                                             "the testing package",
+		"github.com/nats-io/nats-server/v2":                "the embedded NATS server (herald-lab demo, herald-lab bench)",
+		"github.com/twmb/franz-go/pkg/kfake":               "the in-process Kafka (herald-lab bench)",
+		"cloud.google.com/go/pubsub/v2/pstest":             "the in-process Pub/Sub (herald-lab bench)",
+		"github.com/herald-outbox/herald/cmd/herald-lab":   "herald-lab's packages",
+		"github.com/herald-outbox/herald/internal/testenv": "Herald's test harness",
+		"github.com/stretchr/testify":                      "a test library",
+		"net/http/httptest":                                "a test server",
+		"testing":                                          "the testing package",
 	}
 	for _, dep := range deps {
 		for prefix, what := range forbidden {

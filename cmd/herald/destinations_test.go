@@ -45,7 +45,7 @@ import (
 
 	"github.com/herald-outbox/herald"
 	"github.com/herald-outbox/herald/heraldce"
-	"github.com/herald-outbox/herald/internal/heraldtest"
+	"github.com/herald-outbox/herald/internal/testenv"
 	"github.com/herald-outbox/herald/publish/heraldaws"
 	"github.com/herald-outbox/herald/publish/heraldmqtt"
 	"github.com/herald-outbox/herald/publish/heraldpubsub"
@@ -58,7 +58,7 @@ import (
 func TestRelayRoutesTopicsToDestinationsByScheme(t *testing.T) {
 	t.Parallel()
 	d := setup(t)
-	ns := heraldtest.NATS(t)
+	ns := testenv.NATS(t)
 	ns.CreateStream(t, "REST", "billing.>")
 	kc, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "orders.placed", "outbox.event.customer"))
 	require.NoError(t, err)
@@ -66,7 +66,7 @@ func TestRelayRoutesTopicsToDestinationsByScheme(t *testing.T) {
 	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
 	t.Cleanup(func() { _ = rdb.Close() })
 	if err := rdb.Ping(context.Background()).Err(); err != nil {
-		heraldtest.Unavailable(t, fmt.Sprintf("Redis is not reachable at 127.0.0.1:6379 (%v): start it with redis-server --daemonize yes", err))
+		testenv.Unavailable(t, fmt.Sprintf("Redis is not reachable at 127.0.0.1:6379 (%v): start it with redis-server --daemonize yes", err))
 	}
 	stream := "audit-" + d.schema
 	t.Cleanup(func() { rdb.Del(context.Background(), stream) })
@@ -91,7 +91,7 @@ func TestRelayRoutesTopicsToDestinationsByScheme(t *testing.T) {
 	}()
 	require.Eventually(t, func() bool {
 		var published int
-		err := heraldtest.PostgresPool(t).QueryRow(context.Background(), fmt.Sprintf(
+		err := testenv.PostgresPool(t).QueryRow(context.Background(), fmt.Sprintf(
 			`SELECT count(*) FROM %s.herald_outbox WHERE state = 'published'`, d.schema)).Scan(&published)
 		return err == nil && published == 4
 	}, 30*time.Second, 20*time.Millisecond)
@@ -160,7 +160,7 @@ func TestRelayPublishesToRabbitMQAndWebhooks(t *testing.T) {
 	d := setup(t)
 	conn, err := amqp.Dial("amqp://guest:guest@127.0.0.1:5672/")
 	if err != nil {
-		heraldtest.Unavailable(t, fmt.Sprintf("RabbitMQ is not reachable at 127.0.0.1:5672 (%v): start it with rabbitmq-server -detached", err))
+		testenv.Unavailable(t, fmt.Sprintf("RabbitMQ is not reachable at 127.0.0.1:5672 (%v): start it with rabbitmq-server -detached", err))
 	}
 	t.Cleanup(func() { _ = conn.Close() })
 	ch, err := conn.Channel()
@@ -202,7 +202,7 @@ func TestRelayPublishesToRabbitMQAndWebhooks(t *testing.T) {
 	}()
 	require.Eventually(t, func() bool {
 		var published int
-		err := heraldtest.PostgresPool(t).QueryRow(context.Background(), fmt.Sprintf(
+		err := testenv.PostgresPool(t).QueryRow(context.Background(), fmt.Sprintf(
 			`SELECT count(*) FROM %s.herald_outbox WHERE state = 'published'`, d.schema)).Scan(&published)
 		return err == nil && published == 2
 	}, 30*time.Second, 20*time.Millisecond)
@@ -241,10 +241,10 @@ func TestWebhookDestinationIsShownByItsOrigin(t *testing.T) {
 // and an SNS FIFO topic (its account found with STS) with a FIFO queue
 // subscribed; credentials from the environment, never shown.
 func TestRelayPublishesToSQSAndSNS(t *testing.T) {
-	heraldtest.Long(t)
+	testenv.Long(t)
 	t.Parallel()
 	d := setup(t)
-	moto := heraldtest.Moto(t)
+	moto := testenv.Moto(t)
 	const secret = "aws-Secret-Key-0123456789"
 	transport := &http.Transport{}
 	t.Cleanup(transport.CloseIdleConnections)
@@ -282,7 +282,7 @@ func TestRelayPublishesToSQSAndSNS(t *testing.T) {
 	}()
 	require.Eventually(t, func() bool {
 		var published int
-		err := heraldtest.PostgresPool(t).QueryRow(context.Background(), fmt.Sprintf(
+		err := testenv.PostgresPool(t).QueryRow(context.Background(), fmt.Sprintf(
 			`SELECT count(*) FROM %s.herald_outbox WHERE state = 'published'`, d.schema)).Scan(&published)
 		return err == nil && published == 2
 	}, 30*time.Second, 20*time.Millisecond)
@@ -359,9 +359,9 @@ func TestAWSDestinationURLsAreChecked(t *testing.T) {
 // A queue that does not exist is waited for, as an unreachable broker is:
 // it may be created after the relay starts.
 func TestMissingQueueIsWaitedFor(t *testing.T) {
-	heraldtest.Long(t)
+	testenv.Long(t)
 	t.Parallel()
-	moto := heraldtest.Moto(t)
+	moto := testenv.Moto(t)
 	inv := &invocation{stderr: &redactor{w: io.Discard}, flags: newFlagSet("relay"),
 		getenv: func(name string) (string, bool) {
 			v, ok := map[string]string{"AWS_ACCESS_KEY_ID": "AKIDTEST", "AWS_SECRET_ACCESS_KEY": "test"}[name]
@@ -491,7 +491,7 @@ func TestRelayPublishesToMQTT(t *testing.T) {
 	received := make(chan *paho.Publish, 10)
 	conn, err := net.DialTimeout("tcp", "127.0.0.1:1883", 5*time.Second)
 	if err != nil {
-		heraldtest.Unavailable(t, fmt.Sprintf("Mosquitto is not reachable at 127.0.0.1:1883 (%v): start it with mosquitto -d -c /etc/mosquitto/mosquitto.conf", err))
+		testenv.Unavailable(t, fmt.Sprintf("Mosquitto is not reachable at 127.0.0.1:1883 (%v): start it with mosquitto -d -c /etc/mosquitto/mosquitto.conf", err))
 	}
 	sub := paho.NewClient(paho.ClientConfig{Conn: conn, OnPublishReceived: []func(paho.PublishReceived) (bool, error){
 		func(pr paho.PublishReceived) (bool, error) { received <- pr.Packet; return true, nil },
@@ -521,7 +521,7 @@ func TestRelayPublishesToMQTT(t *testing.T) {
 	}
 	require.Eventually(t, func() bool {
 		var published int
-		err := heraldtest.PostgresPool(t).QueryRow(context.Background(), fmt.Sprintf(
+		err := testenv.PostgresPool(t).QueryRow(context.Background(), fmt.Sprintf(
 			`SELECT count(*) FROM %s.herald_outbox WHERE state = 'published'`, d.schema)).Scan(&published)
 		return err == nil && published == 1
 	}, 30*time.Second, 20*time.Millisecond)
@@ -649,7 +649,7 @@ func testCertificates(t *testing.T) (caPEM, certPEM, keyPEM []byte) {
 // freeTCPPort returns a port of 127.0.0.1 that nothing listens on.
 func freeTCPPort(t *testing.T) string {
 	t.Helper()
-	return strconv.Itoa(heraldtest.FreePort(t))
+	return strconv.Itoa(testenv.FreePort(t))
 }
 
 // startTestMosquitto runs Mosquitto with the configuration lines conf,
@@ -662,7 +662,7 @@ func startTestMosquitto(t *testing.T, dir string, conf []string, ready string) {
 	if err != nil {
 		bin = "/usr/sbin/mosquitto" // Debian's package puts it out of a user's PATH
 		if _, statErr := os.Stat(bin); statErr != nil {
-			heraldtest.Unavailable(t, "mosquitto is not installed (apt-get install mosquitto)")
+			testenv.Unavailable(t, "mosquitto is not installed (apt-get install mosquitto)")
 		}
 	}
 	path := filepath.Join(dir, "mosquitto.conf")
@@ -754,7 +754,7 @@ func waitPublished(t *testing.T, d db, n int) {
 	t.Helper()
 	require.Eventually(t, func() bool {
 		var published int
-		err := heraldtest.PostgresPool(t).QueryRow(context.Background(), fmt.Sprintf(
+		err := testenv.PostgresPool(t).QueryRow(context.Background(), fmt.Sprintf(
 			`SELECT count(*) FROM %s.herald_outbox WHERE state = 'published'`, d.schema)).Scan(&published)
 		return err == nil && published == n
 	}, 30*time.Second, 20*time.Millisecond)

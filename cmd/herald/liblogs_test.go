@@ -21,7 +21,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/herald-outbox/herald/internal/heraldtest"
+	"github.com/herald-outbox/herald/internal/testenv"
 	"github.com/herald-outbox/herald/publish/heraldaws"
 	"github.com/herald-outbox/herald/publish/heraldkafka"
 )
@@ -173,11 +173,11 @@ func TestLibraryLogsAreJSONWhenTheDestinationIsDown(t *testing.T) {
 // while it polls logs that as JSON, through its logger.
 func TestMySQLDriverLogsAreJSON(t *testing.T) {
 	t.Parallel()
-	db, err := sql.Open("mysql", heraldtest.MySQL(t))
+	db, err := sql.Open("mysql", testenv.MySQL(t))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = db.Close() })
-	database := heraldtest.MySQLDatabase(t, db)
-	dsn := heraldtest.MySQLURL(t, database)
+	database := testenv.MySQLDatabase(t, db)
+	dsn := testenv.MySQLURL(t, database)
 	r := cli(t, nil, "migrate", "--db", dsn)
 	require.Equal(t, 0, r.code, r)
 

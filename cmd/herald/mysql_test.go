@@ -11,21 +11,21 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/herald-outbox/herald/driver/heraldmysql"
-	"github.com/herald-outbox/herald/internal/heraldtest"
+	"github.com/herald-outbox/herald/internal/testenv"
 )
 
 // herald migrate, status, dead list and the migration script on a
 // mysql:// DSN, against the test server.
 func TestMySQLDSN(t *testing.T) {
 	t.Parallel()
-	db, err := sql.Open("mysql", heraldtest.MySQL(t))
+	db, err := sql.Open("mysql", testenv.MySQL(t))
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, db.Close()) })
 
 	t.Run("MigrateStatusAndDeadLetters", func(t *testing.T) {
 		t.Parallel()
-		database := heraldtest.MySQLDatabase(t, db)
-		dsn := heraldtest.MySQLURL(t, database)
+		database := testenv.MySQLDatabase(t, db)
+		dsn := testenv.MySQLURL(t, database)
 		r := cli(t, nil, "status", "--db", dsn)
 		require.Equal(t, 1, r.code, r)
 		require.Contains(t, r.stderr, "herald migrate", "an unmigrated table says to migrate")
@@ -62,8 +62,8 @@ func TestMySQLDSN(t *testing.T) {
 
 	t.Run("PrintSQLIsWhatMigrateRuns", func(t *testing.T) {
 		t.Parallel()
-		database := heraldtest.MySQLDatabase(t, db)
-		dsn := heraldtest.MySQLURL(t, database) + "?timeout=5s"
+		database := testenv.MySQLDatabase(t, db)
+		dsn := testenv.MySQLURL(t, database) + "?timeout=5s"
 		r := cli(t, nil, "migrate", "--print-sql", "--db", dsn, "--table", "events")
 		require.Equal(t, 0, r.code, r)
 		require.NotContains(t, r.stdout, "BEGIN", "MySQL commits DDL on its own: no transaction to pretend")
@@ -98,7 +98,7 @@ func TestMySQLDSN(t *testing.T) {
 // mysqlAddr is the test server's host:port.
 func mysqlAddr(t *testing.T) string {
 	t.Helper()
-	cfg, err := mysql.ParseDSN(heraldtest.MySQL(t))
+	cfg, err := mysql.ParseDSN(testenv.MySQL(t))
 	require.NoError(t, err)
 	return cfg.Addr
 }

@@ -9,7 +9,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
-	"github.com/herald-outbox/herald/internal/heraldtest"
+	"github.com/herald-outbox/herald/internal/testenv"
 )
 
 // HERALD_NATS_ATOMIC_BATCHES: the stream the relay creates allows atomic
@@ -17,7 +17,7 @@ import (
 func TestRelayWithNATSAtomicBatches(t *testing.T) {
 	t.Parallel()
 	d := setup(t)
-	ns := heraldtest.NATS(t)
+	ns := testenv.NATS(t)
 	d.exec(t, `INSERT INTO %s.herald_outbox (topic, key, payload)
 		SELECT 'orders.placed', 'k' || (i %% 5), convert_to('order ' || i, 'UTF8') FROM generate_series(1, 50) AS i`)
 
@@ -25,7 +25,7 @@ func TestRelayWithNATSAtomicBatches(t *testing.T) {
 		append([]string{"relay", "--nats-create-stream", "ORDERS", "--nats-stream-subjects", "orders.>"}, d.flags...)...)
 	require.Eventually(t, func() bool {
 		var published int
-		err := heraldtest.PostgresPool(t).QueryRow(context.Background(), fmt.Sprintf(
+		err := testenv.PostgresPool(t).QueryRow(context.Background(), fmt.Sprintf(
 			`SELECT count(*) FROM %s.herald_outbox WHERE state = 'published'`, d.schema)).Scan(&published)
 		return err == nil && published == 50
 	}, 30*time.Second, 20*time.Millisecond, "stderr: %s", r.stderr.String())

@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/herald-outbox/herald/driver/heraldpg"
-	"github.com/herald-outbox/herald/internal/heraldtest"
+	"github.com/herald-outbox/herald/internal/testenv"
 )
 
 // db is a fresh, migrated outbox in a schema of its own.
@@ -22,8 +22,8 @@ type db struct {
 
 func setup(t *testing.T) db {
 	t.Helper()
-	schema := heraldtest.Schema(t)
-	d := db{flags: []string{"--db", heraldtest.PostgresDSN(t), "--schema", schema}, schema: schema}
+	schema := testenv.Schema(t)
+	d := db{flags: []string{"--db", testenv.PostgresDSN(t), "--schema", schema}, schema: schema}
 	r := d.cli(t, "migrate")
 	require.Equal(t, 0, r.code, r)
 	require.Contains(t, r.stdout, "migrate: created outbox table")
@@ -38,7 +38,7 @@ func (d db) cli(t *testing.T, args ...string) result {
 
 func (d db) exec(t *testing.T, sql string, args ...any) {
 	t.Helper()
-	_, err := heraldtest.PostgresPool(t).Exec(context.Background(), fmt.Sprintf(sql, d.schema), args...)
+	_, err := testenv.PostgresPool(t).Exec(context.Background(), fmt.Sprintf(sql, d.schema), args...)
 	require.NoError(t, err)
 }
 
@@ -125,7 +125,7 @@ func TestStatusCountsByTopicAndState(t *testing.T) {
 
 func TestStatusOfAnUnmigratedTableSaysToMigrate(t *testing.T) {
 	t.Parallel()
-	r := cli(t, nil, "status", "--db", heraldtest.PostgresDSN(t), "--schema", heraldtest.Schema(t))
+	r := cli(t, nil, "status", "--db", testenv.PostgresDSN(t), "--schema", testenv.Schema(t))
 	require.Equal(t, 1, r.code, r)
 	require.Contains(t, r.stderr, "herald migrate")
 }
@@ -134,7 +134,7 @@ func TestStatusOfAnUnmigratedTableSaysToMigrate(t *testing.T) {
 // returns their ids in insert order.
 func (d db) deadRows(t *testing.T, topics ...string) []string {
 	t.Helper()
-	rows, err := heraldtest.PostgresPool(t).Query(context.Background(), fmt.Sprintf(
+	rows, err := testenv.PostgresPool(t).Query(context.Background(), fmt.Sprintf(
 		`INSERT INTO %s.herald_outbox (topic, key, payload, headers, attempts, state, dead_at, last_error)
 		 SELECT t, 'key-' || t, convert_to('payload of ' || t, 'UTF8'), '{"Trace":"abc"}', 3, 'dead', now(), 'boom'
 		 FROM unnest($1::text[]) WITH ORDINALITY AS u(t, n) ORDER BY n RETURNING id`, d.schema), topics)
@@ -192,7 +192,7 @@ func TestDeadShow(t *testing.T) {
 	d := setup(t)
 	ids := d.deadRows(t, "orders")
 	var binID string
-	require.NoError(t, heraldtest.PostgresPool(t).QueryRow(context.Background(), fmt.Sprintf(
+	require.NoError(t, testenv.PostgresPool(t).QueryRow(context.Background(), fmt.Sprintf(
 		`INSERT INTO %s.herald_outbox (topic, payload, state, dead_at, last_error, event_version, aggregate_version)
 		 VALUES ('bin', '\x00ff1b5b316d'::bytea, 'dead', now(), E'line one\nline two\x1b[31m', 2, 9) RETURNING id`, d.schema)).Scan(&binID))
 
@@ -245,7 +245,7 @@ func TestDeadRequeueAndDiscard(t *testing.T) {
 	ids := d.deadRows(t, "a", "a", "a", "b", "b", "c", "d")
 	count := func(where string) int {
 		var n int
-		require.NoError(t, heraldtest.PostgresPool(t).QueryRow(context.Background(),
+		require.NoError(t, testenv.PostgresPool(t).QueryRow(context.Background(),
 			fmt.Sprintf(`SELECT count(*) FROM %s.herald_outbox WHERE `+where, d.schema)).Scan(&n))
 		return n
 	}
@@ -283,7 +283,7 @@ func TestDeadRequeueAndDiscard(t *testing.T) {
 func TestRelayPublishesThenStopsWhenCancelled(t *testing.T) {
 	t.Parallel()
 	d := setup(t)
-	ns := heraldtest.NATS(t)
+	ns := testenv.NATS(t)
 	d.exec(t, `INSERT INTO %s.herald_outbox (topic, key, payload)
 		SELECT 'orders.placed', 'k' || i, convert_to('order ' || i, 'UTF8') FROM generate_series(1, 250) AS i`)
 
@@ -300,7 +300,7 @@ func TestRelayPublishesThenStopsWhenCancelled(t *testing.T) {
 
 	require.Eventually(t, func() bool {
 		var published int
-		err := heraldtest.PostgresPool(t).QueryRow(context.Background(), fmt.Sprintf(
+		err := testenv.PostgresPool(t).QueryRow(context.Background(), fmt.Sprintf(
 			`SELECT count(*) FROM %s.herald_outbox WHERE state = 'published'`, d.schema)).Scan(&published)
 		return err == nil && published == 250
 	}, 30*time.Second, 20*time.Millisecond)
@@ -386,7 +386,7 @@ func TestKeysBlockedAndDiscardWithResume(t *testing.T) {
 func TestRelaySaysWhichFlagMadeAStreamItCannotCreate(t *testing.T) {
 	t.Parallel()
 	d := setup(t)
-	ns := heraldtest.NATS(t)
+	ns := testenv.NATS(t)
 	ns.CreateStream(t, "OTHER", "orders.>") // JetStream refuses a second stream on the same subjects
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -415,7 +415,7 @@ func TestRelayWithoutAStreamSaysWhichFlagsMakeOne(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			d := setup(t)
-			ns := heraldtest.NATS(t)
+			ns := testenv.NATS(t)
 			d.exec(t, `INSERT INTO %s.herald_outbox (topic, key, payload) VALUES ('orders.placed', 'order-42', '{}')`)
 			r := start(t, nil, append(append([]string{"relay", "--publisher", ns.URL()}, c.flags...), d.flags...)...)
 			require.Eventually(t, func() bool {

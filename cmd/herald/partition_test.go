@@ -7,13 +7,13 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/herald-outbox/herald/internal/heraldtest"
+	"github.com/herald-outbox/herald/internal/testenv"
 )
 
 func relkind(t *testing.T, schema, table string) string {
 	t.Helper()
 	var k string
-	require.NoError(t, heraldtest.PostgresPool(t).QueryRow(context.Background(),
+	require.NoError(t, testenv.PostgresPool(t).QueryRow(context.Background(),
 		`SELECT relkind::text FROM pg_class WHERE oid = to_regclass($1)`, `"`+schema+`".`+table).Scan(&k))
 	return k
 }
@@ -22,8 +22,8 @@ func relkind(t *testing.T, schema, table string) string {
 // that exists is converted only by --partition-existing, keeping its rows.
 func TestMigratePartition(t *testing.T) {
 	t.Parallel()
-	schema := heraldtest.Schema(t)
-	d := db{flags: []string{"--db", heraldtest.PostgresDSN(t), "--schema", schema}, schema: schema}
+	schema := testenv.Schema(t)
+	d := db{flags: []string{"--db", testenv.PostgresDSN(t), "--schema", schema}, schema: schema}
 	r := d.cli(t, "migrate", "--partition", "--partition-interval", "1h", "--partition-ahead", "2")
 	require.Equal(t, 0, r.code, r)
 	require.Regexp(t, fmt.Sprintf(`^migrate: created partitioned outbox table %q\."herald_outbox" at schema version \d+ \(by created_at, 1h a partition, 2 created ahead\)\n$`, schema), r.stdout)

@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/herald-outbox/herald"
-	"github.com/herald-outbox/herald/internal/heraldtest"
+	"github.com/herald-outbox/herald/internal/testenv"
 )
 
 func TestPauseAndResumeFromTheCLI(t *testing.T) {
@@ -76,7 +76,7 @@ func TestPauseAndResumeFromTheCLI(t *testing.T) {
 func TestPausedDestinationInARunningRelay(t *testing.T) {
 	t.Parallel()
 	d := setup(t)
-	ns := heraldtest.NATS(t)
+	ns := testenv.NATS(t)
 	ns.CreateStream(t, "PAUSE", "orders.>")
 	addr := freeAddr(t)
 	require.Equal(t, 0, d.cli(t, "pause", "--destination", "default", "--reason", "broker upgrade", "--force").code, "before the relay starts")

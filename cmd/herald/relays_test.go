@@ -10,7 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/herald-outbox/herald/internal/heraldtest"
+	"github.com/herald-outbox/herald/internal/testenv"
 )
 
 // herald status and the admin server's /relays list the relays running on
@@ -31,7 +31,7 @@ func TestStatusAndTheAdminServerListTheRunningRelays(t *testing.T) {
 	r := d.cli(t, "status")
 	require.Contains(t, r.stdout, "relays: none running")
 
-	ns := heraldtest.NATS(t)
+	ns := testenv.NATS(t)
 	ns.CreateStream(t, "RELAYS", "orders.>")
 	addr := freeAddr(t)
 	ctx, cancel := context.WithCancel(context.Background())

@@ -18,7 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/herald-outbox/herald"
-	"github.com/herald-outbox/herald/internal/heraldtest"
+	"github.com/herald-outbox/herald/internal/testenv"
 	"github.com/herald-outbox/herald/publish/heraldwebhook"
 )
 
@@ -39,7 +39,7 @@ func (d db) published(t *testing.T, ago time.Duration, events ...[3]string) []st
 }
 
 // streamMessages reads every message of a JetStream stream, in order.
-func streamMessages(t *testing.T, ns *heraldtest.NATSServer, stream string) []*nats.Msg {
+func streamMessages(t *testing.T, ns *testenv.NATSServer, stream string) []*nats.Msg {
 	t.Helper()
 	nc, err := nats.Connect(ns.URL())
 	require.NoError(t, err)
@@ -62,7 +62,7 @@ func streamMessages(t *testing.T, ns *heraldtest.NATSServer, stream string) []*n
 func TestReplayRepublishesPublishedEventsInOrder(t *testing.T) {
 	t.Parallel()
 	d := setup(t)
-	ns := heraldtest.NATS(t)
+	ns := testenv.NATS(t)
 	ns.CreateStream(t, "REPLAY", "orders.>", "billing.>")
 	early := d.published(t, 3*time.Hour,
 		[3]string{"orders.placed", "k1", "OrderPlaced"}, [3]string{"orders.placed", "k2", "OrderPlaced"},
@@ -134,7 +134,7 @@ func TestReplayRepublishesPublishedEventsInOrder(t *testing.T) {
 func TestReplayToAnotherDestinationStopsAndResumes(t *testing.T) {
 	t.Parallel()
 	d := setup(t)
-	ns := heraldtest.NATS(t)
+	ns := testenv.NATS(t)
 	ids := d.published(t, time.Hour, [3]string{"orders.placed", "k1", "A"}, [3]string{"orders.placed", "k1", "B"},
 		[3]string{"orders.placed", "k1", "C"})
 	const secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"

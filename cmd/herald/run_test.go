@@ -16,12 +16,12 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/herald-outbox/herald/driver/heraldpg"
-	"github.com/herald-outbox/herald/internal/heraldtest"
+	"github.com/herald-outbox/herald/internal/testenv"
 )
 
 func TestMain(m *testing.M) {
 	runChildIfAsked()
-	heraldtest.Main(m)
+	testenv.Main(m)
 }
 
 // result is what one run of the program printed and returned.

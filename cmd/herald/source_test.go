@@ -11,7 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/herald-outbox/herald/internal/heraldtest"
+	"github.com/herald-outbox/herald/internal/testenv"
 )
 
 // writeKeyed writes n events of each key, in transactions of one event per
@@ -39,7 +39,7 @@ func publishedBy(t *testing.T, r result) int {
 // takes events: nothing is lost, nothing is published twice, and every
 // key keeps its order across the three relays that carried it.
 func TestSwitchingFromCDCBackToPollingLosesAndRepeatsNothing(t *testing.T) {
-	heraldtest.Long(t)
+	testenv.Long(t)
 	w := newCDCWorld(t)
 	relayArgs := []string{"relay", "--db", w.dsn, "--publisher", w.nats.URL(), "--poll-interval", "2ms", "--idle-poll-interval", "20ms"}
 	cdc := start(t, nil, append(relayArgs, "--source", "cdc", "--cdc-create-slot")...)
@@ -93,7 +93,7 @@ func TestSourcePollRefusesWhatItCannotDo(t *testing.T) {
 // and says how to recover; the recovery makes the streamed rows it never
 // read ready, a polling relay delivers them, and a new slot can be made.
 func TestADroppedSlotIsRefusedAndRecovered(t *testing.T) {
-	heraldtest.Long(t)
+	testenv.Long(t)
 	w := newCDCWorld(t)
 	cdcArgs := []string{"relay", "--db", w.dsn, "--publisher", w.nats.URL(), "--source", "cdc",
 		"--poll-interval", "2ms", "--idle-poll-interval", "20ms"}

@@ -11,7 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/herald-outbox/herald/internal/heraldtest"
+	"github.com/herald-outbox/herald/internal/testenv"
 )
 
 func TestSQLiteDSN(t *testing.T) {
@@ -137,7 +137,7 @@ func TestSQLiteDSN(t *testing.T) {
 		}
 		require.NoError(t, db.Close())
 
-		ns := heraldtest.NATS(t)
+		ns := testenv.NATS(t)
 		stream := ns.CreateStream(t, "ORDERS", "orders.>")
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()

@@ -17,13 +17,13 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/herald-outbox/herald/internal/heraldtest"
+	"github.com/herald-outbox/herald/internal/testenv"
 )
 
 // running is a command running in the background, whose output the test
 // reads while it runs.
 type running struct {
-	stdout, stderr *heraldtest.LogBuffer
+	stdout, stderr *testenv.LogBuffer
 	cancel         context.CancelFunc
 	done           chan int
 }
@@ -32,7 +32,7 @@ type running struct {
 func start(t *testing.T, environ map[string]string, args ...string) *running {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	r := &running{stdout: &heraldtest.LogBuffer{}, stderr: &heraldtest.LogBuffer{}, cancel: cancel, done: make(chan int, 1)}
+	r := &running{stdout: &testenv.LogBuffer{}, stderr: &testenv.LogBuffer{}, cancel: cancel, done: make(chan int, 1)}
 	getenv := func(name string) (string, bool) { v, ok := environ[name]; return v, ok }
 	go func() { r.done <- runWith(ctx, system{getenv: getenv}, args, r.stdout, r.stderr) }()
 	t.Cleanup(func() { _ = r.stop(t) })
@@ -116,7 +116,7 @@ func TestRelayWaitsForTheDatabase(t *testing.T) {
 	t.Parallel()
 	d := setup(t)
 	const canary = "canary-Pw-5521"
-	u, err := url.Parse(heraldtest.PostgresDSN(t))
+	u, err := url.Parse(testenv.PostgresDSN(t))
 	require.NoError(t, err)
 	if u.Host == "" || u.User == nil {
 		t.Skip("the test database's DSN has no host:port and user to proxy to")
@@ -124,7 +124,7 @@ func TestRelayWaitsForTheDatabase(t *testing.T) {
 	realAddr, downAddr := u.Host, freeAddr(t)
 	u.Host = downAddr
 	u.User = url.UserPassword(u.User.Username(), canary) // trust authentication takes any password
-	ns := heraldtest.NATS(t)
+	ns := testenv.NATS(t)
 	ns.CreateStream(t, "WAITDB", "waitdb.>")
 	admin := freeAddr(t)
 
@@ -158,7 +158,7 @@ func TestRelayWaitsForTheDatabase(t *testing.T) {
 	}, 30*time.Second, 10*time.Millisecond, "ready once the database answers: %+v", rj)
 	require.Eventually(t, func() bool {
 		var published int
-		err := heraldtest.PostgresPool(t).QueryRow(context.Background(), fmt.Sprintf(
+		err := testenv.PostgresPool(t).QueryRow(context.Background(), fmt.Sprintf(
 			`SELECT count(*) FROM %s.herald_outbox WHERE state = 'published'`, d.schema)).Scan(&published)
 		return err == nil && published == 1
 	}, 30*time.Second, 10*time.Millisecond)
@@ -173,7 +173,7 @@ func TestRelayWaitsForTheDatabase(t *testing.T) {
 func TestRelayWaitsForTheBroker(t *testing.T) {
 	t.Parallel()
 	d := setup(t)
-	ns := heraldtest.NATS(t)
+	ns := testenv.NATS(t)
 	ns.CreateStream(t, "WAITNATS", "waitnats.>")
 	ns.Stop()
 	admin := freeAddr(t)
@@ -219,7 +219,7 @@ func TestRelayWaitsForTheBroker(t *testing.T) {
 func TestRelayFailsFastOnConfigurationTheDatabaseRefuses(t *testing.T) {
 	t.Parallel()
 	d := setup(t)
-	u, err := url.Parse(heraldtest.PostgresDSN(t))
+	u, err := url.Parse(testenv.PostgresDSN(t))
 	require.NoError(t, err)
 	u.Path = "/herald_no_such_database"
 	for _, tc := range []struct {
@@ -228,7 +228,7 @@ func TestRelayFailsFastOnConfigurationTheDatabaseRefuses(t *testing.T) {
 		says string
 	}{
 		{"UnknownDatabase", []string{"--db", u.String()}, `database "herald_no_such_database" does not exist`},
-		{"TableNotMigrated", []string{"--db", heraldtest.PostgresDSN(t), "--schema", d.schema, "--table", "never_migrated"}, "run `herald migrate`"},
+		{"TableNotMigrated", []string{"--db", testenv.PostgresDSN(t), "--schema", d.schema, "--table", "never_migrated"}, "run `herald migrate`"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -289,7 +289,7 @@ func TestWebhookDestinationRefusedByTheAddressGuard(t *testing.T) {
 			attempts         int
 		)
 		require.Eventually(t, func() bool {
-			err := heraldtest.PostgresPool(t).QueryRow(context.Background(), fmt.Sprintf(
+			err := testenv.PostgresPool(t).QueryRow(context.Background(), fmt.Sprintf(
 				`SELECT state, attempts, coalesce(last_error, '') FROM %s.herald_outbox`, d.schema)).Scan(&state, &attempts, &lastError)
 			return err == nil && state == "dead"
 		}, 30*time.Second, 10*time.Millisecond)

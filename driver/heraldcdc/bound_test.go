@@ -12,7 +12,7 @@ import (
 
 	"github.com/herald-outbox/herald"
 	"github.com/herald-outbox/herald/driver/heraldcdc"
-	"github.com/herald-outbox/herald/internal/heraldtest"
+	"github.com/herald-outbox/herald/internal/testenv"
 )
 
 // heapInUse is the live Go heap, after a collection.
@@ -33,7 +33,7 @@ func heapInUse() uint64 {
 //
 // Not parallel: the heap is measured, and other tests' would count.
 func TestSourceMemoryIsBoundedInBytesWhateverTheTransaction(t *testing.T) {
-	heraldtest.Long(t)
+	testenv.Long(t)
 	const (
 		rows        = 100_000
 		payloadLen  = 1000

@@ -10,8 +10,8 @@ import (
 
 	"github.com/herald-outbox/herald"
 	"github.com/herald-outbox/herald/driver/heraldpg"
-	kit "github.com/herald-outbox/herald/heraldtest" // the users' test kit (Recorder), not internal/heraldtest
-	iheraldtest "github.com/herald-outbox/herald/internal/heraldtest"
+	kit "github.com/herald-outbox/herald/heraldtest" // the users' test kit (Recorder), not internal/testenv
+	"github.com/herald-outbox/herald/internal/testenv"
 )
 
 // An event written with a delay (Message.AvailableAt), as a row or as a
@@ -21,7 +21,7 @@ import (
 // in order. An event of another key written after it is published from
 // the log at once.
 func TestDelayedEventsWaitInTheTableUntilDue(t *testing.T) {
-	iheraldtest.Long(t)
+	testenv.Long(t)
 	t.Parallel()
 	f := setup(t)
 	ctx := context.Background()

@@ -12,7 +12,7 @@ import (
 
 	"github.com/herald-outbox/herald"
 	"github.com/herald-outbox/herald/driver/heraldpg"
-	"github.com/herald-outbox/herald/internal/heraldtest"
+	"github.com/herald-outbox/herald/internal/testenv"
 )
 
 // The table-less write mode (heraldpg.Config.EmitMessages): the producer
@@ -24,7 +24,7 @@ import (
 // retries it in order with its key's later events. A message whose
 // fields cannot all be read becomes a dead row saying why.
 func TestEmittedEventsArePublishedFromTheLog(t *testing.T) {
-	heraldtest.Long(t)
+	testenv.Long(t)
 	t.Parallel()
 	f := setup(t)
 	ctx := context.Background()

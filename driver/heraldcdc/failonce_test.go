@@ -8,7 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/herald-outbox/herald"
-	kit "github.com/herald-outbox/herald/heraldtest" // the users' test kit (Recorder), not internal/heraldtest
+	kit "github.com/herald-outbox/herald/heraldtest" // the users' test kit (Recorder), not internal/testenv
 )
 
 // startFailOnceRelay runs a relay (startRelay) on f's outbox that reads

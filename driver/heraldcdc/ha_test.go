@@ -14,7 +14,7 @@ import (
 
 	"github.com/herald-outbox/herald"
 	"github.com/herald-outbox/herald/driver/heraldcdc"
-	"github.com/herald-outbox/herald/internal/heraldtest"
+	"github.com/herald-outbox/herald/internal/testenv"
 )
 
 // standbyInterval is how often the standbys of these tests try the slot.
@@ -22,7 +22,7 @@ const standbyInterval = 100 * time.Millisecond
 
 // haConfig is a Source's config without heartbeats (only Done moves the
 // slot), logging to logs.
-func (f fixture) haConfig(logs *heraldtest.LogBuffer) heraldcdc.Config {
+func (f fixture) haConfig(logs *testenv.LogBuffer) heraldcdc.Config {
 	return heraldcdc.Config{ConnString: f.dsn, StatusInterval: 100 * time.Millisecond, HeartbeatInterval: -1,
 		StandbyInterval: standbyInterval, Logger: slog.New(slog.NewTextHandler(logs, nil))}
 }
@@ -41,10 +41,10 @@ func newHASource(t *testing.T, cfg heraldcdc.Config) *heraldcdc.Source {
 // few StandbyIntervals and delivers exactly what the first did not finish:
 // the batch handed out and not done, and what the first never handed out.
 func TestASecondSourceStandsByAndTakesOverWhereTheFirstLeft(t *testing.T) {
-	heraldtest.Long(t)
+	testenv.Long(t)
 	t.Parallel()
 	f := setup(t)
-	firstLogs, secondLogs := &heraldtest.LogBuffer{}, &heraldtest.LogBuffer{}
+	firstLogs, secondLogs := &testenv.LogBuffer{}, &testenv.LogBuffer{}
 	cfg := f.haConfig(firstLogs)
 	cfg.CreateSlot = true
 	first := newHASource(t, cfg)
@@ -138,7 +138,7 @@ func TestReadersOpeningTogetherGetOneStream(t *testing.T) {
 	f := setup(t)
 	require.NoError(t, f.open(t, true).Close())
 	f.awaitSlotIdle(t)
-	logs := &heraldtest.LogBuffer{}
+	logs := &testenv.LogBuffer{}
 	cfg := f.haConfig(logs)
 
 	fenced := 0

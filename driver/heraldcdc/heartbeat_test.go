@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/herald-outbox/herald/driver/heraldcdc"
-	"github.com/herald-outbox/herald/internal/heraldtest"
+	"github.com/herald-outbox/herald/internal/testenv"
 )
 
 // openBeating opens a stream (creating the slot) whose heartbeats come
@@ -58,7 +58,7 @@ func (f fixture) beatNow(t *testing.T) {
 // slot's confirmed position past the other table's WAL once the caller
 // confirmed what it got, and not before.
 func TestHeartbeatsMoveAnIdleSlotPastOtherTablesWAL(t *testing.T) {
-	heraldtest.Long(t)
+	testenv.Long(t)
 	t.Parallel()
 	f := setup(t)
 	s := f.openBeating(t, 50*time.Millisecond)
@@ -90,7 +90,7 @@ func TestHeartbeatsMoveAnIdleSlotPastOtherTablesWAL(t *testing.T) {
 // confirmed, nor past a later one while an earlier is unconfirmed, and the
 // position they reach holds across a restart of the stream.
 func TestHeartbeatsNeverPassAnUnconfirmedTransaction(t *testing.T) {
-	heraldtest.Long(t)
+	testenv.Long(t)
 	t.Parallel()
 	f := setup(t)
 	s := f.openBeating(t, 20*time.Millisecond)
@@ -154,7 +154,7 @@ func TestHeartbeatsNeverPassAnUnconfirmedTransaction(t *testing.T) {
 // SlotStatus shows the WAL a slot retains growing while nothing is
 // confirmed, and dropping once the stream confirms.
 func TestSlotStatusFollowsTheConfirmedPosition(t *testing.T) {
-	heraldtest.Long(t)
+	testenv.Long(t)
 	t.Parallel()
 	f := setupPolled(t)
 	_, err := heraldcdc.SlotStatus(context.Background(), f.pool, "herald_outbox")

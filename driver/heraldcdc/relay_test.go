@@ -16,8 +16,8 @@ import (
 	"github.com/herald-outbox/herald/driver/heraldcdc"
 	"github.com/herald-outbox/herald/driver/heralddrivertest"
 	"github.com/herald-outbox/herald/driver/heraldpg"
-	kit "github.com/herald-outbox/herald/heraldtest" // the users' test kit (Recorder), not internal/heraldtest
-	iheraldtest "github.com/herald-outbox/herald/internal/heraldtest"
+	kit "github.com/herald-outbox/herald/heraldtest" // the users' test kit (Recorder), not internal/testenv
+	"github.com/herald-outbox/herald/internal/testenv"
 )
 
 // A relay in change-data-capture mode end to end: heraldpg's Driver as the
@@ -229,7 +229,7 @@ func (f fixture) awaitConfirmedAt(t *testing.T, lsn pglogrepl.LSN, msg string) {
 // events of every key, interleaved. Key k03's 11th event fails twice, then
 // gets through; key k07's 16th is refused for good.
 func TestCDCRelayFailuresGoThroughTheTableInKeyOrder(t *testing.T) {
-	iheraldtest.Long(t)
+	testenv.Long(t)
 	t.Parallel()
 	f := setup(t)
 	store := f.driver(t)
@@ -387,7 +387,7 @@ func (g *gate) release() { g.opened.Do(func() { close(g.open) }) }
 // other keys commit after it. The slot stays before T1's end, heartbeats
 // included, until the event is acknowledged.
 func TestCDCRelayConfirmsNothingPastAnUnacknowledgedEvent(t *testing.T) {
-	iheraldtest.Long(t)
+	testenv.Long(t)
 	t.Parallel()
 	f := setup(t)
 	store := f.driver(t)
@@ -434,7 +434,7 @@ func TestCDCRelayConfirmsNothingPastAnUnacknowledgedEvent(t *testing.T) {
 // the slot moves on; once the broker is back, the polling path delivers
 // them, each key in order.
 func TestCDCRelayOutageWritesBackAndResumes(t *testing.T) {
-	iheraldtest.Long(t)
+	testenv.Long(t)
 	t.Parallel()
 	f := setup(t)
 	store := f.driver(t)
@@ -503,7 +503,7 @@ func TestCDCRelayOutageWritesBackAndResumes(t *testing.T) {
 // the stream has met the keys it is working on, so that their streamed
 // events go through the table behind them.
 func TestCDCRelayCatchesUpRowsWrittenBeforeTheSwitch(t *testing.T) {
-	iheraldtest.Long(t)
+	testenv.Long(t)
 	t.Parallel()
 	ctx := context.Background()
 	f := setupPolled(t)

@@ -12,7 +12,7 @@ import (
 	"github.com/herald-outbox/herald/driver/heraldcdc"
 	"github.com/herald-outbox/herald/driver/heralddrivertest"
 	kit "github.com/herald-outbox/herald/heraldtest"
-	iheraldtest "github.com/herald-outbox/herald/internal/heraldtest"
+	"github.com/herald-outbox/herald/internal/testenv"
 )
 
 // The two rules that keep the polling path and the change-data-capture
@@ -24,7 +24,7 @@ import (
 // Source made the slot first); rows inserted before it are ready and
 // delivered by the relay's claims, those after it from the log.
 func TestARelayWithASourceMakesInsertsStreamedOnceItsSlotExists(t *testing.T) {
-	iheraldtest.Long(t)
+	testenv.Long(t)
 	t.Parallel()
 	ctx := context.Background()
 	f := setupPolled(t)
@@ -62,7 +62,7 @@ func TestARelayWithASourceMakesInsertsStreamedOnceItsSlotExists(t *testing.T) {
 // without CreateSlot, and says how to recover; following that, the event
 // is delivered.
 func TestASlotIsRefusedForATableStreamedBeforeIt(t *testing.T) {
-	iheraldtest.Long(t)
+	testenv.Long(t)
 	t.Parallel()
 	ctx := context.Background()
 	f := setupPolled(t)
@@ -104,7 +104,7 @@ func TestASlotIsRefusedForATableStreamedBeforeIt(t *testing.T) {
 // streamed, since it would claim none of its new events while looking
 // healthy. Once the table is switched back, it starts and delivers.
 func TestAPollingRelayRefusesAStreamedTable(t *testing.T) {
-	iheraldtest.Long(t)
+	testenv.Long(t)
 	t.Parallel()
 	ctx := context.Background()
 	f := setup(t)

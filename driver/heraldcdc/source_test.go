@@ -12,7 +12,7 @@ import (
 
 	"github.com/herald-outbox/herald"
 	"github.com/herald-outbox/herald/driver/heraldcdc"
-	"github.com/herald-outbox/herald/internal/heraldtest"
+	"github.com/herald-outbox/herald/internal/testenv"
 )
 
 // source opens a Source without heartbeats (only Done moves the slot),
@@ -109,7 +109,7 @@ func (f fixture) staysAtOrBefore(t *testing.T, lsn pglogrepl.LSN, msg string) {
 }
 
 func TestSourceBatchesKeepTheLimitAndConfirmOnlyWhatIsDone(t *testing.T) {
-	heraldtest.Long(t)
+	testenv.Long(t)
 	t.Parallel()
 	f := setup(t)
 	src := f.source(t, true)
@@ -192,7 +192,7 @@ func TestSourceBatchesKeepTheLimitAndConfirmOnlyWhatIsDone(t *testing.T) {
 }
 
 func TestSourceHandsOutOnlyStreamedRows(t *testing.T) {
-	heraldtest.Long(t)
+	testenv.Long(t)
 	t.Parallel()
 	f := setup(t)
 	src := f.source(t, true)
@@ -262,7 +262,7 @@ func TestSourceHandsOutOnlyStreamedRows(t *testing.T) {
 }
 
 func TestSourceRedeliversWhatWasNotDoneAfterARestart(t *testing.T) {
-	heraldtest.Long(t)
+	testenv.Long(t)
 	t.Parallel()
 	f := setup(t)
 	src := f.source(t, true)
@@ -299,7 +299,7 @@ func TestSourceRedeliversWhatWasNotDoneAfterARestart(t *testing.T) {
 }
 
 func TestSourceSurvivesTheLossOfItsConnection(t *testing.T) {
-	heraldtest.Long(t)
+	testenv.Long(t)
 	t.Parallel()
 	f := setup(t)
 	src := f.source(t, true)
@@ -398,7 +398,7 @@ func TestSourceSurvivesTheLossOfItsConnection(t *testing.T) {
 // of its own and is split. A transaction whose end comes after every one
 // of its events was acknowledged is confirmed when the end is read.
 func TestSourceKeepsTransactionsWholeAcrossParts(t *testing.T) {
-	heraldtest.Long(t)
+	testenv.Long(t)
 	t.Parallel()
 	f := setup(t)
 	src := f.source(t, true, func(c *heraldcdc.Config) { c.PartRows = 7 })

@@ -14,7 +14,7 @@ import (
 	"github.com/herald-outbox/herald/driver/heralddrivertest"
 	"github.com/herald-outbox/herald/driver/heraldpg"
 	"github.com/herald-outbox/herald/heraldspec"
-	"github.com/herald-outbox/herald/internal/heraldtest"
+	"github.com/herald-outbox/herald/internal/testenv"
 )
 
 // A PostgreSQL database heraldspec opened reads its outbox's log through
@@ -24,7 +24,7 @@ import (
 func TestOpenSourceThroughHeraldspec(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pc := heraldtest.PrivateCluster(t)
+	pc := testenv.PrivateCluster(t)
 	p, o, err := heraldspec.OpenDatabase(ctx, heraldspec.Database{DSN: pc.DSN, Logger: heralddrivertest.Logger(t)})
 	require.NoError(t, err)
 	defer o.Close()

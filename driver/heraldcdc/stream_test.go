@@ -13,15 +13,15 @@ import (
 
 	"github.com/herald-outbox/herald/driver/heraldcdc"
 	"github.com/herald-outbox/herald/driver/heraldpg"
-	"github.com/herald-outbox/herald/internal/heraldtest"
+	"github.com/herald-outbox/herald/internal/testenv"
 )
 
-func TestMain(m *testing.M) { heraldtest.Main(m) }
+func TestMain(m *testing.M) { testenv.Main(m) }
 
 type fixture struct {
 	dsn  string
 	pool *pgxpool.Pool
-	pc   *heraldtest.Cluster
+	pc   *testenv.Cluster
 }
 
 // setup starts a private cluster (wal_level=logical) with a migrated
@@ -44,7 +44,7 @@ func setup(t *testing.T) fixture {
 // and no slot.
 func setupPolled(t *testing.T) fixture {
 	t.Helper()
-	pc := heraldtest.PrivateCluster(t)
+	pc := testenv.PrivateCluster(t)
 	pool, err := pgxpool.New(context.Background(), pc.DSN)
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
@@ -137,7 +137,7 @@ func (f fixture) slotConfirmed(t *testing.T) pglogrepl.LSN {
 // in; a rolled-back one never comes; the slot's confirmed position only
 // moves where Confirm says, and a new stream starts there.
 func TestStreamDeliversCommitOrderAndResumesFromTheConfirmedPosition(t *testing.T) {
-	heraldtest.Long(t)
+	testenv.Long(t)
 	t.Parallel()
 	f := setup(t)
 	s := f.open(t, true)
@@ -249,7 +249,7 @@ func (f fixture) dropSlot(t *testing.T) {
 // would skip it silently. The record that tells is the furthest position
 // Herald let the slot confirm (heraldpg's migration 009).
 func TestStreamRefusesASlotDroppedBehindItsBack(t *testing.T) {
-	heraldtest.Long(t)
+	testenv.Long(t)
 	t.Parallel()
 	f := setup(t)
 	s := f.open(t, true)
@@ -293,7 +293,7 @@ func TestStreamRefusesASlotDroppedBehindItsBack(t *testing.T) {
 // counts it handed out from its first part, so a heartbeat does not pass
 // it before its end is confirmed.
 func TestStreamHandsOutALargeTransactionInParts(t *testing.T) {
-	heraldtest.Long(t)
+	testenv.Long(t)
 	t.Parallel()
 	f := setup(t)
 	s, err := heraldcdc.Open(context.Background(), heraldcdc.Config{ConnString: f.dsn, CreateSlot: true, StatusInterval: 100 * time.Millisecond,

@@ -11,7 +11,7 @@ import (
 
 	"github.com/herald-outbox/herald"
 	"github.com/herald-outbox/herald/driver/heraldpg"
-	"github.com/herald-outbox/herald/internal/heraldtest"
+	"github.com/herald-outbox/herald/internal/testenv"
 )
 
 // The zero-bloat write mode (heraldpg.Config.DeleteAfterInsert): the
@@ -20,7 +20,7 @@ import (
 // which does. A failure goes to the table as ever: Return inserts the
 // event again, whole, and the polling path retries it.
 func TestZeroBloatWritesArePublishedFromTheLog(t *testing.T) {
-	heraldtest.Long(t)
+	testenv.Long(t)
 	t.Parallel()
 	f := setup(t)
 	ctx := context.Background()

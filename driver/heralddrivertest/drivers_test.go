@@ -15,12 +15,12 @@ import (
 	"github.com/herald-outbox/herald/driver/internal/mysqltest"
 	"github.com/herald-outbox/herald/driver/internal/pgtest"
 	"github.com/herald-outbox/herald/driver/internal/sqlitetest"
-	"github.com/herald-outbox/herald/internal/heraldtest"
+	"github.com/herald-outbox/herald/internal/testenv"
 )
 
 // TestMain is goleak.VerifyTestMain plus stopping the throwaway PostgreSQL
 // cluster, when one was started, before looking for leaks.
-func TestMain(m *testing.M) { heraldtest.Main(m) }
+func TestMain(m *testing.M) { testenv.Main(m) }
 
 // Every driver passes the same suite, from this one file. Each PostgreSQL
 // harness shares one pool between its cases (a pool per case would hold
@@ -30,7 +30,7 @@ func TestDrivers(t *testing.T) {
 	t.Parallel()
 	t.Run("PostgreSQLOverPgx", func(t *testing.T) {
 		t.Parallel()
-		heralddrivertest.Exercise(t, pgxHarness(heraldtest.PostgresPool(t)))
+		heralddrivertest.Exercise(t, pgxHarness(testenv.PostgresPool(t)))
 	})
 	t.Run("PostgreSQLOverDatabaseSQL", func(t *testing.T) {
 		t.Parallel()
@@ -40,13 +40,13 @@ func TestDrivers(t *testing.T) {
 	// again, on a table partitioned by day at migrate time.
 	t.Run("PostgreSQLPartitioned", func(t *testing.T) {
 		t.Parallel()
-		heralddrivertest.Exercise(t, pgPartitionedHarness(heraldtest.PostgresPool(t)))
+		heralddrivertest.Exercise(t, pgPartitionedHarness(testenv.PostgresPool(t)))
 	})
 	// Ordered claims that lease keys instead of writing rows keep every
 	// guarantee too: the whole suite again in that mode.
 	t.Run("PostgreSQLLeasedKeys", func(t *testing.T) {
 		t.Parallel()
-		heralddrivertest.Exercise(t, pgLeasedHarness(heraldtest.PostgresPool(t)))
+		heralddrivertest.Exercise(t, pgLeasedHarness(testenv.PostgresPool(t)))
 	})
 	t.Run("SQLite", func(t *testing.T) {
 		t.Parallel()
@@ -65,7 +65,7 @@ func BenchmarkComplete(b *testing.B)   { benchDrivers(b, heralddrivertest.BenchC
 func BenchmarkRelayDrain(b *testing.B) { benchDrivers(b, heralddrivertest.BenchRelayDrain) }
 
 func benchDrivers(b *testing.B, bench func(*testing.B, heralddrivertest.Harness)) {
-	b.Run("PostgreSQLOverPgx", func(b *testing.B) { bench(b, pgxHarness(heraldtest.PostgresPool(b))) })
+	b.Run("PostgreSQLOverPgx", func(b *testing.B) { bench(b, pgxHarness(testenv.PostgresPool(b))) })
 	b.Run("PostgreSQLOverDatabaseSQL", func(b *testing.B) { bench(b, pgSQLHarness(sqlDB(b))) })
 	b.Run("SQLite", func(b *testing.B) { bench(b, sqliteHarness()) })
 	b.Run("MySQL", func(b *testing.B) { bench(b, mysqlHarness(mysqltest.Pool(b))) })
@@ -132,7 +132,7 @@ func mysqlHarness(db *sql.DB) heralddrivertest.Harness {
 
 // sqlDB is a database/sql pool over PostgreSQL, closed when tb ends.
 func sqlDB(tb testing.TB) *sql.DB {
-	db := stdlib.OpenDBFromPool(heraldtest.PostgresPool(tb))
+	db := stdlib.OpenDBFromPool(testenv.PostgresPool(tb))
 	tb.Cleanup(func() { require.NoError(tb, db.Close()) })
 	return db
 }

@@ -12,7 +12,7 @@ import (
 	"github.com/herald-outbox/herald/driver/heraldmysql"
 	"github.com/herald-outbox/herald/driver/internal/mysqltest"
 	"github.com/herald-outbox/herald/heraldspec"
-	"github.com/herald-outbox/herald/internal/heraldtest"
+	"github.com/herald-outbox/herald/internal/testenv"
 )
 
 func TestDSNsAcceptedThroughHeraldspec(t *testing.T) {
@@ -109,7 +109,7 @@ func TestOpenThroughHeraldspec(t *testing.T) {
 	t.Run("OpensTheOutbox", func(t *testing.T) {
 		t.Parallel()
 		database := mysqltest.Database(t, server)
-		_, o, err := heraldspec.OpenDatabase(ctx, heraldspec.Database{DSN: heraldtest.MySQLURL(t, database), MaxConns: 2})
+		_, o, err := heraldspec.OpenDatabase(ctx, heraldspec.Database{DSN: testenv.MySQLURL(t, database), MaxConns: 2})
 		require.NoError(t, err)
 		defer o.Close()
 		require.NoError(t, o.Store.Migrate(ctx))
@@ -131,7 +131,7 @@ func TestOpenThroughHeraldspec(t *testing.T) {
 
 	t.Run("AnUnknownDatabaseIsRefusedNotUnreachable", func(t *testing.T) {
 		t.Parallel()
-		_, _, err := heraldspec.OpenDatabase(ctx, heraldspec.Database{DSN: heraldtest.MySQLURL(t, "herald_no_such_db")})
+		_, _, err := heraldspec.OpenDatabase(ctx, heraldspec.Database{DSN: testenv.MySQLURL(t, "herald_no_such_db")})
 		var oe *heraldspec.DatabaseOpenError
 		require.ErrorAs(t, err, &oe)
 		require.False(t, oe.Unreachable, "%v", err)

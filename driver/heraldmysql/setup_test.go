@@ -6,11 +6,11 @@ import (
 	"github.com/herald-outbox/herald/driver/heralddrivertest"
 	"github.com/herald-outbox/herald/driver/heraldmysql"
 	"github.com/herald-outbox/herald/driver/internal/mysqltest"
-	"github.com/herald-outbox/herald/internal/heraldtest"
+	"github.com/herald-outbox/herald/internal/testenv"
 )
 
 // TestMain checks for leaked goroutines once the tests are done.
-func TestMain(m *testing.M) { heraldtest.Main(m) }
+func TestMain(m *testing.M) { testenv.Main(m) }
 
 // outbox is a migrated outbox in a database of the test's own, with the
 // suite's kit on it.

@@ -8,7 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/herald-outbox/herald/internal/heraldtest"
+	"github.com/herald-outbox/herald/internal/testenv"
 )
 
 // The acknowledgements of rows claimed as rows find them by id in the
@@ -20,11 +20,11 @@ import (
 // rows never analyzed, as a scan of the whole table (24 ms against 9 ms
 // for the probes); the ids now come through a subquery (batchIDsSQL).
 func TestAcknowledgementsAreIDProbesWhateverThePlan(t *testing.T) {
-	heraldtest.Long(t)
+	testenv.Long(t)
 	t.Parallel()
 	ctx := context.Background()
-	pool := heraldtest.PostgresPool(t)
-	d, err := New(pool, &Config{Schema: heraldtest.Schema(t)})
+	pool := testenv.PostgresPool(t)
+	d, err := New(pool, &Config{Schema: testenv.Schema(t)})
 	require.NoError(t, err)
 	require.NoError(t, d.Migrate(ctx))
 	exec(t, pool, `ALTER TABLE `+d.Table()+` SET (autovacuum_enabled = false)`)

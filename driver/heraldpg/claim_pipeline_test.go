@@ -13,7 +13,7 @@ import (
 	"github.com/herald-outbox/herald"
 	"github.com/herald-outbox/herald/driver/heraldpg"
 	"github.com/herald-outbox/herald/driver/internal/pgtest"
-	"github.com/herald-outbox/herald/internal/heraldtest"
+	"github.com/herald-outbox/herald/internal/testenv"
 )
 
 // writeKeys commits one transaction of perKey events for each of keys
@@ -146,7 +146,7 @@ func TestAFailedPipelinedClaimClaimsNothing(t *testing.T) {
 //	go test -run XXX -bench OrderedClaim -benchtime 2000x -count 5 ./driver/heraldpg
 func BenchmarkOrderedClaim(b *testing.B) {
 	ctx := context.Background()
-	o := pgtest.New(b, heraldtest.PostgresPool(b), heraldpg.Config{})
+	o := pgtest.New(b, testenv.PostgresPool(b), heraldpg.Config{})
 	serial, err := heraldpg.New(o.Pool, o.Config)
 	require.NoError(b, err)
 	serial.SerialClaims()

@@ -11,7 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
-	"github.com/herald-outbox/herald/internal/heraldtest"
+	"github.com/herald-outbox/herald/internal/testenv"
 )
 
 // A claim must stay one probe of the ready index however many published
@@ -19,8 +19,8 @@ import (
 func TestClaimIsOneIndexProbe(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool := heraldtest.PostgresPool(t)
-	d, err := New(pool, &Config{Schema: heraldtest.Schema(t)})
+	pool := testenv.PostgresPool(t)
+	d, err := New(pool, &Config{Schema: testenv.Schema(t)})
 	require.NoError(t, err)
 	require.NoError(t, d.Migrate(ctx))
 
@@ -86,12 +86,12 @@ func TestClaimIsOneIndexProbe(t *testing.T) {
 // join would read the whole table on every claim; the last case is where
 // it did.
 func TestEveryClaimFormIsIndexProbesWhateverThePlan(t *testing.T) {
-	heraldtest.Long(t)
+	testenv.Long(t)
 	t.Parallel()
 	ctx := context.Background()
-	pool := heraldtest.PostgresPool(t)
+	pool := testenv.PostgresPool(t)
 	newTable := func() *Driver {
-		d, err := New(pool, &Config{Schema: heraldtest.Schema(t)})
+		d, err := New(pool, &Config{Schema: testenv.Schema(t)})
 		require.NoError(t, err)
 		require.NoError(t, d.Migrate(ctx))
 		exec(t, pool, `ALTER TABLE `+d.Table()+` SET (autovacuum_enabled = false)`)

@@ -12,7 +12,7 @@ import (
 	"github.com/herald-outbox/herald"
 	"github.com/herald-outbox/herald/driver/heraldpg"
 	"github.com/herald-outbox/herald/driver/internal/pgtest"
-	"github.com/herald-outbox/herald/internal/heraldtest"
+	"github.com/herald-outbox/herald/internal/testenv"
 )
 
 // BenchmarkWriteTxCDC is the producer's cost of an event on a table
@@ -31,7 +31,7 @@ import (
 //
 //	go test -run XXX -bench WriteTxCDC -benchtime 2000x -count 5 ./driver/heraldpg
 func BenchmarkWriteTxCDC(b *testing.B) {
-	pool := heraldtest.PostgresPool(b)
+	pool := testenv.PostgresPool(b)
 	outbox := func(cfg heraldpg.Config) *pgtest.Outbox {
 		o := pgtest.New(b, pool, cfg)
 		require.NoError(b, o.Store.StreamInserts(context.Background(), true))

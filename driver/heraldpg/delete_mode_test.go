@@ -16,7 +16,7 @@ import (
 	"github.com/herald-outbox/herald/driver/heralddrivertest"
 	"github.com/herald-outbox/herald/driver/heraldpg"
 	"github.com/herald-outbox/herald/driver/internal/pgtest"
-	"github.com/herald-outbox/herald/internal/heraldtest"
+	"github.com/herald-outbox/herald/internal/testenv"
 )
 
 // Config.DeleteAfterInsert, the zero-bloat mode of a table relayed by
@@ -45,7 +45,7 @@ func setupDeleting(t *testing.T, cfg heraldpg.Config, streamed bool) deleting {
 // streamed.
 func setupWriting(t *testing.T, cfg heraldpg.Config, streamed bool) deleting {
 	t.Helper()
-	o := pgtest.New(t, heraldtest.PostgresPool(t), cfg)
+	o := pgtest.New(t, testenv.PostgresPool(t), cfg)
 	if streamed {
 		require.NoError(t, o.Store.StreamInserts(context.Background(), true))
 	}
@@ -238,7 +238,7 @@ func TestDeleteAfterInsert(t *testing.T) {
 func countingPool(t testing.TB, maxConns int32) (pool *pgxpool.Pool, statements, batches *atomic.Int64) {
 	t.Helper()
 	statements, batches = new(atomic.Int64), new(atomic.Int64)
-	cfg, err := pgxpool.ParseConfig(heraldtest.PostgresDSN(t))
+	cfg, err := pgxpool.ParseConfig(testenv.PostgresDSN(t))
 	require.NoError(t, err)
 	cfg.ConnConfig.Tracer = batchCountingTracer{countingTracer{statements}, batches}
 	if maxConns > 0 {

@@ -13,7 +13,7 @@ import (
 	"github.com/herald-outbox/herald/driver/heraldpg"
 	"github.com/herald-outbox/herald/heraldadmin"
 	"github.com/herald-outbox/herald/heraldspec"
-	"github.com/herald-outbox/herald/internal/heraldtest"
+	"github.com/herald-outbox/herald/internal/testenv"
 )
 
 func TestDSNsAcceptedThroughHeraldspec(t *testing.T) {
@@ -117,11 +117,11 @@ func TestDSNsRefusedThroughHeraldspec(t *testing.T) {
 func TestOpenThroughHeraldspec(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	dsn := heraldtest.PostgresDSN(t)
+	dsn := testenv.PostgresDSN(t)
 
 	t.Run("OpensTheOutbox", func(t *testing.T) {
 		t.Parallel()
-		p, o, err := heraldspec.OpenDatabase(ctx, heraldspec.Database{DSN: dsn, Schema: heraldtest.Schema(t), MaxConns: 2})
+		p, o, err := heraldspec.OpenDatabase(ctx, heraldspec.Database{DSN: dsn, Schema: testenv.Schema(t), MaxConns: 2})
 		require.NoError(t, err)
 		defer o.Close()
 		require.NoError(t, o.Store.Migrate(ctx))

@@ -15,7 +15,7 @@ import (
 	"github.com/herald-outbox/herald"
 	"github.com/herald-outbox/herald/driver/heraldpg"
 	"github.com/herald-outbox/herald/driver/internal/pgtest"
-	"github.com/herald-outbox/herald/internal/heraldtest"
+	"github.com/herald-outbox/herald/internal/testenv"
 )
 
 // Config.EmitMessages, the table-less mode of a table relayed by
@@ -356,7 +356,7 @@ func TestReturnGivesAnEventWithoutASeqAFreshOne(t *testing.T) {
 
 func testReturnGivesAnEventWithoutASeqAFreshOne(t *testing.T, cfg heraldpg.Config) {
 	ctx := context.Background()
-	o := pgtest.New(t, heraldtest.PostgresPool(t), cfg)
+	o := pgtest.New(t, testenv.PostgresPool(t), cfg)
 	require.NoError(t, o.Store.StreamInserts(ctx, true))
 	row := func(key string) herald.Envelope {
 		t.Helper()

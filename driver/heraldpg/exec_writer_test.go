@@ -13,7 +13,7 @@ import (
 	"github.com/herald-outbox/herald/driver/heralddrivertest"
 	"github.com/herald-outbox/herald/driver/heraldpg"
 	"github.com/herald-outbox/herald/driver/internal/pgtest"
-	"github.com/herald-outbox/herald/internal/heraldtest"
+	"github.com/herald-outbox/herald/internal/testenv"
 )
 
 // The ORM examples (examples/orm) run NewExecWriter through GORM and ent;
@@ -138,9 +138,9 @@ type execOutbox struct {
 
 func execSetup(t *testing.T, cfg heraldpg.Config) *execOutbox {
 	t.Helper()
-	db := stdlib.OpenDBFromPool(heraldtest.PostgresPool(t))
+	db := stdlib.OpenDBFromPool(testenv.PostgresPool(t))
 	t.Cleanup(func() { require.NoError(t, db.Close()) })
-	cfg.Schema = heraldtest.Schema(t)
+	cfg.Schema = testenv.Schema(t)
 	d := pgtest.NewSQL(t, db, cfg)
 	w, err := heraldpg.NewExecWriter(&cfg)
 	require.NoError(t, err)

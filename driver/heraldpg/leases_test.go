@@ -16,7 +16,7 @@ import (
 	"github.com/herald-outbox/herald/driver/heraldpg"
 	"github.com/herald-outbox/herald/driver/internal/pgtest"
 	"github.com/herald-outbox/herald/heraldadmin"
-	"github.com/herald-outbox/herald/internal/heraldtest"
+	"github.com/herald-outbox/herald/internal/testenv"
 )
 
 // versions returns each row's version (xmin), by id: a row written again
@@ -63,7 +63,7 @@ func leases(t *testing.T, o *pgtest.Outbox) []lease {
 func TestALeasedClaimWritesNoEventRow(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	o := pgtest.New(t, heraldtest.PostgresPool(t), heraldpg.Config{LeaseKeys: true})
+	o := pgtest.New(t, testenv.PostgresPool(t), heraldpg.Config{LeaseKeys: true})
 	ids := writeKeys(t, o, 3, 2) // k0 k1 k2, twice
 	before := versions(t, o, ids)
 
@@ -112,7 +112,7 @@ func TestALeasedClaimWritesNoEventRow(t *testing.T) {
 func TestAnAcknowledgementRacingTheRescuerWritesNothing(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	pool := heraldtest.PostgresPool(t)
+	pool := testenv.PostgresPool(t)
 	o := pgtest.New(t, pool, heraldpg.Config{LeaseKeys: true})
 	ids := writeKeys(t, o, 1, 2)
 	batch, token, err := claimOrdered(ctx, o.Store, 100)
@@ -163,7 +163,7 @@ func requireWaitingForALock(t *testing.T, pool *pgxpool.Pool, schema string) {
 func TestRelaysWithAndWithoutLeasesShareATable(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	pool := heraldtest.PostgresPool(t)
+	pool := testenv.PostgresPool(t)
 	leasing := pgtest.New(t, pool, heraldpg.Config{LeaseKeys: true, LeaseMinEvents: 1})
 	rows, err := heraldpg.New(pool, &heraldpg.Config{Schema: leasing.Config.Schema})
 	require.NoError(t, err)
@@ -202,7 +202,7 @@ func TestRelaysWithAndWithoutLeasesShareATable(t *testing.T) {
 func TestAKeyOfOneEventIsClaimedAsARow(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	o := pgtest.New(t, heraldtest.PostgresPool(t), heraldpg.Config{LeaseKeys: true})
+	o := pgtest.New(t, testenv.PostgresPool(t), heraldpg.Config{LeaseKeys: true})
 	pair := writeKeys(t, o, 1, 2) // k0 twice
 	one := herald.Message{ID: uuid.NewString(), Topic: "orders", Key: "single", Payload: []byte("x")}
 	require.NoError(t, pgx.BeginFunc(ctx, o.Pool, func(tx pgx.Tx) error { return o.Writer.WriteTx(ctx, tx, one) }))
@@ -234,7 +234,7 @@ func TestAKeyOfOneEventIsClaimedAsARow(t *testing.T) {
 
 func TestANegativeLeaseMinEventsIsRefused(t *testing.T) {
 	t.Parallel()
-	_, err := heraldpg.New(heraldtest.PostgresPool(t), &heraldpg.Config{LeaseKeys: true, LeaseMinEvents: -1})
+	_, err := heraldpg.New(testenv.PostgresPool(t), &heraldpg.Config{LeaseKeys: true, LeaseMinEvents: -1})
 	require.ErrorContains(t, err, "Config.LeaseMinEvents must not be negative")
 	require.ErrorContains(t, (&heraldpg.Config{LeaseMinEvents: -2}).Validate(), "LeaseMinEvents")
 }

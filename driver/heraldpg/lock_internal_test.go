@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/herald-outbox/herald"
-	"github.com/herald-outbox/herald/internal/heraldtest"
+	"github.com/herald-outbox/herald/internal/testenv"
 )
 
 // A claim decides about a key only under the key's advisory lock: while
@@ -18,8 +18,8 @@ import (
 func TestOrderedClaimSkipsAKeyAnotherClaimIsDeciding(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool := heraldtest.PostgresPool(t)
-	cfg := &Config{Schema: heraldtest.Schema(t)}
+	pool := testenv.PostgresPool(t)
+	cfg := &Config{Schema: testenv.Schema(t)}
 	d, err := New(pool, cfg)
 	require.NoError(t, err)
 	require.NoError(t, d.Migrate(ctx))

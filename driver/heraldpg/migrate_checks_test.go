@@ -12,8 +12,8 @@ import (
 	"github.com/herald-outbox/herald"
 	"github.com/herald-outbox/herald/driver/heraldpg"
 	"github.com/herald-outbox/herald/heraldadmin"
-	"github.com/herald-outbox/herald/internal/heraldtest"
 	"github.com/herald-outbox/herald/internal/sqlstore"
+	"github.com/herald-outbox/herald/internal/testenv"
 )
 
 // checks are the constraints of migration 004 on the default table.
@@ -28,8 +28,8 @@ var checks = []string{
 func TestMigrationChecksRelayColumns(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool := heraldtest.PostgresPool(t)
-	schema := heraldtest.Schema(t)
+	pool := testenv.PostgresPool(t)
+	schema := testenv.Schema(t)
 	d, err := heraldpg.New(pool, &heraldpg.Config{Schema: schema})
 	require.NoError(t, err)
 	require.NoError(t, d.MigrateTo(ctx, 3))

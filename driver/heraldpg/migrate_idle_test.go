@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/herald-outbox/herald/driver/heraldpg"
-	"github.com/herald-outbox/herald/internal/heraldtest"
+	"github.com/herald-outbox/herald/internal/testenv"
 )
 
 // starvedClient is a pgx tracer that holds the client back, once, before
@@ -39,7 +39,7 @@ func (*starvedClient) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEn
 // connection due to idle-in-transaction timeout" on a loaded machine).
 func TestMigrationSurvivesAClientStarvedBetweenStatements(t *testing.T) {
 	t.Parallel()
-	cfg, err := pgxpool.ParseConfig(heraldtest.PostgresDSN(t))
+	cfg, err := pgxpool.ParseConfig(testenv.PostgresDSN(t))
 	require.NoError(t, err)
 	starved := &starvedClient{pause: 2 * time.Second}
 	cfg.ConnConfig.Tracer = starved
@@ -47,7 +47,7 @@ func TestMigrationSurvivesAClientStarvedBetweenStatements(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
 
-	d, err := heraldpg.New(pool, &heraldpg.Config{Schema: heraldtest.Schema(t)})
+	d, err := heraldpg.New(pool, &heraldpg.Config{Schema: testenv.Schema(t)})
 	require.NoError(t, err)
 	require.NoError(t, d.Migrate(t.Context()))
 	var rows int

@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/herald-outbox/herald/driver/heraldpg"
-	"github.com/herald-outbox/herald/internal/heraldtest"
+	"github.com/herald-outbox/herald/internal/testenv"
 )
 
 func TestMigrate(t *testing.T) {
@@ -31,8 +31,8 @@ func TestMigrate(t *testing.T) {
 
 	t.Run("ConcurrentMigrationsAllSucceed", func(t *testing.T) {
 		t.Parallel()
-		pool := heraldtest.PostgresPool(t)
-		cfg := &heraldpg.Config{Schema: heraldtest.Schema(t), Table: "events"}
+		pool := testenv.PostgresPool(t)
+		cfg := &heraldpg.Config{Schema: testenv.Schema(t), Table: "events"}
 		var wg sync.WaitGroup
 		errs := make([]error, 8)
 		for i := range errs {
@@ -55,7 +55,7 @@ func TestMigrate(t *testing.T) {
 
 	t.Run("PingRefusesAnUnmigratedTable", func(t *testing.T) {
 		t.Parallel()
-		d, err := heraldpg.New(heraldtest.PostgresPool(t), &heraldpg.Config{Schema: heraldtest.Schema(t)})
+		d, err := heraldpg.New(testenv.PostgresPool(t), &heraldpg.Config{Schema: testenv.Schema(t)})
 		require.NoError(t, err)
 		require.ErrorContains(t, d.Ping(ctx), "herald migrate")
 	})
@@ -75,7 +75,7 @@ func TestMigrate(t *testing.T) {
 			{Schema: "Public"}, {Schema: "a-b"}, {Table: `x"; DROP TABLE y; --`}, {Table: "1abc"},
 			{Table: "a b"}, {Schema: "abcdefghijabcdefghijabcdefghijabcdefghijX"},
 		} {
-			_, err := heraldpg.New(heraldtest.PostgresPool(t), &cfg)
+			_, err := heraldpg.New(testenv.PostgresPool(t), &cfg)
 			require.Error(t, err, "%+v", cfg)
 			_, err = heraldpg.NewWriter(&cfg)
 			require.Error(t, err, "%+v", cfg)

@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/herald-outbox/herald/driver/heraldpg"
-	"github.com/herald-outbox/herald/internal/heraldtest"
+	"github.com/herald-outbox/herald/internal/testenv"
 )
 
 // The script MigrationSQL prints, run by another tool, makes the same table
@@ -18,14 +18,14 @@ import (
 func TestMigrationSQLMakesWhatMigrateMakes(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool := heraldtest.PostgresPool(t)
+	pool := testenv.PostgresPool(t)
 
-	byMigrate := &heraldpg.Config{Schema: heraldtest.Schema(t), Table: "events"}
+	byMigrate := &heraldpg.Config{Schema: testenv.Schema(t), Table: "events"}
 	d, err := heraldpg.New(pool, byMigrate)
 	require.NoError(t, err)
 	require.NoError(t, d.Migrate(ctx))
 
-	byScript := &heraldpg.Config{Schema: heraldtest.Schema(t), Table: "events"}
+	byScript := &heraldpg.Config{Schema: testenv.Schema(t), Table: "events"}
 	script, err := heraldpg.MigrationSQL(byScript, 0)
 	require.NoError(t, err)
 	require.True(t, strings.HasPrefix(script, "-- Herald outbox table"), script)
@@ -41,7 +41,7 @@ func TestMigrationSQLMakesWhatMigrateMakes(t *testing.T) {
 	require.NoError(t, s.Migrate(ctx), "Migrate finds nothing left to do")
 
 	// From version 2, the script brings the rest.
-	older := &heraldpg.Config{Schema: heraldtest.Schema(t), Table: "events"}
+	older := &heraldpg.Config{Schema: testenv.Schema(t), Table: "events"}
 	o, err := heraldpg.New(pool, older)
 	require.NoError(t, err)
 	require.NoError(t, o.MigrateTo(ctx, 2))

@@ -22,7 +22,7 @@ import (
 
 	"github.com/herald-outbox/herald"
 	"github.com/herald-outbox/herald/driver/heraldpg"
-	"github.com/herald-outbox/herald/internal/heraldtest"
+	"github.com/herald-outbox/herald/internal/testenv"
 )
 
 // The tests in this file run relays as separate processes (this test binary,
@@ -173,16 +173,16 @@ func createBrokerLog(t *testing.T, b *bundle) string {
 type child struct {
 	name string
 	cmd  *exec.Cmd
-	log  *heraldtest.LogBuffer
+	log  *testenv.LogBuffer
 }
 
 func startChild(t *testing.T, b *bundle, name string, failRate float64) *child {
 	t.Helper()
-	c := &child{name: name, log: &heraldtest.LogBuffer{}}
+	c := &child{name: name, log: &testenv.LogBuffer{}}
 	c.cmd = exec.Command(os.Args[0], "-test.run=^$")
 	c.cmd.Env = append(os.Environ(),
 		childEnv+"="+name,
-		childDSNEnv+"="+heraldtest.PostgresDSN(t),
+		childDSNEnv+"="+testenv.PostgresDSN(t),
 		childSchemaEnv+"="+b.Config.Schema,
 		childFailEnv+"="+strconv.FormatFloat(failRate, 'f', -1, 64))
 	c.cmd.Stderr = c.log
@@ -308,7 +308,7 @@ func childLogs(children []*child) string {
 }
 
 func TestOrderedRelayProcessesKeepEveryKeysOrderUnderFailures(t *testing.T) {
-	heraldtest.Long(t)
+	testenv.Long(t)
 	const keys, events = 200, 20000
 	b := setup(t)
 	log := createBrokerLog(t, b)
@@ -340,7 +340,7 @@ func TestOrderedRelayProcessesKeepEveryKeysOrderUnderFailures(t *testing.T) {
 }
 
 func TestOrderedRelayProcessesSurviveKillAndPause(t *testing.T) {
-	heraldtest.Long(t)
+	testenv.Long(t)
 	const keys, events = 200, 20000
 	b := setup(t)
 	log := createBrokerLog(t, b)

@@ -14,7 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/herald-outbox/herald"
-	"github.com/herald-outbox/herald/internal/heraldtest"
+	"github.com/herald-outbox/herald/internal/testenv"
 )
 
 // BenchmarkPartitionedOutbox measures, in one run and in interleaved
@@ -33,7 +33,7 @@ func BenchmarkPartitionedOutbox(b *testing.B) {
 	rounds := benchEnv("HERALD_BENCH_ROUNDS", 3)
 	retRows := benchEnv("HERALD_BENCH_RETENTION_ROWS", 1_000_000)
 	drainRows := benchEnv("HERALD_BENCH_DRAIN_ROWS", 20_000)
-	pool := heraldtest.PostgresPool(b)
+	pool := testenv.PostgresPool(b)
 	for range b.N {
 		var dropPerM, deletePerM, dropRatio, plainRate, partRate, drainRatio []float64
 		for round := range rounds {
@@ -88,7 +88,7 @@ func spread(xs []float64) string {
 
 func benchTable(b *testing.B, pool *pgxpool.Pool, p *Partitioning) *Driver {
 	b.Helper()
-	d, err := New(pool, &Config{Schema: heraldtest.Schema(b), Partition: p})
+	d, err := New(pool, &Config{Schema: testenv.Schema(b), Partition: p})
 	if err != nil {
 		b.Fatal(err)
 	}

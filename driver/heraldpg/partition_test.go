@@ -14,8 +14,8 @@ import (
 
 	"github.com/herald-outbox/herald"
 	"github.com/herald-outbox/herald/heraldadmin"
-	"github.com/herald-outbox/herald/internal/heraldtest"
 	"github.com/herald-outbox/herald/internal/sqlstore"
+	"github.com/herald-outbox/herald/internal/testenv"
 )
 
 const day = 24 * time.Hour
@@ -25,7 +25,7 @@ const day = 24 * time.Hour
 // clock: the first partition's.
 func newPartitioned(t *testing.T, pool *pgxpool.Pool, p *Partitioning) (*Driver, time.Time) {
 	t.Helper()
-	d, err := New(pool, &Config{Schema: heraldtest.Schema(t), Partition: p})
+	d, err := New(pool, &Config{Schema: testenv.Schema(t), Partition: p})
 	require.NoError(t, err)
 	require.NoError(t, d.Migrate(t.Context()))
 	var now time.Time
@@ -95,7 +95,7 @@ func tableBytes(t *testing.T, pool *pgxpool.Pool, d *Driver) int64 {
 // deleted one by one meanwhile; dead rows move to the dead-letter table;
 // and every row is accounted for. -short writes a tenth as many.
 func TestPartitionedMillionEventsOverSimulatedDays(t *testing.T) {
-	heraldtest.Long(t)
+	testenv.Long(t)
 	t.Parallel()
 	ctx := t.Context()
 	perDay, days := 100_000, 10
@@ -103,7 +103,7 @@ func TestPartitionedMillionEventsOverSimulatedDays(t *testing.T) {
 		perDay = 10_000
 	}
 	const deadPerDay, stuck, retention = 10, 5, 2 * day
-	pool := heraldtest.PostgresPool(t)
+	pool := testenv.PostgresPool(t)
 	d, day0 := newPartitioned(t, pool, &Partitioning{Interval: day, Ahead: 3})
 
 	var (
@@ -189,7 +189,7 @@ func TestPartitionedMillionEventsOverSimulatedDays(t *testing.T) {
 func TestPartitionedDeadLettersOutliveTheirPartition(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	pool := heraldtest.PostgresPool(t)
+	pool := testenv.PostgresPool(t)
 	d, day0 := newPartitioned(t, pool, &Partitioning{Interval: day})
 	insertRows(t, pool, d, "t", "dead", day0.Add(time.Hour), time.Hour, 3)
 	insertRows(t, pool, d, "t", "published", day0.Add(time.Hour), time.Hour, 2)
@@ -249,7 +249,7 @@ func TestPartitionedDeadLettersOutliveTheirPartition(t *testing.T) {
 func TestPartitionedDefaultPartitionIsDrained(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	pool := heraldtest.PostgresPool(t)
+	pool := testenv.PostgresPool(t)
 	d, day0 := newPartitioned(t, pool, &Partitioning{Interval: day, Ahead: 2})
 	where := func(topic string) string {
 		var rel string
@@ -287,7 +287,7 @@ func TestPartitionedDefaultPartitionIsDrained(t *testing.T) {
 func TestPartitionedTableTakesLaterMigrations(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	pool := heraldtest.PostgresPool(t)
+	pool := testenv.PostgresPool(t)
 	d, day0 := newPartitioned(t, pool, &Partitioning{})
 	insertRows(t, pool, d, "t", "dead", day0.Add(time.Hour), time.Hour, 1)
 	_, err := d.maintain(ctx, day0.Add(5*day), day, 100)
@@ -326,8 +326,8 @@ func TestPartitionedTableTakesLaterMigrations(t *testing.T) {
 func TestPartitionedMigrateRefusesAPlainTable(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	pool := heraldtest.PostgresPool(t)
-	schema := heraldtest.Schema(t)
+	pool := testenv.PostgresPool(t)
+	schema := testenv.Schema(t)
 	plain, err := New(pool, &Config{Schema: schema})
 	require.NoError(t, err)
 	require.NoError(t, plain.Migrate(ctx))
@@ -380,7 +380,7 @@ var seqScanOn = regexp.MustCompile(`Seq Scan on (\w+)`)
 func TestPartitionedIdIsUniquePerTransaction(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	pool := heraldtest.PostgresPool(t)
+	pool := testenv.PostgresPool(t)
 	d, _ := newPartitioned(t, pool, &Partitioning{})
 	id := uuid.NewString()
 	insert := `INSERT INTO ` + d.Table() + ` (id, topic, payload) VALUES ($1, 't', 'x')`
@@ -405,7 +405,7 @@ func TestPartitionedIdIsUniquePerTransaction(t *testing.T) {
 func TestPartitionedSettingsChangeAtMigrate(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	pool := heraldtest.PostgresPool(t)
+	pool := testenv.PostgresPool(t)
 	d, day0 := newPartitioned(t, pool, &Partitioning{Interval: day, Ahead: 1})
 	hourly, err := New(pool, &Config{Schema: d.names.Schema, Partition: &Partitioning{Interval: time.Hour, Ahead: 2}})
 	require.NoError(t, err)

@@ -6,7 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/herald-outbox/herald/internal/heraldtest"
+	"github.com/herald-outbox/herald/internal/testenv"
 )
 
 // The readers serve tests: past their limit (10,000 rows; 2 here, so that
@@ -15,8 +15,8 @@ import (
 func TestReadEventsRefusesMoreRowsThanItsLimit(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool := heraldtest.PostgresPool(t)
-	d, err := New(pool, &Config{Schema: heraldtest.Schema(t)})
+	pool := testenv.PostgresPool(t)
+	d, err := New(pool, &Config{Schema: testenv.Schema(t)})
 	require.NoError(t, err)
 	require.NoError(t, d.Migrate(ctx))
 	_, err = pool.Exec(ctx, `INSERT INTO `+d.Table()+` (topic, payload) VALUES ('big', ''), ('big', ''), ('big', ''), ('small', '')`)

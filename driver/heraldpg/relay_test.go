@@ -14,7 +14,7 @@ import (
 	"github.com/herald-outbox/herald"
 	"github.com/herald-outbox/herald/driver/heralddrivertest"
 	"github.com/herald-outbox/herald/driver/heraldpg"
-	"github.com/herald-outbox/herald/internal/heraldtest"
+	"github.com/herald-outbox/herald/internal/testenv"
 )
 
 // The relay's guarantees on every driver are heralddrivertest's relay
@@ -28,7 +28,7 @@ func TestRelaySurvivesLosingEveryDatabaseConnection(t *testing.T) {
 	ctx := context.Background()
 	b := setup(t)
 	app := "herald_test_" + uuid.NewString()[:8]
-	cfg, err := pgxpool.ParseConfig(heraldtest.PostgresDSN(t))
+	cfg, err := pgxpool.ParseConfig(testenv.PostgresDSN(t))
 	require.NoError(t, err)
 	cfg.ConnConfig.RuntimeParams["application_name"] = app
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
@@ -59,7 +59,7 @@ func TestRelaySurvivesLosingEveryDatabaseConnection(t *testing.T) {
 func TestRelaySurvivesADatabaseRestart(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pc := heraldtest.PrivateCluster(t)
+	pc := testenv.PrivateCluster(t)
 	pool, err := pgxpool.New(ctx, pc.DSN)
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
@@ -96,7 +96,7 @@ func TestRelaySurvivesADatabaseRestart(t *testing.T) {
 	}
 
 	rec := heralddrivertest.NewRecorder()
-	var logs heraldtest.LogBuffer
+	var logs testenv.LogBuffer
 	relay, err := herald.NewRelay(&herald.RelayConfig{Store: store, Publisher: rec,
 		Logger:       slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo})),
 		PollInterval: time.Millisecond, IdlePollInterval: 10 * time.Millisecond, OutageBackoffCap: 100 * time.Millisecond})

@@ -8,8 +8,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/herald-outbox/herald/heraldadmin"
-	"github.com/herald-outbox/herald/internal/heraldtest"
 	"github.com/herald-outbox/herald/internal/sqlstore"
+	"github.com/herald-outbox/herald/internal/testenv"
 )
 
 // The admin page reads the retrying events every few seconds: through the
@@ -17,8 +17,8 @@ import (
 func TestRetryingReadsUseTheReadyIndexes(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool := heraldtest.PostgresPool(t)
-	d, err := New(pool, &Config{Schema: heraldtest.Schema(t)})
+	pool := testenv.PostgresPool(t)
+	d, err := New(pool, &Config{Schema: testenv.Schema(t)})
 	require.NoError(t, err)
 	require.NoError(t, d.Migrate(ctx))
 	_, err = pool.Exec(ctx, `INSERT INTO `+d.Table()+` (topic, payload, state, published_at)

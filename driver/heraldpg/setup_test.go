@@ -6,12 +6,12 @@ import (
 	"github.com/herald-outbox/herald/driver/heralddrivertest"
 	"github.com/herald-outbox/herald/driver/heraldpg"
 	"github.com/herald-outbox/herald/driver/internal/pgtest"
-	"github.com/herald-outbox/herald/internal/heraldtest"
+	"github.com/herald-outbox/herald/internal/testenv"
 )
 
 func TestMain(m *testing.M) {
 	runOrderChildIfAsked()
-	heraldtest.Main(m)
+	testenv.Main(m)
 }
 
 // bundle is what most tests need: a fresh migrated outbox in a schema of its
@@ -25,6 +25,6 @@ type bundle struct {
 
 func setup(t *testing.T) *bundle {
 	t.Helper()
-	o := pgtest.New(t, heraldtest.PostgresPool(t), heraldpg.Config{})
+	o := pgtest.New(t, testenv.PostgresPool(t), heraldpg.Config{})
 	return &bundle{Outbox: o, Kit: heralddrivertest.NewKit(t, o.Driver)}
 }

@@ -14,7 +14,7 @@ import (
 
 	"github.com/herald-outbox/herald"
 	"github.com/herald-outbox/herald/heraldadmin"
-	"github.com/herald-outbox/herald/internal/heraldtest"
+	"github.com/herald-outbox/herald/internal/testenv"
 )
 
 // streamOutbox is a migrated outbox in a schema of its own, for the
@@ -27,8 +27,8 @@ type streamOutbox struct {
 
 func newStreamOutbox(t *testing.T) *streamOutbox {
 	t.Helper()
-	pool := heraldtest.PostgresPool(t)
-	d, err := New(pool, &Config{Schema: heraldtest.Schema(t)})
+	pool := testenv.PostgresPool(t)
+	d, err := New(pool, &Config{Schema: testenv.Schema(t)})
 	require.NoError(t, err)
 	require.NoError(t, d.Migrate(t.Context()))
 	return &streamOutbox{t: t, pool: pool, d: d}
@@ -392,7 +392,7 @@ func TestReturn(t *testing.T) {
 
 	t.Run("ReturnWorksOnAPartitionedTable", func(t *testing.T) {
 		t.Parallel()
-		pool := heraldtest.PostgresPool(t)
+		pool := testenv.PostgresPool(t)
 		d, _ := newPartitioned(t, pool, &Partitioning{})
 		o := &streamOutbox{t: t, pool: pool, d: d}
 		kept, deleted := o.streamed("t", "k"), o.streamed("t", "k")
@@ -462,8 +462,8 @@ func TestStreamInserts(t *testing.T) {
 
 	t.Run("StreamInsertsNeedsTheStreamedState", func(t *testing.T) {
 		t.Parallel()
-		pool := heraldtest.PostgresPool(t)
-		d, err := New(pool, &Config{Schema: heraldtest.Schema(t)})
+		pool := testenv.PostgresPool(t)
+		d, err := New(pool, &Config{Schema: testenv.Schema(t)})
 		require.NoError(t, err)
 		require.NoError(t, d.MigrateTo(t.Context(), streamedVersion-1))
 		require.ErrorContains(t, d.StreamInserts(t.Context(), true), "herald migrate")
@@ -502,7 +502,7 @@ func TestStreamedRowsRetention(t *testing.T) {
 
 	t.Run("RetentionDeletesStreamedRowsOnAPartitionedTable", func(t *testing.T) {
 		t.Parallel()
-		pool := heraldtest.PostgresPool(t)
+		pool := testenv.PostgresPool(t)
 		d, _ := newPartitioned(t, pool, &Partitioning{})
 		o := &streamOutbox{t: t, pool: pool, d: d}
 		// Ten days ago has no partition: the rows are in the default one,
@@ -527,8 +527,8 @@ func TestMigrationAdmitsTheStreamedState(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			ctx := t.Context()
-			pool := heraldtest.PostgresPool(t)
-			d, err := New(pool, &Config{Schema: heraldtest.Schema(t), Partition: p})
+			pool := testenv.PostgresPool(t)
+			d, err := New(pool, &Config{Schema: testenv.Schema(t), Partition: p})
 			require.NoError(t, err)
 			require.NoError(t, d.MigrateTo(ctx, streamedVersion-1))
 			o := &streamOutbox{t: t, pool: pool, d: d}

@@ -13,7 +13,7 @@ import (
 
 	"github.com/herald-outbox/herald"
 	"github.com/herald-outbox/herald/driver/heraldpg"
-	"github.com/herald-outbox/herald/internal/heraldtest"
+	"github.com/herald-outbox/herald/internal/testenv"
 )
 
 func TestWriteTx(t *testing.T) {
@@ -72,7 +72,7 @@ func TestWriteTx(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 		var statements atomic.Int64
-		cfg, err := pgxpool.ParseConfig(heraldtest.PostgresDSN(t))
+		cfg, err := pgxpool.ParseConfig(testenv.PostgresDSN(t))
 		require.NoError(t, err)
 		cfg.ConnConfig.Tracer = countingTracer{&statements}
 		pool, err := pgxpool.NewWithConfig(ctx, cfg)

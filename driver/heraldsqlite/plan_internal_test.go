@@ -10,7 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/herald-outbox/herald/internal/heraldtest"
+	"github.com/herald-outbox/herald/internal/testenv"
 )
 
 // planStatement is one of the relay's statements with arguments for
@@ -41,7 +41,7 @@ type planStatement struct {
 // not covered: SQLite then plans most of these statements as scans of the
 // table (README, "SQLite").
 func TestRelayStatementsAreIndexProbesWhateverTheStatistics(t *testing.T) {
-	heraldtest.Long(t)
+	testenv.Long(t)
 	t.Parallel()
 	ctx := context.Background()
 	db, err := Open(filepath.Join(t.TempDir(), "outbox.db"))

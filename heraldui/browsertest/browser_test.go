@@ -22,7 +22,7 @@ import (
 	"github.com/herald-outbox/herald/driver/heraldsqlite"
 	"github.com/herald-outbox/herald/heraldadmin"
 	"github.com/herald-outbox/herald/heraldui"
-	"github.com/herald-outbox/herald/internal/heraldtest"
+	"github.com/herald-outbox/herald/internal/testenv"
 )
 
 // screenshotsEnv, set to 1, makes TestBrowser save the README's screenshots
@@ -87,7 +87,7 @@ func browserPath(t *testing.T) string {
 			return p
 		}
 	}
-	heraldtest.Unavailable(t, "no chromium or chromium-browser on PATH: install it (Debian: apt-get install -y chromium) to run the browser test")
+	testenv.Unavailable(t, "no chromium or chromium-browser on PATH: install it (Debian: apt-get install -y chromium) to run the browser test")
 	return ""
 }
 
@@ -206,7 +206,7 @@ func (r *recorder) rate() []heraldui.RatePoint {
 // dead letter is found, inspected, requeued through its confirmation page,
 // and really published.
 func TestBrowser(t *testing.T) {
-	heraldtest.Long(t)
+	testenv.Long(t)
 	t.Parallel()
 	chromium := browserPath(t)
 	rec := newRecorder("orders", "invoices")
@@ -264,7 +264,7 @@ func TestBrowser(t *testing.T) {
 		return oldest
 	}
 
-	relayLogs := &heraldtest.LogBuffer{}
+	relayLogs := &testenv.LogBuffer{}
 	relay, err := herald.NewRelay(&herald.RelayConfig{
 		Store: b.store, Publisher: rec, Owner: "heraldui-browser-test",
 		Logger:       slog.New(slog.NewTextHandler(relayLogs, nil)),
@@ -319,7 +319,7 @@ func TestBrowser(t *testing.T) {
 	// and its key stays parked.
 	rec.accept("orders")
 
-	browserLogs := &heraldtest.LogBuffer{}
+	browserLogs := &testenv.LogBuffer{}
 	allocCtx, allocCancel := chromedp.NewExecAllocator(context.Background(),
 		append(chromedp.DefaultExecAllocatorOptions[:],
 			chromedp.ExecPath(chromium),

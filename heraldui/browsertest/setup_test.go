@@ -18,10 +18,10 @@ import (
 	"github.com/herald-outbox/herald/driver/heraldsqlite"
 	"github.com/herald-outbox/herald/heraldadmin"
 	"github.com/herald-outbox/herald/heraldui"
-	"github.com/herald-outbox/herald/internal/heraldtest"
+	"github.com/herald-outbox/herald/internal/testenv"
 )
 
-func TestMain(m *testing.M) { heraldtest.Main(m) }
+func TestMain(m *testing.M) { testenv.Main(m) }
 
 // testToken is the page's admin token, which the test logs in with.
 const testToken = "s3cret-admin-token-for-tests"
@@ -35,7 +35,7 @@ type bundle struct {
 	store  *heraldsqlite.Driver
 	db     *sql.DB
 	writer *herald.Writer[*sql.Tx]
-	audit  *heraldtest.LogBuffer
+	audit  *testenv.LogBuffer
 	url    string // the page's root, without the trailing slash
 }
 
@@ -51,8 +51,8 @@ func setup(t *testing.T, edit func(*heraldui.Config)) *bundle {
 	require.NoError(t, store.Migrate(t.Context()))
 	w, err := heraldsqlite.NewWriter(nil)
 	require.NoError(t, err)
-	logs := &heraldtest.LogBuffer{}
-	b := &bundle{store: store, db: db, writer: w, audit: &heraldtest.LogBuffer{}}
+	logs := &testenv.LogBuffer{}
+	b := &bundle{store: store, db: db, writer: w, audit: &testenv.LogBuffer{}}
 	cfg := heraldui.Config{
 		Admin:  store,
 		Prefix: prefix,

@@ -9,7 +9,7 @@ import (
 	"golang.org/x/tools/go/analysis/analysistest"
 
 	_ "github.com/herald-outbox/herald/heraldvet/golangci"
-	"github.com/herald-outbox/herald/internal/heraldtest"
+	"github.com/herald-outbox/herald/internal/testenv"
 )
 
 // testdata is heraldvet's: the same cases, run through the plugin. It
@@ -33,7 +33,7 @@ func newPlugin(t *testing.T, settings any) register.LinterPlugin {
 }
 
 func TestPluginReportsWithoutSettings(t *testing.T) {
-	heraldtest.Long(t)
+	testenv.Long(t)
 	t.Parallel()
 	analyzers, err := newPlugin(t, nil).BuildAnalyzers()
 	require.NoError(t, err)
@@ -42,7 +42,7 @@ func TestPluginReportsWithoutSettings(t *testing.T) {
 }
 
 func TestPluginSettingHTTPFalse(t *testing.T) {
-	heraldtest.Long(t)
+	testenv.Long(t)
 	t.Parallel()
 	analyzers, err := newPlugin(t, map[string]any{"http": false}).BuildAnalyzers()
 	require.NoError(t, err)

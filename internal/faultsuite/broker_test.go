@@ -7,7 +7,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
-	"github.com/herald-outbox/herald/internal/heraldtest"
+	"github.com/herald-outbox/herald/internal/testenv"
 )
 
 // brokerLoad runs until the case stops it: a few thousand events.
@@ -19,9 +19,9 @@ var brokerLoad = load{writers: 4, keys: 100, perTx: 3, pace: 10 * time.Milliseco
 // drops the copies by their Nats-Msg-Id), keep each key's order, and
 // drain everything once the broker is fast again.
 func TestSlowBrokerPastThePublishTimeout(t *testing.T) {
-	heraldtest.Long(t)
+	testenv.Long(t)
 	w := newWorld(t)
-	px := heraldtest.NewProxy(t, w.natsAddr())
+	px := testenv.NewProxy(t, w.natsAddr())
 	const name = "fault-slow"
 	// The client's default pings: the connection stays up, only slow.
 	r := w.startRelay(t, name, via{nats: px.Addr(), natsOpts: []nats.Option{
@@ -48,16 +48,16 @@ func TestSlowBrokerPastThePublishTimeout(t *testing.T) {
 // them again once the connection is back: duplicates on the wire, each
 // event once on the stream, and nothing lost.
 func TestDroppedBrokerAcks(t *testing.T) {
-	heraldtest.Long(t)
+	testenv.Long(t)
 	w := newWorld(t)
-	px := heraldtest.NewProxy(t, w.natsAddr())
+	px := testenv.NewProxy(t, w.natsAddr())
 	const name = "fault-acks"
 	r := w.startRelay(t, name, via{nats: px.Addr()})
 	watch := watchRelayTx(t, w.pool, name)
 	stop := w.startLoad(t, brokerLoad)
 
 	require.Eventually(t, func() bool { return w.published(t) >= 300 }, time.Minute, time.Millisecond)
-	px.Drop(heraldtest.Downstream)
+	px.Drop(testenv.Downstream)
 	// Messages are stored while their acks are lost: the stream runs ahead
 	// of what the relay recorded as published.
 	require.Eventually(t, func() bool {
@@ -79,9 +79,9 @@ func TestDroppedBrokerAcks(t *testing.T) {
 // must pause for the outage without spending attempts, and publish
 // everything once the broker takes connections again.
 func TestBrokerConnectionsCutThenRefusedAndBlackholed(t *testing.T) {
-	heraldtest.Long(t)
+	testenv.Long(t)
 	w := newWorld(t)
-	px := heraldtest.NewProxy(t, w.natsAddr())
+	px := testenv.NewProxy(t, w.natsAddr())
 	const name = "fault-refused"
 	r := w.startRelay(t, name, via{nats: px.Addr()})
 	watch := watchRelayTx(t, w.pool, name)

@@ -20,7 +20,7 @@ import (
 
 	"github.com/herald-outbox/herald"
 	"github.com/herald-outbox/herald/driver/heraldpg"
-	"github.com/herald-outbox/herald/internal/heraldtest"
+	"github.com/herald-outbox/herald/internal/testenv"
 	"github.com/herald-outbox/herald/publish/heraldnats"
 )
 
@@ -171,14 +171,14 @@ func runProducerChild(ctx context.Context, name string) error {
 type child struct {
 	name     string
 	cmd      *exec.Cmd
-	out, log *heraldtest.LogBuffer // stdout, stderr
+	out, log *testenv.LogBuffer // stdout, stderr
 }
 
 // startChild starts a child of the given kind named name, on w's outbox,
 // and kills it when the test ends if it is still running.
 func (w *world) startChild(t *testing.T, kind, name string) *child {
 	t.Helper()
-	c := &child{name: name, out: &heraldtest.LogBuffer{}, log: &heraldtest.LogBuffer{}}
+	c := &child{name: name, out: &testenv.LogBuffer{}, log: &testenv.LogBuffer{}}
 	c.cmd = exec.Command(os.Args[0], "-test.run=^$")
 	c.cmd.Env = append(os.Environ(),
 		childEnv+"="+kind,

@@ -11,8 +11,8 @@
 // first delivered in commit order, every event published by a deadline, and
 // no relay transaction open for a second or more.
 //
-// The faults come from heraldtest.Proxy (TCP between the relay and either
-// server), heraldtest.PrivateCluster (a database restart) and SIGKILL of
+// The faults come from testenv.Proxy (TCP between the relay and either
+// server), testenv.PrivateCluster (a database restart) and SIGKILL of
 // relays and producers run as child processes (this test binary,
 // re-executed).
 package faultsuite

@@ -9,7 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/herald-outbox/herald/internal/heraldtest"
+	"github.com/herald-outbox/herald/internal/testenv"
 )
 
 // Five relays run as processes, and one after another is SIGKILLed while
@@ -18,7 +18,7 @@ import (
 // publish them again. Every duplicate must trace back to a killed relay,
 // and there can be no more than the killed relays had in flight.
 func TestFiveRelayProcessesKilledUnderLoad(t *testing.T) {
-	heraldtest.Long(t)
+	testenv.Long(t)
 	const relays, kills = 5, 4
 	w := newWorld(t)
 	watch := watchRelayTx(t, w.pool, "fault-kill-")

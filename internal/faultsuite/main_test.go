@@ -3,11 +3,11 @@ package faultsuite_test
 import (
 	"testing"
 
-	"github.com/herald-outbox/herald/internal/heraldtest"
+	"github.com/herald-outbox/herald/internal/testenv"
 )
 
 func TestMain(m *testing.M) {
 	// A child process (a relay or a producer) runs its part and exits here.
 	runChildIfAsked()
-	heraldtest.Main(m)
+	testenv.Main(m)
 }

@@ -12,8 +12,8 @@ import (
 
 	"github.com/herald-outbox/herald/driver/heralddrivertest"
 	"github.com/herald-outbox/herald/heraldadmin"
-	"github.com/herald-outbox/herald/internal/heraldtest"
 	"github.com/herald-outbox/herald/internal/pgodd"
+	"github.com/herald-outbox/herald/internal/testenv"
 )
 
 // Other programs write the outbox with plain SQL, and the rows they wrote
@@ -29,10 +29,10 @@ import (
 // fault touches never reports its database (or broker) failing: an odd
 // value that failed a claim would show there.
 func TestOddRowsUnderLoad(t *testing.T) {
-	heraldtest.Long(t)
+	testenv.Long(t)
 	w := newWorld(t)
 	w.dropChecks(t)
-	pgPx, natsPx := heraldtest.NewProxy(t, w.pgAddr(t)), heraldtest.NewProxy(t, w.natsAddr())
+	pgPx, natsPx := testenv.NewProxy(t, w.pgAddr(t)), testenv.NewProxy(t, w.natsAddr())
 	// The cut relay's broker answers late, so that the relay holds each
 	// claim long enough for the test to see it holding odd rows.
 	natsPx.Latency(20 * time.Millisecond)

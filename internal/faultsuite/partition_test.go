@@ -7,7 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/herald-outbox/herald/internal/heraldtest"
+	"github.com/herald-outbox/herald/internal/testenv"
 )
 
 // One of two relays is cut off from PostgreSQL (every byte held, both
@@ -21,9 +21,9 @@ import (
 // cut-off relay's transactions are watched before the cut and from the
 // heal on, the other relay's throughout.
 func TestRelayCutOffFromPostgresPastItsLease(t *testing.T) {
-	heraldtest.Long(t)
+	testenv.Long(t)
 	w := newWorld(t)
-	px := heraldtest.NewProxy(t, w.pgAddr(t))
+	px := testenv.NewProxy(t, w.pgAddr(t))
 	const cut, other = "fault-cut-a", "fault-cut-b"
 	a := w.startRelay(t, cut, via{pg: px.Addr()})
 	b := w.startRelay(t, other, via{})
@@ -38,7 +38,7 @@ func TestRelayCutOffFromPostgresPastItsLease(t *testing.T) {
 	for held := false; !held; {
 		require.Eventually(t, func() bool { return claimedBy(cut) > 0 }, time.Minute, time.Millisecond,
 			"relay a never held a claim")
-		px.Pause(heraldtest.BothWays)
+		px.Pause(testenv.BothWays)
 		// A statement sent just before the cut still runs; what relay a
 		// holds once none runs is stranded.
 		w.waitIdle(t, cut)
@@ -82,9 +82,9 @@ func TestRelayCutOffFromPostgresPastItsLease(t *testing.T) {
 // for as long as the partition lasts (or, if the relay's host is gone,
 // until TCP keepalive notices: two hours by default).
 func TestRelayCutOffInsideAClaimTransaction(t *testing.T) {
-	heraldtest.Long(t)
+	testenv.Long(t)
 	w := newWorld(t)
-	px := heraldtest.NewProxy(t, w.pgAddr(t))
+	px := testenv.NewProxy(t, w.pgAddr(t))
 	const cut = "fault-intx"
 	a := w.startRelay(t, cut, via{pg: px.Addr()})
 	stop := w.startLoad(t, load{writers: 4, keys: 100, perTx: 3, pace: 5 * time.Millisecond})
@@ -99,7 +99,7 @@ func TestRelayCutOffInsideAClaimTransaction(t *testing.T) {
 		require.Eventually(t, func() bool { return w.published(t) > before }, time.Minute, time.Millisecond,
 			"the relay made no progress; its log:\n%s", a)
 	}
-	px.Pause(heraldtest.BothWays)
+	px.Pause(testenv.BothWays)
 	locks := w.advisoryLocks(t, cut)
 	ended := pollUntil(3*longTx, 10*time.Millisecond, func() bool { return !w.inTransaction(t, cut) })
 	px.Heal()
@@ -111,7 +111,7 @@ func TestRelayCutOffInsideAClaimTransaction(t *testing.T) {
 // walkedInTransaction pauses the answers to app's sessions and reports
 // whether one of them waits inside a claim's transaction after its walk.
 // The answers stay paused.
-func (w *world) walkedInTransaction(t *testing.T, px *heraldtest.Proxy, app string) bool {
+func (w *world) walkedInTransaction(t *testing.T, px *testenv.Proxy, app string) bool {
 	t.Helper()
 	w.caught(t, px, app)
 	for _, s := range w.sessions(t, app) {

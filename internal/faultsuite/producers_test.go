@@ -10,7 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/herald-outbox/herald/internal/heraldtest"
+	"github.com/herald-outbox/herald/internal/testenv"
 )
 
 // Producers run as processes that commit a business row and its event in
@@ -20,7 +20,7 @@ import (
 // every event its business row, nothing a producer saw committed is
 // missing, and the relay publishes exactly the committed events.
 func TestProducerProcessesKilledMidTransaction(t *testing.T) {
-	heraldtest.Long(t)
+	testenv.Long(t)
 	const producers, kills, orders = 3, 6, 2000
 	w := newWorld(t)
 	const relay = "fault-prod-relay"

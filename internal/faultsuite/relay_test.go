@@ -13,7 +13,7 @@ import (
 
 	"github.com/herald-outbox/herald"
 	"github.com/herald-outbox/herald/driver/heraldpg"
-	"github.com/herald-outbox/herald/internal/heraldtest"
+	"github.com/herald-outbox/herald/internal/testenv"
 	"github.com/herald-outbox/herald/publish/heraldnats"
 )
 
@@ -65,7 +65,7 @@ type inproc struct {
 	name  string
 	relay *herald.Relay
 	obs   *counter
-	log   *heraldtest.LogBuffer
+	log   *testenv.LogBuffer
 }
 
 // via says how a relay reaches its servers: through a proxy (host:port)
@@ -95,7 +95,7 @@ func (w *world) startRelay(t *testing.T, name string, v via) *inproc {
 	nc, err := nats.Connect(url, opts...)
 	require.NoError(t, err)
 	t.Cleanup(nc.Close)
-	r := &inproc{name: name, obs: &counter{}, log: &heraldtest.LogBuffer{}}
+	r := &inproc{name: name, obs: &counter{}, log: &testenv.LogBuffer{}}
 	log := slog.New(slog.NewTextHandler(r.log, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	pub, err := heraldnats.New(nc, &heraldnats.Config{AckTimeout: 2 * publishTimeout, Logger: log})
 	require.NoError(t, err)

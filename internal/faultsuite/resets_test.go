@@ -6,7 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/herald-outbox/herald/internal/heraldtest"
+	"github.com/herald-outbox/herald/internal/testenv"
 )
 
 // The relay's connections to PostgreSQL are reset while a claim or an
@@ -18,9 +18,9 @@ import (
 // not: the relay retries it, and the token check makes a late retry
 // change nothing).
 func TestConnectionResetsMidClaimAndMidAck(t *testing.T) {
-	heraldtest.Long(t)
+	testenv.Long(t)
 	w := newWorld(t)
-	px := heraldtest.NewProxy(t, w.pgAddr(t))
+	px := testenv.NewProxy(t, w.pgAddr(t))
 	const name = "fault-reset"
 	r := w.startRelay(t, name, via{pg: px.Addr()})
 	watch := watchRelayTx(t, w.pool, name)

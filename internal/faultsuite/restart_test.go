@@ -9,7 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/herald-outbox/herald/internal/heraldtest"
+	"github.com/herald-outbox/herald/internal/testenv"
 )
 
 // PostgreSQL restarts (a fast shutdown: every connection cut, committed
@@ -19,8 +19,8 @@ import (
 // business rows and events must agree. The relay must ride the outage out
 // and publish every committed event, without ghosts and in key order.
 func TestPostgresRestartUnderLoad(t *testing.T) {
-	heraldtest.Long(t)
-	pc := heraldtest.PrivateCluster(t)
+	testenv.Long(t)
+	pc := testenv.PrivateCluster(t)
 	conn, err := pgx.Connect(t.Context(), pc.DSN)
 	require.NoError(t, err)
 	_, err = conn.Exec(t.Context(), `CREATE SCHEMA fault`)

@@ -10,7 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/herald-outbox/herald/internal/heraldtest"
+	"github.com/herald-outbox/herald/internal/testenv"
 )
 
 // session is a database session of a relay or producer, as
@@ -77,12 +77,12 @@ func kind(query string) string {
 // caught pauses the answers of app's sessions through px, and returns the
 // kinds of the statements whose answers are then held: what a connection
 // cut at this moment catches in flight. The answers stay paused.
-func (w *world) caught(t *testing.T, px *heraldtest.Proxy, app string) []string {
+func (w *world) caught(t *testing.T, px *testenv.Proxy, app string) []string {
 	t.Helper()
-	px.Pause(heraldtest.Downstream)
+	px.Pause(testenv.Downstream)
 	w.waitIdle(t, app)
 	held := map[int]bool{}
-	for addr := range px.Held(heraldtest.Downstream) {
+	for addr := range px.Held(testenv.Downstream) {
 		_, port, err := net.SplitHostPort(addr)
 		require.NoError(t, err)
 		p, err := strconv.Atoi(port)

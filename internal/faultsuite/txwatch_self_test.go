@@ -10,7 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
-	"github.com/herald-outbox/herald/internal/heraldtest"
+	"github.com/herald-outbox/herald/internal/testenv"
 )
 
 // The watch fails a transaction its client holds idle for longTx, or one
@@ -20,7 +20,7 @@ import (
 func TestTxWatchTellsAHeldTransactionFromABusyServer(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	dsn := heraldtest.PostgresDSN(t)
+	dsn := testenv.PostgresDSN(t)
 	watcher, err := pgxpool.New(ctx, dsn)
 	require.NoError(t, err)
 	t.Cleanup(watcher.Close)
@@ -43,7 +43,7 @@ func TestTxWatchTellsAHeldTransactionFromABusyServer(t *testing.T) {
 		}
 		return false
 	}
-	prefix := "fault-txwatch-" + heraldtest.Schema(t)
+	prefix := "fault-txwatch-" + testenv.Schema(t)
 	w := watchRelayTx(t, watcher, prefix)
 
 	// Busy: one statement the server executes for longer than longTx.

@@ -17,7 +17,7 @@ import (
 
 	"github.com/herald-outbox/herald"
 	"github.com/herald-outbox/herald/driver/heraldpg"
-	"github.com/herald-outbox/herald/internal/heraldtest"
+	"github.com/herald-outbox/herald/internal/testenv"
 )
 
 // The events of every case: one topic, keys owned by one producer each, so
@@ -41,7 +41,7 @@ type world struct {
 	store  *heraldpg.Driver
 	writer *herald.Writer[pgx.Tx]
 	orders string // the business table, qualified
-	nats   *heraldtest.NATSServer
+	nats   *testenv.NATSServer
 	stream jetstream.Stream
 	tap    *tap
 	ledger ledger
@@ -57,7 +57,7 @@ type world struct {
 // its own.
 func newWorld(t *testing.T) *world {
 	t.Helper()
-	return newWorldOn(t, heraldtest.PostgresDSN(t), heraldtest.Schema(t))
+	return newWorldOn(t, testenv.PostgresDSN(t), testenv.Schema(t))
 }
 
 // newWorldOn builds a world in schema (which must exist) of the database
@@ -79,7 +79,7 @@ func newWorldOn(t *testing.T, dsn, schema string) *world {
 	require.NoError(t, err)
 
 	w := &world{dsn: dsn, pool: pool, cfg: cfg, store: store, writer: writer, orders: orders}
-	w.nats = heraldtest.NATS(t)
+	w.nats = testenv.NATS(t)
 	w.stream = w.nats.CreateStream(t, "FAULT", streamSubject)
 	w.tap = startTap(t, w.nats.Conn(t))
 	return w

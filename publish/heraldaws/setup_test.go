@@ -18,13 +18,13 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/herald-outbox/herald"
-	"github.com/herald-outbox/herald/internal/heraldtest"
+	"github.com/herald-outbox/herald/internal/testenv"
 	"github.com/herald-outbox/herald/publish/heraldaws"
 	"github.com/herald-outbox/herald/publish/publishertest"
 )
 
 func TestMain(m *testing.M) {
-	heraldtest.Main(m)
+	testenv.Main(m)
 }
 
 // bundle is one test's AWS emulator and clients of it.
@@ -43,7 +43,7 @@ var names atomic.Int64
 // setup starts moto_server for the test and returns clients of it.
 func setup(t *testing.T) *bundle {
 	t.Helper()
-	moto := heraldtest.Moto(t)
+	moto := testenv.Moto(t)
 	cfg := awsConfig(t, moto.URL)
 	return &bundle{
 		sqs:   sqs.NewFromConfig(cfg),

@@ -11,7 +11,7 @@ import (
 	"github.com/herald-outbox/herald"
 	"github.com/herald-outbox/herald/heraldce"
 	"github.com/herald-outbox/herald/heraldspec"
-	"github.com/herald-outbox/herald/internal/heraldtest"
+	"github.com/herald-outbox/herald/internal/testenv"
 	"github.com/herald-outbox/herald/publish/heraldaws"
 )
 
@@ -115,7 +115,7 @@ func TestURLsTheAWSPublishersRefuse(t *testing.T) {
 // of it and its URL, for a destination's endpoint=.
 func motoBundle(t *testing.T, env ...string) (*bundle, string) {
 	t.Helper()
-	moto := heraldtest.Moto(t, env...)
+	moto := testenv.Moto(t, env...)
 	cfg := awsConfig(t, moto.URL)
 	return &bundle{sqs: sqs.NewFromConfig(cfg), sns: sns.NewFromConfig(cfg)}, moto.URL
 }

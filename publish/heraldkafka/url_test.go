@@ -27,7 +27,7 @@ import (
 
 	"github.com/herald-outbox/herald"
 	"github.com/herald-outbox/herald/heraldspec"
-	"github.com/herald-outbox/herald/internal/heraldtest"
+	"github.com/herald-outbox/herald/internal/testenv"
 	"github.com/herald-outbox/herald/publish/heraldkafka"
 )
 
@@ -233,9 +233,9 @@ func TestURLsTheKafkaPublisherRefuses(t *testing.T) {
 
 // openKafka opens a kafka:// destination with a short connect timeout and
 // a logger the test reads; it closes what it opened at the end.
-func openKafka(t *testing.T, raw string, s heraldspec.Secrets) (herald.Publisher, *heraldtest.LogBuffer, error) {
+func openKafka(t *testing.T, raw string, s heraldspec.Secrets) (herald.Publisher, *testenv.LogBuffer, error) {
 	t.Helper()
-	logs := &heraldtest.LogBuffer{}
+	logs := &testenv.LogBuffer{}
 	pub, closePub, err := heraldspec.Open(context.Background(), heraldspec.Destination{Name: "orders", URL: raw, Secrets: s,
 		ConnectTimeout: 2 * time.Second, Logger: slog.New(slog.NewJSONHandler(logs, nil))})
 	if err == nil {

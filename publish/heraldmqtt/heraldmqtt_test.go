@@ -22,12 +22,12 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/herald-outbox/herald"
-	"github.com/herald-outbox/herald/internal/heraldtest"
+	"github.com/herald-outbox/herald/internal/testenv"
 	"github.com/herald-outbox/herald/publish/heraldmqtt"
 )
 
 func TestMain(m *testing.M) {
-	heraldtest.Main(m)
+	testenv.Main(m)
 }
 
 // brokerAddr is the development machine's Mosquitto.
@@ -59,7 +59,7 @@ func setupAt(t *testing.T, addr string) *bundle {
 }
 
 // unavailable skips the test for a missing service, or fails it on CI.
-func unavailable(t *testing.T, why string) { t.Helper(); heraldtest.Unavailable(t, why) }
+func unavailable(t *testing.T, why string) { t.Helper(); testenv.Unavailable(t, why) }
 
 // subscriber is an MQTT 5 client subscribed at QoS 1 that keeps every
 // message it receives, by topic name, in arrival order.
@@ -199,7 +199,7 @@ func startMosquitto(t *testing.T, conf string, files map[string]string) *private
 			unavailable(t, "mosquitto is not installed (apt-get install mosquitto)")
 		}
 	}
-	port := heraldtest.FreePort(t)
+	port := testenv.FreePort(t)
 
 	dir := t.TempDir()
 	for name, content := range files {

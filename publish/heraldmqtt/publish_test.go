@@ -15,7 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/herald-outbox/herald"
-	"github.com/herald-outbox/herald/internal/heraldtest"
+	"github.com/herald-outbox/herald/internal/testenv"
 	"github.com/herald-outbox/herald/publish/heraldmqtt"
 )
 
@@ -165,13 +165,13 @@ func TestBrokerRefusals(t *testing.T) {
 func TestConnectionLostIsAnOutage(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	proxy := heraldtest.NewProxy(t, b.addr)
+	proxy := testenv.NewProxy(t, b.addr)
 	p := newPublisher(t, clientConfig(t, proxy.Addr()), &heraldmqtt.Config{TopicPrefix: b.prefix})
 	require.NoError(t, p.Connect(t.Context()))
 
 	// The PUBLISHes reach the broker, which delivers them; their PUBACKs
 	// stay in the proxy.
-	proxy.Pause(heraldtest.Downstream)
+	proxy.Pause(testenv.Downstream)
 	batch := []herald.Envelope{envelope("lost", "a", "1"), envelope("lost", "b", "2"), envelope("lost", "a", "3")}
 	done := make(chan error, 1)
 	go func() { done <- p.Publish(t.Context(), batch) }()
@@ -211,7 +211,7 @@ func TestUnreachableBrokerFailsWithoutThePassword(t *testing.T) {
 	u, err := url.Parse("mqtt://herald:" + password + "@127.0.0.1:1")
 	require.NoError(t, err)
 	client := autopaho.ClientConfig{ServerUrls: []*url.URL{u}, ConnectUsername: "herald", ConnectPassword: []byte(password)}
-	var logs heraldtest.LogBuffer
+	var logs testenv.LogBuffer
 	p := newPublisher(t, client, &heraldmqtt.Config{ReconnectMinDelay: 10 * time.Millisecond, ReconnectMaxDelay: 20 * time.Millisecond,
 		Logger: slogTo(&logs)})
 
@@ -236,11 +236,11 @@ func TestUnreachableBrokerFailsWithoutThePassword(t *testing.T) {
 func TestCloseEndsAPublishInProgress(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	proxy := heraldtest.NewProxy(t, b.addr)
-	p, err := heraldmqtt.New(clientConfig(t, proxy.Addr()), &heraldmqtt.Config{TopicPrefix: b.prefix, Logger: slogTo(&heraldtest.LogBuffer{})})
+	proxy := testenv.NewProxy(t, b.addr)
+	p, err := heraldmqtt.New(clientConfig(t, proxy.Addr()), &heraldmqtt.Config{TopicPrefix: b.prefix, Logger: slogTo(&testenv.LogBuffer{})})
 	require.NoError(t, err)
 	require.NoError(t, p.Connect(t.Context()))
-	proxy.Pause(heraldtest.Downstream)
+	proxy.Pause(testenv.Downstream)
 	done := make(chan error, 1)
 	go func() { done <- p.Publish(t.Context(), []herald.Envelope{envelope("closing", "a", "1")}) }()
 	b.sub.wait(t, b.prefix+"closing", 1)

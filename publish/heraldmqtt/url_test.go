@@ -22,7 +22,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/herald-outbox/herald/heraldspec"
-	"github.com/herald-outbox/herald/internal/heraldtest"
+	"github.com/herald-outbox/herald/internal/testenv"
 	"github.com/herald-outbox/herald/publish/heraldmqtt"
 )
 
@@ -232,7 +232,7 @@ func TestAnMQTTDestinationsCredentials(t *testing.T) {
 func TestAnMQTTSDestinationTrustsTheCAOfCa(t *testing.T) {
 	t.Parallel()
 	pki := newTestPKI(t)
-	tlsPort := strconv.Itoa(heraldtest.FreePort(t))
+	tlsPort := strconv.Itoa(testenv.FreePort(t))
 	startMosquitto(t, "listener "+tlsPort+" 127.0.0.1\ncafile {dir}/ca.pem\ncertfile {dir}/server.pem\nkeyfile {dir}/server.key",
 		map[string]string{"ca.pem": string(pki.ca), "server.pem": string(pki.cert), "server.key": string(pki.key)})
 	dest := func(query string) heraldspec.Destination {

@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/herald-outbox/herald"
-	"github.com/herald-outbox/herald/internal/heraldtest"
+	"github.com/herald-outbox/herald/internal/testenv"
 	"github.com/herald-outbox/herald/publish/heraldnats"
 )
 
@@ -20,7 +20,7 @@ import (
 // refuses messages over maxMsgSize bytes (0: no limit).
 func atomicStream(t *testing.T, maxMsgSize int32) (*nats.Conn, jetstream.Stream) {
 	t.Helper()
-	srv := heraldtest.NATS(t)
+	srv := testenv.NATS(t)
 	stream := srv.CreateStreamConfig(t, jetstream.StreamConfig{
 		Name: "ORDERS", Subjects: []string{"orders.>"}, MaxMsgSize: maxMsgSize, AllowAtomicPublish: true,
 	})
@@ -186,9 +186,9 @@ func TestAtomicBatches(t *testing.T) {
 
 	t.Run("StreamWithoutAllowAtomicGetsRoundsAndOneWarning", func(t *testing.T) {
 		t.Parallel()
-		srv := heraldtest.NATS(t)
+		srv := testenv.NATS(t)
 		stream := srv.CreateStream(t, "ORDERS", "orders.>")
-		var logs heraldtest.LogBuffer
+		var logs testenv.LogBuffer
 		p, err := heraldnats.New(srv.Conn(t), &heraldnats.Config{
 			AtomicBatches: true, Logger: slog.New(slog.NewTextHandler(&logs, nil)),
 		})
@@ -206,7 +206,7 @@ func TestAtomicBatches(t *testing.T) {
 
 	t.Run("BusyAnswerToTheCommitIsUnavailableAndHoldsBackTheRestOfEachKey", func(t *testing.T) {
 		t.Parallel()
-		srv := heraldtest.NATS(t)
+		srv := testenv.NATS(t)
 		nc := srv.Conn(t)
 		// No stream: a subscriber answers the commit as a server with too
 		// many atomic batches in flight does.

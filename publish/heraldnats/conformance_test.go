@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/herald-outbox/herald"
-	"github.com/herald-outbox/herald/internal/heraldtest"
+	"github.com/herald-outbox/herald/internal/testenv"
 	"github.com/herald-outbox/herald/publish/heraldnats"
 	"github.com/herald-outbox/herald/publish/publishertest"
 )
@@ -37,7 +37,7 @@ func TestConformanceWithAtomicBatches(t *testing.T) {
 // (nil: the defaults, with MaxMessageBytes set to the stream's limit).
 func conformance(t *testing.T, cfg *heraldnats.Config) {
 	atomicBatches := cfg != nil && cfg.AtomicBatches
-	srv := heraldtest.NATS(t)
+	srv := testenv.NATS(t)
 	nc := srv.Conn(t)
 	stream := srv.CreateStreamConfig(t, jetstream.StreamConfig{
 		Name:               "CONFORMANCE",

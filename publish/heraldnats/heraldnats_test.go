@@ -17,12 +17,12 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/herald-outbox/herald"
-	"github.com/herald-outbox/herald/internal/heraldtest"
+	"github.com/herald-outbox/herald/internal/testenv"
 	"github.com/herald-outbox/herald/publish/heraldnats"
 )
 
 func TestMain(m *testing.M) {
-	heraldtest.Main(m)
+	testenv.Main(m)
 }
 
 const (
@@ -245,7 +245,7 @@ func TestPublish(t *testing.T) {
 	t.Run("SubjectWithoutStreamFailsRetryablyUntilStreamExists", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
-		var logs heraldtest.LogBuffer
+		var logs testenv.LogBuffer
 		p := b.publisher(t, &heraldnats.Config{Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
 		const warning = `level=WARN msg="no JetStream stream captures subject; its events are retried until one does"`
 		warnings := func(subject string) int {
@@ -288,7 +288,7 @@ func TestPublish(t *testing.T) {
 	t.Run("MissingStreamWarningNamesTheProgramsFix", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
-		var logs heraldtest.LogBuffer
+		var logs testenv.LogBuffer
 		p := b.publisher(t, &heraldnats.Config{
 			Logger:       slog.New(slog.NewTextHandler(&logs, nil)),
 			NoStreamHint: func(subject string) string { return "pass --streams " + subject },

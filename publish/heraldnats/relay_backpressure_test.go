@@ -16,7 +16,7 @@ import (
 
 	"github.com/herald-outbox/herald"
 	"github.com/herald-outbox/herald/driver/heraldpg"
-	"github.com/herald-outbox/herald/internal/heraldtest"
+	"github.com/herald-outbox/herald/internal/testenv"
 	"github.com/herald-outbox/herald/publish/heraldnats"
 )
 
@@ -89,8 +89,8 @@ func drainUnderBackpressure(t *testing.T, relays int) {
 	})
 	require.NoError(t, err)
 
-	pool := heraldtest.PostgresPool(t)
-	cfg := &heraldpg.Config{Schema: heraldtest.Schema(t)}
+	pool := testenv.PostgresPool(t)
+	cfg := &heraldpg.Config{Schema: testenv.Schema(t)}
 	store, err := heraldpg.New(pool, cfg)
 	require.NoError(t, err)
 	require.NoError(t, store.Migrate(ctx))

@@ -14,7 +14,7 @@ import (
 
 	"github.com/herald-outbox/herald"
 	"github.com/herald-outbox/herald/driver/heraldpg"
-	"github.com/herald-outbox/herald/internal/heraldtest"
+	"github.com/herald-outbox/herald/internal/testenv"
 	"github.com/herald-outbox/herald/publish/heraldnats"
 )
 
@@ -66,7 +66,7 @@ func (s *restartableServer) stop() {
 // committed event reaches the stream once, none dies, and the relay keeps
 // running throughout.
 func TestRelayDeliversEverythingAcrossABrokerRestart(t *testing.T) {
-	heraldtest.Long(t)
+	testenv.Long(t)
 	t.Parallel()
 	ctx := context.Background()
 	const events = 3000
@@ -82,8 +82,8 @@ func TestRelayDeliversEverythingAcrossABrokerRestart(t *testing.T) {
 	})
 	require.NoError(t, err)
 
-	pool := heraldtest.PostgresPool(t)
-	cfg := &heraldpg.Config{Schema: heraldtest.Schema(t)}
+	pool := testenv.PostgresPool(t)
+	cfg := &heraldpg.Config{Schema: testenv.Schema(t)}
 	store, err := heraldpg.New(pool, cfg)
 	require.NoError(t, err)
 	require.NoError(t, store.Migrate(ctx))

@@ -12,13 +12,13 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
-	"github.com/herald-outbox/herald/internal/heraldtest"
+	"github.com/herald-outbox/herald/internal/testenv"
 	"github.com/herald-outbox/herald/publish/heraldpubsub"
 	"github.com/herald-outbox/herald/publish/publishertest"
 )
 
 func TestMain(m *testing.M) {
-	heraldtest.Main(m,
+	testenv.Main(m,
 		// A subscriber's keep-alive goroutine notices that Receive
 		// returned only at its next tick, up to 10s later.
 		goleak.IgnoreTopFunction("cloud.google.com/go/pubsub/v2.(*messageIterator).streamKeepAliveHandler"),

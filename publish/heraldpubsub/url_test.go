@@ -15,7 +15,7 @@ import (
 	"github.com/herald-outbox/herald"
 	"github.com/herald-outbox/herald/heraldce"
 	"github.com/herald-outbox/herald/heraldspec"
-	"github.com/herald-outbox/herald/internal/heraldtest"
+	"github.com/herald-outbox/herald/internal/testenv"
 	"github.com/herald-outbox/herald/publish/heraldpubsub"
 )
 
@@ -113,7 +113,7 @@ func TestURLsThePubSubPublisherRefuses(t *testing.T) {
 // publisher publishes there.
 func TestAPubSubDestinationOpensAndPublishes(t *testing.T) {
 	t.Parallel()
-	addr := heraldtest.PubSubEmulator(t)
+	addr := testenv.PubSubEmulator(t)
 	ctx := t.Context()
 	client, err := heraldpubsub.NewClient(ctx, "herald-url", heraldpubsub.EmulatorOptions(addr)...)
 	require.NoError(t, err)

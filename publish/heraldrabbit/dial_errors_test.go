@@ -11,7 +11,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
 
-	"github.com/herald-outbox/herald/internal/heraldtest"
+	"github.com/herald-outbox/herald/internal/testenv"
 	"github.com/herald-outbox/herald/publish/heraldrabbit"
 )
 
@@ -19,7 +19,7 @@ import (
 // the client's underneath, so that a program can tell credentials the
 // broker refused (ACCESS_REFUSED) from a broker that is down.
 func TestDialErrorsKeepTheClientsErrorBehindTheirScrubbedText(t *testing.T) {
-	heraldtest.Long(t)
+	testenv.Long(t)
 	t.Parallel()
 	adminConn(t) // skips without RabbitMQ
 	const password = "n0t-The-Passw0rd"

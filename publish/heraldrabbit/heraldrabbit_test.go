@@ -16,12 +16,12 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/herald-outbox/herald"
-	"github.com/herald-outbox/herald/internal/heraldtest"
+	"github.com/herald-outbox/herald/internal/testenv"
 	"github.com/herald-outbox/herald/publish/heraldrabbit"
 )
 
 func TestMain(m *testing.M) {
-	heraldtest.Main(m)
+	testenv.Main(m)
 }
 
 // brokerURL is the development machine's RabbitMQ.
@@ -70,7 +70,7 @@ func adminConn(t *testing.T) *amqp.Connection {
 }
 
 // unavailable skips the test for a missing service, or fails it on CI.
-func unavailable(t *testing.T, why string) { t.Helper(); heraldtest.Unavailable(t, why) }
+func unavailable(t *testing.T, why string) { t.Helper(); testenv.Unavailable(t, why) }
 
 // do runs f on a channel of its own (tests run in parallel on one admin
 // connection).
@@ -277,7 +277,7 @@ func TestPublish(t *testing.T) {
 		b := setup(t)
 		q := b.queue(t, "orders", nil)
 		other := b.queue(t, "elsewhere", nil)
-		var logs heraldtest.LogBuffer
+		var logs testenv.LogBuffer
 		p := b.publisher(t, &heraldrabbit.Config{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 		// What a row inserted with plain SQL can hold: a writer refuses
 		// every one of these names.
@@ -530,10 +530,10 @@ func TestDialer(t *testing.T) {
 // broker is unreachable, not when it refuses the credentials, not when the
 // URL does not parse.
 func TestPasswordNeverAppears(t *testing.T) {
-	heraldtest.Long(t)
+	testenv.Long(t)
 	t.Parallel()
 	const password = "s3cret-Pa55"
-	var logs heraldtest.LogBuffer
+	var logs testenv.LogBuffer
 	logger := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	check := func(t *testing.T, url string) {
 		t.Helper()

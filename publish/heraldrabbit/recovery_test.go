@@ -16,7 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/herald-outbox/herald"
-	"github.com/herald-outbox/herald/internal/heraldtest"
+	"github.com/herald-outbox/herald/internal/testenv"
 	"github.com/herald-outbox/herald/publish/heraldrabbit"
 )
 
@@ -31,7 +31,7 @@ func TestBrokerClosesTheConnection(t *testing.T) {
 		unavailable(t, "rabbitmqctl is not installed: cannot close a connection from the broker's side")
 	}
 	q := b.queue(t, "orders", nil)
-	var logs heraldtest.LogBuffer
+	var logs testenv.LogBuffer
 	name := b.prefix + "publisher"
 	props := amqp.NewConnectionProperties()
 	props.SetClientConnectionName(name)

@@ -23,7 +23,7 @@ import (
 
 	"github.com/herald-outbox/herald"
 	"github.com/herald-outbox/herald/heraldspec"
-	"github.com/herald-outbox/herald/internal/heraldtest"
+	"github.com/herald-outbox/herald/internal/testenv"
 	"github.com/herald-outbox/herald/publish/heraldrabbit"
 )
 
@@ -175,7 +175,7 @@ func TestARabbitDestinationThatIsDownIsUnreachable(t *testing.T) {
 // A broker that refuses the password will refuse it again: not a broker
 // to wait for.
 func TestARabbitDestinationRefusingTheCredentialsIsNotUnreachable(t *testing.T) {
-	heraldtest.Long(t) // RabbitMQ answers a wrong password after a pause
+	testenv.Long(t) // RabbitMQ answers a wrong password after a pause
 	t.Parallel()
 	adminConn(t) // skips without RabbitMQ
 	_, _, err := heraldspec.Open(t.Context(), heraldspec.Destination{Name: "orders", URL: "amqp://guest@127.0.0.1:5672/",

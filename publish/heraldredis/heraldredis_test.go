@@ -17,13 +17,13 @@ import (
 
 	"github.com/herald-outbox/herald"
 	"github.com/herald-outbox/herald/heraldce"
-	"github.com/herald-outbox/herald/internal/heraldtest"
+	"github.com/herald-outbox/herald/internal/testenv"
 	"github.com/herald-outbox/herald/publish/heraldredis"
 	"github.com/herald-outbox/herald/publish/publishertest"
 )
 
 func TestMain(m *testing.M) {
-	heraldtest.Main(m)
+	testenv.Main(m)
 }
 
 // redisAddr is the development machine's Redis server.
@@ -78,7 +78,7 @@ func connect(t *testing.T, addr string) *redis.Client {
 }
 
 // unavailable skips the test for a missing service, or fails it on CI.
-func unavailable(t *testing.T, why string) { t.Helper(); heraldtest.Unavailable(t, why) }
+func unavailable(t *testing.T, why string) { t.Helper(); testenv.Unavailable(t, why) }
 
 func (b *bundle) publisher(t *testing.T, cfg *heraldredis.Config) *heraldredis.Publisher {
 	t.Helper()
@@ -504,7 +504,7 @@ func startRedis(t *testing.T) *privateRedis {
 	if err != nil {
 		unavailable(t, "redis-server is not installed (apt-get install redis-server)")
 	}
-	port := heraldtest.FreePort(t)
+	port := testenv.FreePort(t)
 
 	cmd := exec.Command(bin, "--bind", "127.0.0.1", "--port", strconv.Itoa(port),
 		"--save", "", "--appendonly", "no", "--dir", t.TempDir())

@@ -14,7 +14,7 @@ import (
 	"github.com/herald-outbox/herald"
 	"github.com/herald-outbox/herald/driver/heraldsqlite"
 	"github.com/herald-outbox/herald/heraldadmin"
-	"github.com/herald-outbox/herald/internal/heraldtest"
+	"github.com/herald-outbox/herald/internal/testenv"
 )
 
 // With a relay: while one destination is down, the other's events all go
@@ -52,7 +52,7 @@ func TestRelayKeepsPublishingToTheOthersWhileOneDestinationIsDown(t *testing.T) 
 		}
 		return errors.New("dial tcp 127.0.0.1:1: connection refused")
 	}}
-	var log heraldtest.LogBuffer
+	var log testenv.LogBuffer
 	logger := slog.New(slog.NewTextHandler(&log, nil))
 	router, err := New(&Config{
 		Destinations: []Destination{{Name: "up", Publisher: up},

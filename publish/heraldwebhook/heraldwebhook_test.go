@@ -23,11 +23,11 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/herald-outbox/herald"
-	"github.com/herald-outbox/herald/internal/heraldtest"
+	"github.com/herald-outbox/herald/internal/testenv"
 	"github.com/herald-outbox/herald/publish/heraldwebhook"
 )
 
-func TestMain(m *testing.M) { heraldtest.Main(m) }
+func TestMain(m *testing.M) { testenv.Main(m) }
 
 // testSecret signs by default; otherSecret is a second endpoint's.
 const testSecret = vectorSecret
@@ -625,7 +625,7 @@ func TestAddressGuard(t *testing.T) {
 		t.Parallel()
 		requireLocalhost(t)
 		b := setup(t)
-		var logs heraldtest.LogBuffer
+		var logs testenv.LogBuffer
 		byName := strings.Replace(b.url("/hooks?token=s3cr3t"), "127.0.0.1", "localhost", 1)
 		p := b.publisher(t, &heraldwebhook.Config{
 			Endpoints: map[string]heraldwebhook.Endpoint{"named": {URL: byName}},
@@ -901,7 +901,7 @@ func TestSecretsStayOut(t *testing.T) {
 
 	b := setup(t)
 	b.rcv.Respond = func(http.ResponseWriter, *request) int { return http.StatusInternalServerError }
-	var logs heraldtest.LogBuffer
+	var logs testenv.LogBuffer
 	logger := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	withSecrets := func(base string) string {
 		return strings.Replace(base, "http://", "http://user:"+password+"@", 1) + "/hooks/" + pathToken + "?token=" + queryToken
@@ -936,7 +936,7 @@ func TestSecretsStayOut(t *testing.T) {
 			requireClean(t, verb+" pointer", fmt.Sprintf(verb, cfg))
 			requireClean(t, verb+" endpoint", fmt.Sprintf(verb, cfg.Endpoints["up"]))
 		}
-		var js heraldtest.LogBuffer
+		var js testenv.LogBuffer
 		slog.New(slog.NewJSONHandler(&js, nil)).Info("config", "config", *cfg, "endpoint", cfg.Endpoints["up"])
 		requireClean(t, "slog JSON", js.String())
 		require.Contains(t, fmt.Sprint(*cfg), "127.0.0.1:1", "the origin remains, for the operator")

@@ -13,10 +13,10 @@ import (
 	"github.com/herald-outbox/herald/driver/heraldcdc"
 	"github.com/herald-outbox/herald/driver/heraldcdc/heraldcdcprom"
 	"github.com/herald-outbox/herald/driver/heraldpg"
-	"github.com/herald-outbox/herald/internal/heraldtest"
+	"github.com/herald-outbox/herald/internal/testenv"
 )
 
-func TestMain(m *testing.M) { heraldtest.Main(m) }
+func TestMain(m *testing.M) { testenv.Main(m) }
 
 // gauge reads one series of the registry, and whether it exists.
 func gauge(t *testing.T, reg *prometheus.Registry, name string, labels map[string]string) (float64, bool) {
@@ -47,10 +47,10 @@ func gauge(t *testing.T, reg *prometheus.Registry, name string, labels map[strin
 // and lag grow while nothing is confirmed and drop after Confirm; lag in
 // seconds ages the oldest unconfirmed transaction.
 func TestCollectorFollowsTheSlot(t *testing.T) {
-	heraldtest.Long(t)
+	testenv.Long(t)
 	t.Parallel()
 	ctx := context.Background()
-	pc := heraldtest.PrivateCluster(t)
+	pc := testenv.PrivateCluster(t)
 	pool, err := pgxpool.New(ctx, pc.DSN)
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)

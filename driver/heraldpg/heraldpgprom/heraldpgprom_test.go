@@ -10,10 +10,10 @@ import (
 
 	"github.com/herald-outbox/herald/driver/heraldpg"
 	"github.com/herald-outbox/herald/driver/heraldpg/heraldpgprom"
-	"github.com/herald-outbox/herald/internal/heraldtest"
+	"github.com/herald-outbox/herald/internal/testenv"
 )
 
-func TestMain(m *testing.M) { heraldtest.Main(m) }
+func TestMain(m *testing.M) { testenv.Main(m) }
 
 func gauge(t *testing.T, reg *prometheus.Registry, name string, labels map[string]string) (float64, bool) {
 	t.Helper()
@@ -42,8 +42,8 @@ func gauge(t *testing.T, reg *prometheus.Registry, name string, labels map[strin
 func TestCollectorReportsTheTablesOfTheOutbox(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	pool := heraldtest.PostgresPool(t)
-	schema := heraldtest.Schema(t)
+	pool := testenv.PostgresPool(t)
+	schema := testenv.Schema(t)
 	d, err := heraldpg.New(pool, &heraldpg.Config{Schema: schema, Partition: &heraldpg.Partitioning{Ahead: 2}})
 	require.NoError(t, err)
 	require.NoError(t, d.Migrate(ctx))
@@ -102,7 +102,7 @@ func TestCollectorReportsTheTablesOfTheOutbox(t *testing.T) {
 	require.True(t, ok)
 	require.Equal(t, 1.0, n)
 
-	plain, err := heraldpg.New(pool, &heraldpg.Config{Schema: heraldtest.Schema(t)})
+	plain, err := heraldpg.New(pool, &heraldpg.Config{Schema: testenv.Schema(t)})
 	require.NoError(t, err)
 	require.NoError(t, plain.Migrate(ctx))
 	reg = prometheus.NewRegistry()

@@ -22,17 +22,17 @@ import (
 	"github.com/herald-outbox/herald"
 	"github.com/herald-outbox/herald/driver/heralddrivertest"
 	"github.com/herald-outbox/herald/driver/heraldmysql"
-	"github.com/herald-outbox/herald/internal/heraldtest"
+	"github.com/herald-outbox/herald/internal/testenv"
 )
 
 // EnvDSN names the environment variable with the server's DSN.
-const EnvDSN = heraldtest.EnvMySQL
+const EnvDSN = testenv.EnvMySQL
 
 // DSN returns the test server's DSN, after checking once that it answers;
 // when it does not, the test skips (fails with CI=true).
 func DSN(t testing.TB) string {
 	t.Helper()
-	return heraldtest.MySQL(t)
+	return testenv.MySQL(t)
 }
 
 // Pool opens a pool on the test server, closed when t ends.
@@ -50,7 +50,7 @@ func Pool(t testing.TB) *sql.DB {
 // MySQL counterpart of a PostgreSQL schema.
 func Database(t testing.TB, db *sql.DB) string {
 	t.Helper()
-	return heraldtest.MySQLDatabase(t, db)
+	return testenv.MySQLDatabase(t, db)
 }
 
 // Outbox is one MySQL outbox under test.

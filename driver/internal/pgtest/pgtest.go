@@ -19,7 +19,7 @@ import (
 	"github.com/herald-outbox/herald"
 	"github.com/herald-outbox/herald/driver/heralddrivertest"
 	"github.com/herald-outbox/herald/driver/heraldpg"
-	"github.com/herald-outbox/herald/internal/heraldtest"
+	"github.com/herald-outbox/herald/internal/testenv"
 )
 
 // Outbox is one PostgreSQL outbox under test, over pgx.
@@ -32,12 +32,12 @@ type Outbox struct {
 }
 
 // New migrates an outbox for cfg on pool, in a fresh schema
-// (heraldtest.Schema) unless cfg names one.
+// (testenv.Schema) unless cfg names one.
 func New(t testing.TB, pool *pgxpool.Pool, cfg heraldpg.Config) *Outbox {
 	t.Helper()
 	ctx := t.Context()
 	if cfg.Schema == "" {
-		cfg.Schema = heraldtest.Schema(t)
+		cfg.Schema = testenv.Schema(t)
 	}
 	store, err := heraldpg.New(pool, &cfg)
 	require.NoError(t, err)
@@ -78,7 +78,7 @@ func New(t testing.TB, pool *pgxpool.Pool, cfg heraldpg.Config) *Outbox {
 			return id, pool.QueryRow(ctx, q.insertVersioned, topic, payload, event, aggregate).Scan(&id)
 		},
 		Open: func(t testing.TB) herald.Store {
-			s, err := heraldpg.New(heraldtest.PostgresPool(t), &cfg)
+			s, err := heraldpg.New(testenv.PostgresPool(t), &cfg)
 			require.NoError(t, err)
 			return s
 		},
@@ -97,7 +97,7 @@ func NewSQL(t testing.TB, db *sql.DB, cfg heraldpg.Config) *heralddrivertest.Dri
 	t.Helper()
 	ctx := t.Context()
 	if cfg.Schema == "" {
-		cfg.Schema = heraldtest.Schema(t)
+		cfg.Schema = testenv.Schema(t)
 	}
 	store, err := heraldpg.NewSQL(db, &cfg)
 	require.NoError(t, err)
@@ -136,7 +136,7 @@ func NewSQL(t testing.TB, db *sql.DB, cfg heraldpg.Config) *heralddrivertest.Dri
 			return id, db.QueryRowContext(ctx, q.insertVersioned, topic, payload, event, aggregate).Scan(&id)
 		},
 		Open: func(t testing.TB) herald.Store {
-			other := stdlib.OpenDBFromPool(heraldtest.PostgresPool(t))
+			other := stdlib.OpenDBFromPool(testenv.PostgresPool(t))
 			t.Cleanup(func() { _ = other.Close() })
 			s, err := heraldpg.NewSQL(other, &cfg)
 			require.NoError(t, err)

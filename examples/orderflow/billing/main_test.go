@@ -23,11 +23,11 @@ import (
 
 	"github.com/herald-outbox/herald"
 	"github.com/herald-outbox/herald/driver/heraldpg"
-	"github.com/herald-outbox/herald/internal/heraldtest"
+	"github.com/herald-outbox/herald/internal/testenv"
 	"github.com/herald-outbox/herald/publish/heraldnats"
 )
 
-func TestMain(m *testing.M) { heraldtest.Main(m) }
+func TestMain(m *testing.M) { testenv.Main(m) }
 
 // fixture is billing on a fresh, migrated schema.
 type fixture struct {
@@ -38,8 +38,8 @@ type fixture struct {
 
 func setup(t *testing.T) *fixture {
 	t.Helper()
-	pool := heraldtest.PostgresPool(t)
-	schema := heraldtest.Schema(t)
+	pool := testenv.PostgresPool(t)
+	schema := testenv.Schema(t)
 	b, err := newBilling(pool, schema, slog.New(slog.DiscardHandler))
 	require.NoError(t, err)
 	require.NoError(t, b.migrate(context.Background()))
@@ -241,7 +241,7 @@ func TestConsumerSettlesEveryDeliveryAndInvoicesOncePerEvent(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
 	f.b.nakDelay = 20 * time.Millisecond
-	ns := heraldtest.NATS(t)
+	ns := testenv.NATS(t)
 	js, err := jetstream.New(ns.Conn(t))
 	require.NoError(t, err)
 	stream, err := ensureStream(context.Background(), js)
@@ -287,7 +287,7 @@ func startOrders(t *testing.T, dsn, schema string) string {
 	out, err := exec.Command("go", "build", "-o", bin, "../orders").CombinedOutput()
 	require.NoError(t, err, "building the orders service: %s", out)
 
-	logs := &heraldtest.LogBuffer{}
+	logs := &testenv.LogBuffer{}
 	cmd := exec.Command(bin, "--addr", "127.0.0.1:0", "--db", dsn, "--schema", schema)
 	cmd.Stdout, cmd.Stderr = logs, logs
 	require.NoError(t, cmd.Start())
@@ -336,10 +336,10 @@ func TestEndToEndAnOrderIsInvoicedOnce(t *testing.T) {
 		t.Skip("needs the go command to build the orders service")
 	}
 	ctx := context.Background()
-	dsn := heraldtest.PostgresDSN(t)
-	schema := heraldtest.Schema(t)
-	ns := heraldtest.NATS(t)
-	pool := heraldtest.PostgresPool(t)
+	dsn := testenv.PostgresDSN(t)
+	schema := testenv.Schema(t)
+	ns := testenv.NATS(t)
+	pool := testenv.PostgresPool(t)
 
 	ordersURL := startOrders(t, dsn, schema) // migrates the orders and outbox tables
 
@@ -360,7 +360,7 @@ func TestEndToEndAnOrderIsInvoicedOnce(t *testing.T) {
 	t.Cleanup(func() { require.NoError(t, relay.Stop(ctx)) })
 
 	billingCtx, stopBilling := context.WithCancel(ctx)
-	billingLogs := &heraldtest.LogBuffer{}
+	billingLogs := &testenv.LogBuffer{}
 	billingDone := make(chan error, 1)
 	go func() {
 		billingDone <- run(billingCtx, []string{"--db", dsn, "--schema", schema, "--nats", ns.URL()}, billingLogs)

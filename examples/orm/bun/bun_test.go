@@ -22,10 +22,10 @@ import (
 	"github.com/herald-outbox/herald/driver/heraldpg"
 	"github.com/herald-outbox/herald/driver/heraldsqlite"
 	"github.com/herald-outbox/herald/examples/orm/internal/ormtest"
-	"github.com/herald-outbox/herald/internal/heraldtest"
+	"github.com/herald-outbox/herald/internal/testenv"
 )
 
-func TestMain(m *testing.M) { heraldtest.Main(m) }
+func TestMain(m *testing.M) { testenv.Main(m) }
 
 type Order struct {
 	bun.BaseModel `bun:"table:orders"`

@@ -26,10 +26,10 @@ import (
 	"github.com/herald-outbox/herald/examples/orm/ent/ent"
 	"github.com/herald-outbox/herald/examples/orm/ent/ent/order"
 	"github.com/herald-outbox/herald/examples/orm/internal/ormtest"
-	"github.com/herald-outbox/herald/internal/heraldtest"
+	"github.com/herald-outbox/herald/internal/testenv"
 )
 
-func TestMain(m *testing.M) { heraldtest.Main(m) }
+func TestMain(m *testing.M) { testenv.Main(m) }
 
 // placeOrder saves an order and its order.placed event as part of tx: they
 // commit, or roll back, together. heraldpg.Execer and heraldsqlite.Execer

@@ -24,13 +24,13 @@ import (
 	"github.com/herald-outbox/herald"
 	"github.com/herald-outbox/herald/driver/heraldpg"
 	"github.com/herald-outbox/herald/examples/orm/internal/ormtest"
-	"github.com/herald-outbox/herald/internal/heraldtest"
+	"github.com/herald-outbox/herald/internal/testenv"
 )
 
 func TestMain(m *testing.M) {
 	// With PrepareStmt, GORM starts a goroutine that expires its cached
 	// statements and never stops it.
-	heraldtest.Main(m, goleak.IgnoreTopFunction("gorm.io/gorm/internal/lru.NewLRU[...].func1"))
+	testenv.Main(m, goleak.IgnoreTopFunction("gorm.io/gorm/internal/lru.NewLRU[...].func1"))
 }
 
 type Order struct {

@@ -25,10 +25,10 @@ import (
 	"github.com/herald-outbox/herald/driver/heraldpg"
 	"github.com/herald-outbox/herald/examples/orm/internal/ormtest"
 	"github.com/herald-outbox/herald/examples/orm/sqlc/shopdb"
-	"github.com/herald-outbox/herald/internal/heraldtest"
+	"github.com/herald-outbox/herald/internal/testenv"
 )
 
-func TestMain(m *testing.M) { heraldtest.Main(m) }
+func TestMain(m *testing.M) { testenv.Main(m) }
 
 // placeOrder saves an order and its order.placed event as part of tx: they
 // commit, or roll back, together.

@@ -17,19 +17,19 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/herald-outbox/herald/cmd/herald-lab/internal/bench"
-	"github.com/herald-outbox/herald/internal/heraldtest"
+	"github.com/herald-outbox/herald/internal/testenv"
 )
 
-// heraldtest.Main stops the throwaway PostgreSQL and checks for leaked
+// testenv.Main stops the throwaway PostgreSQL and checks for leaked
 // goroutines: the embedded NATS server, the relays and the pools must all
 // be gone when Main returns.
-func TestMain(m *testing.M) { heraldtest.Main(m) }
+func TestMain(m *testing.M) { testenv.Main(m) }
 
 // A tiny run of every benchmark: exit code 0 and one JSON object holding
 // every figure, each positive.
 func TestTinyRunReportsEveryFigure(t *testing.T) {
-	heraldtest.Long(t)
-	dsn := heraldtest.PostgresDSN(t)
+	testenv.Long(t)
+	dsn := testenv.PostgresDSN(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 
@@ -104,7 +104,7 @@ func TestTinyRunReportsEveryFigure(t *testing.T) {
 // --nats-atomic: the drain to JetStream in atomic batches delivers the
 // whole backlog, verified, and the result says the mode.
 func TestDrainWithNATSAtomicBatches(t *testing.T) {
-	dsn := heraldtest.PostgresDSN(t)
+	dsn := testenv.PostgresDSN(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 
@@ -136,7 +136,7 @@ func TestDrainWithNATSAtomicBatches(t *testing.T) {
 // the ordered one in each key's order, and the comparison is the ordered
 // rate over the unordered one, round by round.
 func TestDrainBothOrderingsComparesThem(t *testing.T) {
-	dsn := heraldtest.PostgresDSN(t)
+	dsn := testenv.PostgresDSN(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 
@@ -203,7 +203,7 @@ func TestDrainBothOrderingsComparesThem(t *testing.T) {
 // --rounds with latency: every run is kept, and each percentile is the
 // median and range of the runs' own.
 func TestLatencyRoundsGiveMedianAndRange(t *testing.T) {
-	dsn := heraldtest.PostgresDSN(t)
+	dsn := testenv.PostgresDSN(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 

@@ -12,15 +12,15 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/herald-outbox/herald/cmd/herald-lab/internal/bench"
-	"github.com/herald-outbox/herald/internal/heraldtest"
+	"github.com/herald-outbox/herald/internal/testenv"
 )
 
 // --cdc on a cluster with wal_level=logical: the drain runs the
 // change-data-capture relay as a third system, verified as the others, and
 // the latency runs with it; neither leaves a slot or a publication behind.
 func TestCDC(t *testing.T) {
-	heraldtest.Long(t)
-	cluster := heraldtest.PrivateCluster(t)
+	testenv.Long(t)
+	cluster := testenv.PrivateCluster(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 
@@ -134,8 +134,8 @@ func TestCDC(t *testing.T) {
 // relayed by change-data-capture: WriteTx on the streamed table, and with
 // EmitMessages (no row), with the second's rate against the first's.
 func TestCDCProducersCompareTheWriteModes(t *testing.T) {
-	heraldtest.Long(t)
-	cluster := heraldtest.PrivateCluster(t)
+	testenv.Long(t)
+	cluster := testenv.PrivateCluster(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	var stdout, stderr bytes.Buffer
@@ -179,7 +179,7 @@ func requireNoSlotLeft(ctx context.Context, t *testing.T, dsn string) {
 // --cdc on a server whose wal_level is not logical is refused before
 // anything is measured, with how to enable it.
 func TestCDCRefusedWithoutLogicalWAL(t *testing.T) {
-	dsn := heraldtest.PostgresDSN(t)
+	dsn := testenv.PostgresDSN(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	conn, err := pgx.Connect(ctx, dsn)
@@ -189,7 +189,7 @@ func TestCDCRefusedWithoutLogicalWAL(t *testing.T) {
 	require.NoError(t, conn.Close(ctx))
 	if level == "logical" {
 		t.Skipf("the test database has wal_level = logical: run with %s naming a server with wal_level = replica "+
-			"(such as postgres://postgres@127.0.0.1:5432/test?sslmode=disable) to check the refusal", heraldtest.EnvPostgres)
+			"(such as postgres://postgres@127.0.0.1:5432/test?sslmode=disable) to check the refusal", testenv.EnvPostgres)
 	}
 	for _, sub := range []string{"drain", "latency"} {
 		var stdout, stderr bytes.Buffer

@@ -14,7 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/herald-outbox/herald/cmd/herald-lab/internal/bench"
-	"github.com/herald-outbox/herald/internal/heraldtest"
+	"github.com/herald-outbox/herald/internal/testenv"
 )
 
 // The drain on MySQL, tiny: Herald's relay and the ceiling each deliver
@@ -22,10 +22,10 @@ import (
 // ran on, and the ratio line is printed. It creates and drops a database
 // of its own on the test server.
 func TestDrainOnMySQLDeliversEveryEventOnce(t *testing.T) {
-	dsn := heraldtest.MySQL(t) // skips without a server (fails with CI=true)
+	dsn := testenv.MySQL(t) // skips without a server (fails with CI=true)
 	cfg, err := mysql.ParseDSN(dsn)
 	require.NoError(t, err)
-	url := heraldtest.MySQLURL(t, cfg.DBName)
+	url := testenv.MySQLURL(t, cfg.DBName)
 	rec, remove := bench.AddRecordingSink()
 	defer remove()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)

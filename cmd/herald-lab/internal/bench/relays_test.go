@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/herald-outbox/herald/cmd/herald-lab/internal/bench"
-	"github.com/herald-outbox/herald/internal/heraldtest"
+	"github.com/herald-outbox/herald/internal/testenv"
 )
 
 // --relays 3: three relays drain one backlog together, to JetStream and to
@@ -19,7 +19,7 @@ import (
 // each key's events in commit order, and each relay published some of
 // them.
 func TestDrainWithThreeRelaysSharesTheWorkAndKeepsKeyOrder(t *testing.T) {
-	dsn := heraldtest.PostgresDSN(t)
+	dsn := testenv.PostgresDSN(t)
 	rec, remove := bench.AddRecordingSink()
 	defer remove()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)

@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/herald-outbox/herald/cmd/herald-lab/internal/demo"
-	"github.com/herald-outbox/herald/internal/heraldtest"
+	"github.com/herald-outbox/herald/internal/testenv"
 )
 
 func TestMain(m *testing.M) {
@@ -19,7 +19,7 @@ func TestMain(m *testing.M) {
 }
 
 func TestDemoSmallRunKeepsEveryInvariant(t *testing.T) {
-	heraldtest.Long(t)
+	testenv.Long(t)
 	var progress, log bytes.Buffer
 	r, err := demo.Run(context.Background(), demo.Config{
 		Orders: 300, Rate: 150, Outage: 500 * time.Millisecond, Dir: t.TempDir(),

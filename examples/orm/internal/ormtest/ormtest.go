@@ -11,17 +11,17 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/herald-outbox/herald/internal/heraldtest"
+	"github.com/herald-outbox/herald/internal/testenv"
 )
 
-// PostgresDSN creates a schema for the test (heraldtest.Schema: dropped
+// PostgresDSN creates a schema for the test (testenv.Schema: dropped
 // when the test ends) and returns it with a DSN whose search_path is that
 // schema, so that an ORM's unqualified table names land in it. Like
 // heraldtest, it skips the test without PostgreSQL, and fails it with
 // CI=true.
 func PostgresDSN(t testing.TB) (dsn, schema string) {
 	t.Helper()
-	dsn, schema = heraldtest.PostgresDSN(t), heraldtest.Schema(t)
+	dsn, schema = testenv.PostgresDSN(t), testenv.Schema(t)
 	if !strings.HasPrefix(dsn, "postgres://") && !strings.HasPrefix(dsn, "postgresql://") {
 		return dsn + " search_path=" + schema, schema // the keyword/value form
 	}

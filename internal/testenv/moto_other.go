@@ -1,6 +1,6 @@
 //go:build !linux && !darwin
 
-package heraldtest
+package testenv
 
 import (
 	"runtime"
@@ -20,6 +20,6 @@ type MotoServer struct {
 // moto_server on Linux and macOS only.
 func Moto(t testing.TB, _ ...string) *MotoServer {
 	t.Helper()
-	Unavailable(t, "heraldtest: no moto_server helper on "+runtime.GOOS)
+	Unavailable(t, "testenv: no moto_server helper on "+runtime.GOOS)
 	return nil
 }

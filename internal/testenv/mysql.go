@@ -1,4 +1,4 @@
-package heraldtest
+package testenv
 
 import (
 	"context"
@@ -67,7 +67,7 @@ func MySQLDatabase(t testing.TB, db *sql.DB) string {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		if _, err := db.ExecContext(ctx, "DROP DATABASE IF EXISTS `"+name+"`"); err != nil {
-			t.Errorf("heraldtest: dropping database %s: %v", name, err)
+			t.Errorf("testenv: dropping database %s: %v", name, err)
 		}
 	})
 	return name

@@ -1,6 +1,6 @@
 //go:build !linux && !darwin
 
-package heraldtest
+package testenv
 
 import (
 	"runtime"
@@ -30,6 +30,6 @@ type RabbitNode struct {
 // RabbitMQ nodes on Linux and macOS only.
 func RabbitTLS(t testing.TB, _ RabbitTLSConfig) *RabbitNode {
 	t.Helper()
-	Unavailable(t, "heraldtest: no private RabbitMQ node on "+runtime.GOOS)
+	Unavailable(t, "testenv: no private RabbitMQ node on "+runtime.GOOS)
 	return nil
 }

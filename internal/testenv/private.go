@@ -1,4 +1,4 @@
-package heraldtest
+package testenv
 
 import (
 	"os"
@@ -22,9 +22,9 @@ func PrivateCluster(t testing.TB) *Cluster {
 	c, dsn, err := startCluster()
 	switch {
 	case err != nil && os.Getenv("CI") == "true":
-		t.Fatalf("heraldtest: a private PostgreSQL cluster is required in CI (install initdb and postgres): %v", err)
+		t.Fatalf("testenv: a private PostgreSQL cluster is required in CI (install initdb and postgres): %v", err)
 	case err != nil:
-		t.Skipf("heraldtest: cannot start a private PostgreSQL cluster (%v); install the PostgreSQL server binaries", err)
+		t.Skipf("testenv: cannot start a private PostgreSQL cluster (%v); install the PostgreSQL server binaries", err)
 	}
 	t.Cleanup(c.stop)
 	return &Cluster{c: c, DSN: dsn}
@@ -42,6 +42,6 @@ func (pc *Cluster) Start(t testing.TB) {
 	t.Helper()
 	c := pc.c
 	if _, err := c.run(c.postgres, c.data, c.port, c.cred); err != nil {
-		t.Fatalf("heraldtest: restarting the private cluster: %v", err)
+		t.Fatalf("testenv: restarting the private cluster: %v", err)
 	}
 }

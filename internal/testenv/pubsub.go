@@ -1,6 +1,6 @@
 //go:build linux || darwin
 
-package heraldtest
+package testenv
 
 import (
 	"errors"
@@ -45,7 +45,7 @@ func PubSubEmulator(t testing.TB) string {
 		p.stop()
 		last = err
 	}
-	t.Fatalf("heraldtest: %v", last)
+	t.Fatalf("testenv: %v", last)
 	return ""
 }
 

@@ -1,6 +1,6 @@
 //go:build linux || darwin
 
-package heraldtest
+package testenv
 
 import (
 	"os"

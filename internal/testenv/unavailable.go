@@ -1,4 +1,4 @@
-package heraldtest
+package testenv
 
 import (
 	"os"

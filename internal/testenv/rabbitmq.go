@@ -1,6 +1,6 @@
 //go:build linux || darwin
 
-package heraldtest
+package testenv
 
 import (
 	"crypto/rand"
@@ -80,7 +80,7 @@ func RabbitTLS(t testing.TB, cfg RabbitTLSConfig) *RabbitNode {
 	for _, v := range []string{cfg.CertFile, cfg.KeyFile, cfg.CAFile, cfg.User, cfg.Password} {
 		// rabbitmq.conf has no quoting: a value is the rest of its line.
 		if v == "" || strings.ContainsAny(v, "\r\n") {
-			t.Fatalf("heraldtest: RabbitTLS needs CertFile, KeyFile, CAFile, User and Password, each on one line")
+			t.Fatalf("testenv: RabbitTLS needs CertFile, KeyFile, CAFile, User and Password, each on one line")
 		}
 	}
 	// A port can be taken between freePort and the node's bind; a node
@@ -91,7 +91,7 @@ func RabbitTLS(t testing.TB, cfg RabbitTLSConfig) *RabbitNode {
 			return n
 		}
 		if !portTaken(err, log) || attempt == 3 {
-			t.Fatalf("heraldtest: %v", err)
+			t.Fatalf("testenv: %v", err)
 		}
 	}
 }
@@ -158,7 +158,7 @@ default_permissions.write = .*
 	write := func(name, text string) string {
 		path := filepath.Join(dir, name)
 		if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
-			t.Fatalf("heraldtest: %v", err)
+			t.Fatalf("testenv: %v", err)
 		}
 		return path
 	}
@@ -191,12 +191,12 @@ default_permissions.write = .*
 	)
 	out, err := os.OpenFile(filepath.Join(dir, "stdout.log"), os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
-		t.Fatalf("heraldtest: %v", err)
+		t.Fatalf("testenv: %v", err)
 	}
 	defer out.Close()
 	in, stdin, err := os.Pipe()
 	if err != nil {
-		t.Fatalf("heraldtest: %v", err)
+		t.Fatalf("testenv: %v", err)
 	}
 	defer in.Close()
 	cmd := exec.Command(server)
@@ -210,7 +210,7 @@ default_permissions.write = .*
 	started := time.Now()
 	if err := cmd.Start(); err != nil {
 		_ = stdin.Close()
-		t.Fatalf("heraldtest: starting %s: %v", server, err)
+		t.Fatalf("testenv: starting %s: %v", server, err)
 	}
 	n := &RabbitNode{Addr: fmt.Sprintf("127.0.0.1:%d", ssl), Name: name, cmd: cmd, stdin: stdin}
 	t.Cleanup(n.stop)

@@ -1,4 +1,4 @@
-package heraldtest_test
+package testenv_test
 
 import (
 	"bytes"
@@ -14,7 +14,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/herald-outbox/herald/internal/heraldtest"
+	"github.com/herald-outbox/herald/internal/testenv"
 )
 
 // echoServer echoes what each connection sends, and closes its side when
@@ -78,7 +78,7 @@ func (s *echoServer) echo(c net.Conn) {
 	}
 }
 
-func dial(t *testing.T, p *heraldtest.Proxy) *net.TCPConn {
+func dial(t *testing.T, p *testenv.Proxy) *net.TCPConn {
 	t.Helper()
 	c, err := net.Dial("tcp", p.Addr())
 	require.NoError(t, err)
@@ -125,7 +125,7 @@ func TestProxy(t *testing.T) {
 
 	t.Run("ForwardsEveryByteInOrder", func(t *testing.T) {
 		t.Parallel()
-		p := heraldtest.NewProxy(t, startEcho(t).ln.Addr().String())
+		p := testenv.NewProxy(t, startEcho(t).ln.Addr().String())
 		c := dial(t, p)
 		msg := make([]byte, 1<<20)
 		_, _ = rand.Read(msg)
@@ -141,7 +141,7 @@ func TestProxy(t *testing.T) {
 
 	t.Run("ResetCutsOpenConnectionsAndLetsNewOnesThrough", func(t *testing.T) {
 		t.Parallel()
-		p := heraldtest.NewProxy(t, startEcho(t).ln.Addr().String())
+		p := testenv.NewProxy(t, startEcho(t).ln.Addr().String())
 		c := dial(t, p)
 		roundTrip(t, c, []byte("before"))
 		require.Equal(t, 1, p.Open())
@@ -154,7 +154,7 @@ func TestProxy(t *testing.T) {
 	t.Run("RefuseNewResetsNewConnectionsOnly", func(t *testing.T) {
 		t.Parallel()
 		srv := startEcho(t)
-		p := heraldtest.NewProxy(t, srv.ln.Addr().String())
+		p := testenv.NewProxy(t, srv.ln.Addr().String())
 		old := dial(t, p)
 		roundTrip(t, old, []byte("x"))
 		p.RefuseNew()
@@ -172,7 +172,7 @@ func TestProxy(t *testing.T) {
 	t.Run("BlackholeNewSwallowsBytesUntilHeal", func(t *testing.T) {
 		t.Parallel()
 		srv := startEcho(t)
-		p := heraldtest.NewProxy(t, srv.ln.Addr().String())
+		p := testenv.NewProxy(t, srv.ln.Addr().String())
 		p.BlackholeNew()
 		c := dial(t, p)
 		_, err := c.Write([]byte("hello?"))
@@ -187,10 +187,10 @@ func TestProxy(t *testing.T) {
 	t.Run("PauseHoldsBytesAndTheEndOfStreamUntilResume", func(t *testing.T) {
 		t.Parallel()
 		srv := startEcho(t)
-		p := heraldtest.NewProxy(t, srv.ln.Addr().String())
+		p := testenv.NewProxy(t, srv.ln.Addr().String())
 		c := dial(t, p)
 		roundTrip(t, c, []byte("x"))
-		p.Pause(heraldtest.Upstream)
+		p.Pause(testenv.Upstream)
 		_, err := c.Write([]byte("held"))
 		require.NoError(t, err)
 		require.NoError(t, c.CloseWrite())
@@ -206,10 +206,10 @@ func TestProxy(t *testing.T) {
 	t.Run("PauseDownstreamHoldsAnswersOfRequestsTheServerGot", func(t *testing.T) {
 		t.Parallel()
 		srv := startEcho(t)
-		p := heraldtest.NewProxy(t, srv.ln.Addr().String())
+		p := testenv.NewProxy(t, srv.ln.Addr().String())
 		c := dial(t, p)
 		roundTrip(t, c, []byte("x"))
-		p.Pause(heraldtest.Downstream)
+		p.Pause(testenv.Downstream)
 		_, err := c.Write([]byte("asked"))
 		require.NoError(t, err)
 		require.Eventually(t, func() bool { return srv.received.Load() == 6 }, 10*time.Second, time.Millisecond)
@@ -217,21 +217,21 @@ func TestProxy(t *testing.T) {
 		srv.mu.Lock()
 		seenAs := srv.conns[0].RemoteAddr().String()
 		srv.mu.Unlock()
-		require.Equal(t, map[string]int{seenAs: 5}, p.Held(heraldtest.Downstream),
+		require.Equal(t, map[string]int{seenAs: 5}, p.Held(testenv.Downstream),
 			"the held answer, under the address the server knows the connection by")
-		require.Empty(t, p.Held(heraldtest.Upstream))
+		require.Empty(t, p.Held(testenv.Upstream))
 		p.Resume()
 		got := make([]byte, 5)
 		require.NoError(t, c.SetReadDeadline(time.Now().Add(10*time.Second)))
 		_, err = io.ReadFull(c, got)
 		require.NoError(t, err)
 		require.Equal(t, "asked", string(got))
-		require.Empty(t, p.Held(heraldtest.BothWays))
+		require.Empty(t, p.Held(testenv.BothWays))
 	})
 
 	t.Run("LatencyDelaysEachDirection", func(t *testing.T) {
 		t.Parallel()
-		p := heraldtest.NewProxy(t, startEcho(t).ln.Addr().String())
+		p := testenv.NewProxy(t, startEcho(t).ln.Addr().String())
 		c := dial(t, p)
 		roundTrip(t, c, []byte("warm"))
 		const d = 100 * time.Millisecond
@@ -248,11 +248,11 @@ func TestProxy(t *testing.T) {
 	t.Run("DropDiscardsOneDirection", func(t *testing.T) {
 		t.Parallel()
 		srv := startEcho(t)
-		p := heraldtest.NewProxy(t, srv.ln.Addr().String())
+		p := testenv.NewProxy(t, srv.ln.Addr().String())
 		c := dial(t, p)
 		roundTrip(t, c, []byte("x"))
 
-		p.Drop(heraldtest.Upstream)
+		p.Drop(testenv.Upstream)
 		_, err := c.Write([]byte("lost"))
 		require.NoError(t, err)
 		requireSilent(t, c)
@@ -260,7 +260,7 @@ func TestProxy(t *testing.T) {
 		roundTrip(t, c, []byte("kept"))
 		require.EqualValues(t, 5, srv.received.Load(), "the dropped request never reached the server")
 
-		p.Drop(heraldtest.Downstream)
+		p.Drop(testenv.Downstream)
 		_, err = c.Write([]byte("unanswered"))
 		require.NoError(t, err)
 		require.Eventually(t, func() bool { return srv.received.Load() == 15 }, 10*time.Second, time.Millisecond)
@@ -271,10 +271,10 @@ func TestProxy(t *testing.T) {
 
 	t.Run("CloseCutsEveryConnection", func(t *testing.T) {
 		t.Parallel()
-		p := heraldtest.NewProxy(t, startEcho(t).ln.Addr().String())
+		p := testenv.NewProxy(t, startEcho(t).ln.Addr().String())
 		c := dial(t, p)
 		roundTrip(t, c, []byte("x"))
-		p.Pause(heraldtest.BothWays)
+		p.Pause(testenv.BothWays)
 		p.Close()
 		requireBroken(t, c)
 		p.Close()

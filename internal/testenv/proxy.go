@@ -1,4 +1,4 @@
-package heraldtest
+package testenv
 
 import (
 	"errors"
@@ -88,7 +88,7 @@ func NewProxy(t testing.TB, target string) *Proxy {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		t.Fatalf("heraldtest: proxy: listening: %v", err)
+		t.Fatalf("testenv: proxy: listening: %v", err)
 	}
 	p := &Proxy{
 		target:  target,

@@ -1,4 +1,4 @@
-package heraldtest
+package testenv
 
 import (
 	"fmt"
@@ -10,7 +10,7 @@ import (
 
 // Main runs a package's tests, stops the throwaway PostgreSQL cluster if
 // one was started, then fails the run if any goroutine leaked. Call it from
-// TestMain: func TestMain(m *testing.M) { heraldtest.Main(m) }.
+// TestMain: func TestMain(m *testing.M) { testenv.Main(m) }.
 //
 // OpenCensus's worker is never counted: the Google Cloud client libraries
 // import OpenCensus, whose package init starts that goroutine for the life

@@ -1,4 +1,4 @@
-package heraldtest
+package testenv
 
 import (
 	"fmt"
@@ -26,7 +26,7 @@ func FreePort(t testing.TB) int {
 	t.Helper()
 	port, err := freePort()
 	if err != nil {
-		t.Fatalf("heraldtest: finding a free port: %v", err)
+		t.Fatalf("testenv: finding a free port: %v", err)
 	}
 	return port
 }

@@ -1,6 +1,6 @@
 //go:build linux || darwin
 
-package heraldtest
+package testenv
 
 import (
 	"errors"
@@ -54,7 +54,7 @@ func Moto(t testing.TB, env ...string) *MotoServer {
 	logPath := filepath.Join(t.TempDir(), "moto.log")
 	logf, err := os.OpenFile(logPath, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
-		t.Fatalf("heraldtest: creating moto log: %v", err)
+		t.Fatalf("testenv: creating moto log: %v", err)
 	}
 	// Port 0: the kernel picks a free port, and the server says which.
 	cmd := exec.Command(bin, "-H", "127.0.0.1", "-p", "0")
@@ -70,12 +70,12 @@ func Moto(t testing.TB, env ...string) *MotoServer {
 	err = cmd.Start()
 	_ = logf.Close()
 	if err != nil {
-		t.Fatalf("heraldtest: starting moto_server: %v", err)
+		t.Fatalf("testenv: starting moto_server: %v", err)
 	}
 	m := &MotoServer{cmd: cmd}
 	t.Cleanup(m.stop)
 	if m.URL, err = m.await(logPath); err != nil {
-		t.Fatalf("heraldtest: %v", err)
+		t.Fatalf("testenv: %v", err)
 	}
 	return m
 }

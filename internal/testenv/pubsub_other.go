@@ -1,6 +1,6 @@
 //go:build !linux && !darwin
 
-package heraldtest
+package testenv
 
 import (
 	"runtime"
@@ -11,6 +11,6 @@ import (
 // starts the emulator on Linux and macOS only.
 func PubSubEmulator(t testing.TB) string {
 	t.Helper()
-	Unavailable(t, "heraldtest: no Pub/Sub emulator helper on "+runtime.GOOS)
+	Unavailable(t, "testenv: no Pub/Sub emulator helper on "+runtime.GOOS)
 	return ""
 }

@@ -1,4 +1,4 @@
-package heraldtest_test
+package testenv_test
 
 import (
 	"context"
@@ -13,12 +13,12 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
-	"github.com/herald-outbox/herald/internal/heraldtest"
+	"github.com/herald-outbox/herald/internal/testenv"
 )
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	heraldtest.StopPostgres()
+	testenv.StopPostgres()
 	// Checked here rather than with goleak.VerifyTestMain so that it also
 	// covers what StopPostgres leaves behind.
 	if code == 0 {
@@ -36,7 +36,7 @@ func TestPostgres(t *testing.T) {
 
 	t.Run("DSNAnswersQueries", func(t *testing.T) {
 		t.Parallel()
-		conn, err := pgx.Connect(ctx, heraldtest.PostgresDSN(t))
+		conn, err := pgx.Connect(ctx, testenv.PostgresDSN(t))
 		require.NoError(t, err)
 		defer conn.Close(ctx)
 		var one int
@@ -46,13 +46,13 @@ func TestPostgres(t *testing.T) {
 
 	t.Run("EveryTestGetsTheSameServer", func(t *testing.T) {
 		t.Parallel()
-		require.Equal(t, heraldtest.PostgresDSN(t), heraldtest.PostgresDSN(t))
+		require.Equal(t, testenv.PostgresDSN(t), testenv.PostgresDSN(t))
 	})
 
 	t.Run("SchemaHoldsTablesUnderAPlainName", func(t *testing.T) {
 		t.Parallel()
-		pool := heraldtest.PostgresPool(t)
-		a, b := heraldtest.Schema(t), heraldtest.Schema(t)
+		pool := testenv.PostgresPool(t)
+		a, b := testenv.Schema(t), testenv.Schema(t)
 		require.Regexp(t, regexp.MustCompile(`^ht_[a-z0-9_]+$`), a)
 		require.NotEqual(t, a, b)
 
@@ -69,12 +69,12 @@ func TestPostgres(t *testing.T) {
 		t.Parallel()
 		var name string
 		t.Run("Inner", func(t *testing.T) {
-			name = heraldtest.Schema(t)
-			_, err := heraldtest.PostgresPool(t).Exec(ctx, "CREATE TABLE "+name+".t (id int)")
+			name = testenv.Schema(t)
+			_, err := testenv.PostgresPool(t).Exec(ctx, "CREATE TABLE "+name+".t (id int)")
 			require.NoError(t, err)
 		})
 		var exists bool
-		require.NoError(t, heraldtest.PostgresPool(t).QueryRow(ctx,
+		require.NoError(t, testenv.PostgresPool(t).QueryRow(ctx,
 			"SELECT EXISTS (SELECT FROM pg_namespace WHERE nspname = $1)", name).Scan(&exists))
 		require.False(t, exists)
 	})
@@ -86,7 +86,7 @@ func TestNATS(t *testing.T) {
 
 	t.Run("StreamSurvivesRestart", func(t *testing.T) {
 		t.Parallel()
-		srv := heraldtest.NATS(t)
+		srv := testenv.NATS(t)
 		stream := srv.CreateStream(t, "ORDERS", "orders.>")
 		js, err := jetstream.New(srv.Conn(t))
 		require.NoError(t, err)
@@ -125,7 +125,7 @@ func TestNATS(t *testing.T) {
 
 	t.Run("RestartOfARunningServerKeepsStreams", func(t *testing.T) {
 		t.Parallel()
-		srv := heraldtest.NATS(t)
+		srv := testenv.NATS(t)
 		srv.CreateStream(t, "EVENTS", "events.>")
 		srv.Restart(t)
 		js, err := jetstream.New(srv.Conn(t))

@@ -1,4 +1,4 @@
-// Package heraldtest provides the real PostgreSQL and NATS JetStream servers
+// Package testenv provides the real PostgreSQL and NATS JetStream servers
 // that Herald's tests run against.
 //
 // PostgreSQL comes from HERALD_TEST_POSTGRES when it is set. Otherwise the
@@ -15,4 +15,4 @@
 // Without HERALD_TEST_POSTGRES or local binaries, PostgreSQL tests skip,
 // except when CI=true, where they fail: a CI run that silently skipped its
 // database tests would prove nothing.
-package heraldtest
+package testenv

@@ -1,4 +1,4 @@
-package heraldtest
+package testenv
 
 import (
 	"context"
@@ -36,7 +36,7 @@ func NATS(t testing.TB) *NATSServer {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if err := n.startLocked(); err != nil {
-		t.Fatalf("heraldtest: %v", err)
+		t.Fatalf("testenv: %v", err)
 	}
 	return n
 }
@@ -98,7 +98,7 @@ func (n *NATSServer) Restart(t testing.TB) {
 	defer n.mu.Unlock()
 	n.stopLocked()
 	if err := n.startLocked(); err != nil {
-		t.Fatalf("heraldtest: restarting: %v", err)
+		t.Fatalf("testenv: restarting: %v", err)
 	}
 }
 
@@ -109,7 +109,7 @@ func (n *NATSServer) Conn(t testing.TB) *nats.Conn {
 	t.Helper()
 	nc, err := nats.Connect(n.URL(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
 	if err != nil {
-		t.Fatalf("heraldtest: connecting to NATS: %v", err)
+		t.Fatalf("testenv: connecting to NATS: %v", err)
 	}
 	t.Cleanup(nc.Close)
 	return nc
@@ -130,7 +130,7 @@ func (n *NATSServer) CreateStreamConfig(t testing.TB, cfg jetstream.StreamConfig
 	t.Helper()
 	js, err := jetstream.New(n.Conn(t))
 	if err != nil {
-		t.Fatalf("heraldtest: %v", err)
+		t.Fatalf("testenv: %v", err)
 	}
 	if cfg.Duplicates == 0 {
 		cfg.Duplicates = 2 * time.Minute
@@ -140,7 +140,7 @@ func (n *NATSServer) CreateStreamConfig(t testing.TB, cfg jetstream.StreamConfig
 	defer cancel()
 	stream, err := js.CreateStream(ctx, cfg)
 	if err != nil {
-		t.Fatalf("heraldtest: creating stream %s: %v", cfg.Name, err)
+		t.Fatalf("testenv: creating stream %s: %v", cfg.Name, err)
 	}
 	return stream
 }

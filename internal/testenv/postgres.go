@@ -1,4 +1,4 @@
-package heraldtest
+package testenv
 
 import (
 	"context"
@@ -47,11 +47,11 @@ func PostgresDSN(t testing.TB) string {
 	shared.mu.Unlock()
 	switch {
 	case stopped:
-		t.Fatal("heraldtest: PostgresDSN called after StopPostgres")
+		t.Fatal("testenv: PostgresDSN called after StopPostgres")
 	case err != nil && os.Getenv("CI") == "true":
 		t.Fatalf("PostgreSQL is required in CI: set %s or install initdb (%v)", EnvPostgres, err)
 	case err != nil:
-		t.Skipf("heraldtest: no PostgreSQL for tests (%v); set %s=postgres://user@host:port/db "+
+		t.Skipf("testenv: no PostgreSQL for tests (%v); set %s=postgres://user@host:port/db "+
 			"or install the PostgreSQL server binaries (initdb, postgres)", err, EnvPostgres)
 	}
 	return dsn
@@ -78,13 +78,13 @@ func PostgresPool(t testing.TB) *pgxpool.Pool {
 	defer cancel()
 	pool, err := pgxpool.New(ctx, dsn)
 	if err != nil {
-		t.Fatalf("heraldtest: opening pool: %v", err)
+		t.Fatalf("testenv: opening pool: %v", err)
 	}
 	t.Cleanup(pool.Close)
 	// pgxpool connects lazily; pinging here turns a bad DSN into one clear
 	// failure instead of an error in whatever the test does first.
 	if err := pool.Ping(ctx); err != nil {
-		t.Fatalf("heraldtest: pinging PostgreSQL: %v", err)
+		t.Fatalf("testenv: pinging PostgreSQL: %v", err)
 	}
 	return pool
 }
@@ -101,11 +101,11 @@ func Schema(t testing.TB) string {
 	name := "ht_" + hex.EncodeToString(b[:])
 
 	if err := execOnce(dsn, "CREATE SCHEMA "+name); err != nil {
-		t.Fatalf("heraldtest: creating schema: %v", err)
+		t.Fatalf("testenv: creating schema: %v", err)
 	}
 	t.Cleanup(func() {
 		if err := execOnce(dsn, "DROP SCHEMA IF EXISTS "+name+" CASCADE"); err != nil {
-			t.Errorf("heraldtest: dropping schema %s: %v", name, err)
+			t.Errorf("testenv: dropping schema %s: %v", name, err)
 		}
 	})
 	return name
