@@ -240,3 +240,19 @@ func TestConfigReferenceIsCurrent(t *testing.T) {
 	require.Equal(t, 0, r.code, r)
 	require.Equal(t, want, r.stdout)
 }
+
+// Every command that takes --db reads the file: migrate creates the table
+// the file names, and status reads it.
+func TestEveryDatabaseCommandReadsTheFile(t *testing.T) {
+	t.Parallel()
+	schema := testenv.Schema(t)
+	path := writeConfig(t, fmt.Sprintf("database: ${APP_DB}\noutbox:\n  schema: %s\n  table: from_config\n", schema))
+	env := map[string]string{"APP_DB": testenv.PostgresDSN(t), "HERALD_CONFIG": path}
+	r := cli(t, env, "migrate")
+	require.Equal(t, 0, r.code, r)
+	require.Contains(t, r.stdout, fmt.Sprintf("migrate: created outbox table %q.\"from_config\"", schema))
+	r = cli(t, env, "status", "--json")
+	require.Equal(t, 0, r.code, r)
+	r = cli(t, env, "dead", "list")
+	require.Equal(t, 0, r.code, r)
+}
