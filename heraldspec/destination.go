@@ -380,10 +380,18 @@ func ParseURL(raw string) (*url.URL, error) {
 // password (or token) than UserinfoSecrets finds in raw, which ends the
 // user information at its last '@'.
 func ambiguousUserinfo(raw string, u *url.URL) bool {
-	if u.User == nil {
-		return false
-	}
 	found := UserinfoSecrets(raw, true)
+	if u.User == nil {
+		// What reads as user information in raw went to the fragment
+		// (nats://to#ken@host), which would be printed: an '@' before any
+		// path or query. One after them is the path's or the query's own
+		// (https://hooks.example/x?email=a@b).
+		_, rest, _ := strings.Cut(raw, "://")
+		if i := strings.IndexAny(rest, "/?"); i >= 0 {
+			rest = rest[:i]
+		}
+		return strings.Contains(rest, "@")
+	}
 	if len(found) != 1 {
 		return true
 	}
@@ -435,6 +443,9 @@ const Redacted = "xxxxx"
 // userIsSecret and there is no password, replaced by Redacted.
 func Redact(u *url.URL, userIsSecret bool) string {
 	c := *u
+	// A fragment is never sent to a broker; one may hold the rest of a
+	// secret written with a bare '#'.
+	c.Fragment, c.RawFragment = "", ""
 	if c.User != nil {
 		if _, has := c.User.Password(); has {
 			c.User = url.UserPassword(c.User.Username(), Redacted)

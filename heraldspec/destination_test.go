@@ -57,7 +57,7 @@ func TestParseChecksTheURLsBeforeThePublisherPackage(t *testing.T) {
 		{"NoURL", "orders", " ", "destination orders: no URL"},
 		{"BadName", "Orders!", "echo://h", `destination Orders!: name "Orders!" must match`},
 		{"NoScheme", "orders", "nats.internal/x", "destination orders: nats.internal/x has no scheme: use "},
-		{"NoSchemeWithAFragment", "orders", "#000:// hunter2!@00", "destination orders: the URL has no scheme: use "},
+		{"NoSchemeWithAFragment", "orders", "#000:// hunter2!@00", "destination orders: the user information holds"},
 		{"NoSchemeWithUserinfo", "orders", "nats//u:hunter2@h", "destination orders: the URL has no scheme: use "},
 		{"UnknownScheme", "orders", "carrier://h", `destination orders: scheme "carrier" is not supported: use `},
 		{"TwoBrokers", "orders", "echo://a,single://b", "one destination takes URLs of one broker; give another destination for single"},
@@ -65,6 +65,8 @@ func TestParseChecksTheURLsBeforeThePublisherPackage(t *testing.T) {
 		{"BadPort", "orders", "echo://h:70000", `port "70000" is not a port number`},
 		{"PasswordWithSlash", "orders", "echo://u:hun/ter2@h", "destination orders: not a URL"},
 		{"PasswordWithAt", "orders", "echo://u:hun@ter2@h/x@y", "that is not percent-encoded"},
+		{"TokenInTheFragment", "orders", "echo://#:hunter2@h", "that is not percent-encoded"},
+		{"TokenWithAHash", "orders", "echo://hun#ter2@h", "that is not percent-encoded"},
 		{"OneURLOnly", "orders", "single://a,single://b", "a single destination takes one URL"},
 		{"UnknownOption", "orders", "echo://h?b=1", `option "b" is not known: a echo:// URL takes a`},
 		{"OptionsDiffer", "orders", "echo://h?a=1,echo://i?a=2", "option a differs between the URLs of one destination"},
@@ -84,6 +86,11 @@ func TestParseChecksTheURLsBeforeThePublisherPackage(t *testing.T) {
 
 func TestParseShowsTheURLsWithoutSecrets(t *testing.T) {
 	t.Parallel()
+	// An '@' in a path or a query is the URL's own, not user information.
+	q, err := heraldspec.Parse(heraldspec.Destination{Name: "hooks", URL: "echo://h/x?a=me@example.com#frag"})
+	require.NoError(t, err)
+	require.Equal(t, "echo://h/x?a=me@example.com", q.Display(), "no fragment")
+
 	p, err := heraldspec.Parse(heraldspec.Destination{Name: "orders", URL: "echo://s3cret-token@a:4222, echo://u:pw-0042@b:4223?a=1"})
 	require.NoError(t, err)
 	require.Equal(t, "echo", p.Kind)

@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -18,6 +17,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nkeys"
 	"github.com/stretchr/testify/require"
+
+	"github.com/herald-outbox/herald/publish/heraldnats"
 )
 
 // startAuthNATS embeds a JetStream server configured by opts (users,
@@ -263,7 +264,7 @@ func must[T any](v T, err error) T {
 // without a password for a token): those go in as the client's options.
 func TestNATSServerURLsCarryNoCredentialsNorHeraldsOptions(t *testing.T) {
 	t.Parallel()
-	_, seed := userSeed(t)
+	nkeyPub, seed := userSeed(t)
 	nk := writeFile(t, "user.nk", seed)
 	var out bytes.Buffer
 	inv := fuzzInvocation(&out)
@@ -273,17 +274,27 @@ func TestNATSServerURLsCarryNoCredentialsNorHeraldsOptions(t *testing.T) {
 		}
 		return "", false
 	}
-	for raw, want := range map[string]string{
-		"nats://herald@127.0.0.1:4222,nats://herald@127.0.0.1:4223": "nats://127.0.0.1:4222,nats://127.0.0.1:4223",
-		"tls://127.0.0.1:4222?nkey_file=" + url.QueryEscape(nk):     "tls://127.0.0.1:4222",
+	for _, tc := range []struct {
+		name, raw string
+		servers   []string
+		check     func(t *testing.T, o *nats.Options)
+	}{
+		{"events", "nats://herald@127.0.0.1:4222,nats://herald@127.0.0.1:4223", []string{"nats://127.0.0.1:4222", "nats://127.0.0.1:4223"},
+			func(t *testing.T, o *nats.Options) {
+				require.Equal(t, "herald", o.User)
+				require.Equal(t, "pw-from-env", o.Password)
+				require.Empty(t, o.Token, "with the password variable set, the user is a user")
+			}},
+		{"other", "tls://127.0.0.1:4222?nkey_file=" + url.QueryEscape(nk), []string{"tls://127.0.0.1:4222"},
+			func(t *testing.T, o *nats.Options) {
+				require.Equal(t, nkeyPub, o.Nkey)
+				require.Empty(t, o.User+o.Password+o.Token)
+			}},
 	} {
-		ep := endpoint{name: "events", kind: "nats", raw: raw}
-		if strings.Contains(raw, "nkey_file") {
-			ep.name = "other" // no password variable
-		}
-		a, err := natsDestination(inv, "--destination "+ep.name, ep)
+		ep, err := parseEndpoint(inv, "--destination "+tc.name, tc.name, tc.raw)
 		require.NoError(t, err)
-		require.Equal(t, want, a.urls)
-		require.Len(t, a.opts, 1, "the password or the nkey, as an option")
+		c := ep.spec.Target().(*heraldnats.URLConfig)
+		require.Equal(t, tc.servers, c.Options.Servers)
+		tc.check(t, &c.Options)
 	}
 }

@@ -54,7 +54,7 @@ func (s envSecrets) Where(what string) string { return s.ep.secretEnv(what) }
 func parseSpec(inv *invocation, label string, ep endpoint, kind string) (endpoint, error) {
 	ep.kind = kind
 	for _, one := range strings.Split(ep.raw, ",") {
-		inv.stderr.add(heraldspec.UserinfoSecrets(strings.TrimSpace(one), urlUserIsSecret(inv, ep, one))...)
+		inv.stderr.add(heraldspec.UserinfoSecrets(strings.TrimSpace(one), specUserIsSecret(inv, ep, one))...)
 	}
 	d := heraldspec.Destination{Name: ep.name, URL: ep.raw, Secrets: envSecrets{inv, ep}, Getenv: inv.getenv}
 	if kind == "webhook" {
@@ -87,6 +87,10 @@ func specUsage(inv *invocation, label string, err error) error {
 		return ue
 	case errors.As(err, &se) && se.Scheme == "":
 		return usagef("%s: %s has no scheme: use %s", label, inv.stderr.scrub(se.URL), supportedSchemes)
+	case errors.As(err, &se) && schemes[strings.ToLower(se.Scheme)] != "":
+		// A scheme the daemon still opens itself, after a URL of a
+		// registered one (nats://a,kafka://b): two brokers.
+		return usagef("%s: one destination takes URLs of one broker; give another --destination for %s", label, strings.ToLower(se.Scheme))
 	case errors.As(err, &se):
 		return usagef("%s: scheme %q is not supported: use %s", label, se.Scheme, supportedSchemes)
 	}
@@ -126,10 +130,31 @@ func openSpec(ctx context.Context, inv *invocation, log *slog.Logger, owner stri
 	if err == nil {
 		return pub, closer, nil
 	}
-	msg := inv.stderr.scrub(err.Error())
+	msg := natsHints.Replace(inv.stderr.scrub(err.Error()))
 	var oe *heraldspec.OpenError
 	if errors.As(err, &oe) && oe.Unreachable {
 		return nil, nil, &unreachableError{msg}
 	}
 	return nil, nil, errors.New(msg)
 }
+
+// specUserIsSecret reports whether the user name of a destination URL is
+// a secret, by its publisher package's rule when it has one (a NATS
+// token unless the PASSWORD variable is set), else by urlUserIsSecret.
+func specUserIsSecret(inv *invocation, ep endpoint, raw string) bool {
+	scheme, _, _ := strings.Cut(strings.TrimSpace(raw), "://")
+	if s, ok := heraldspec.Lookup(scheme); ok && s.UserIsSecret != nil {
+		return s.UserIsSecret(&heraldspec.Destination{Name: ep.name, Secrets: envSecrets{inv, ep}, Getenv: inv.getenv})
+	}
+	return urlUserIsSecret(inv, ep, raw)
+}
+
+// natsHints rewords the NATS publisher's errors for the command line: its
+// Config is the --nats-* flags.
+var natsHints = strings.NewReplacer(
+	"heraldnats: Config.CreateStream", "--nats-create-stream",
+	"heraldnats: Config.SubjectPrefix", "--nats-subject-prefix",
+	"heraldnats: Config.MaxPendingBytes", "--nats-max-pending-bytes",
+	"heraldnats: Config.MaxPending", "--nats-max-pending",
+	"heraldnats: Config.AckTimeout", "--nats-ack-timeout",
+)

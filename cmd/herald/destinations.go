@@ -2,19 +2,12 @@ package main
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"log/slog"
-	"net/url"
 	"regexp"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
-
-	"github.com/nats-io/nats.go"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/herald-outbox/herald"
 	"github.com/herald-outbox/herald/heraldce"
@@ -64,90 +57,10 @@ func parseEndpoint(inv *invocation, label, name, raw string) (endpoint, error) {
 	if ep.raw == "" {
 		return ep, usagef("%s: no URL", label)
 	}
-	if kind, ok := specKind(ep.raw); ok {
-		return parseSpec(inv, label, ep, kind)
-	}
-	var shown []string
-	for _, one := range strings.Split(ep.raw, ",") {
-		one = strings.TrimSpace(one)
-		userIsSecret := urlUserIsSecret(inv, ep, one)
-		inv.stderr.add(userinfoSecrets(one, userIsSecret)...)
-		u, err := url.Parse(one)
-		if err != nil {
-			// The error quotes the URL, or a piece of it that may be part
-			// of a password the redactor cannot find (the "port" of
-			// nats://u:pa/ss@host, the rest after a '#'): give the reason
-			// only, and only when it quotes nothing.
-			reason := "not a URL"
-			var ue *url.Error
-			if errors.As(err, &ue) && !strings.Contains(ue.Err.Error(), `"`) {
-				reason += ": " + ue.Err.Error()
-			}
-			return ep, usagef("%s: %s", label, reason)
-		}
-		inv.stderr.add(urlUserSecrets(u, userIsSecret)...)
-		if ambiguousUserinfo(one, u) {
-			return ep, usagef("%s: the user information holds an '@', '/', '?' or '#' that is not percent-encoded (write '@' as %%40, '/' as %%2F)", label)
-		}
-		scheme := strings.ToLower(u.Scheme)
-		kind, ok := schemes[scheme]
-		switch {
-		case scheme == "":
-			return ep, usagef("%s: %s has no scheme: use %s", label, inv.stderr.scrub(redactURL(u, true)), supportedSchemes)
-		case !ok:
-			return ep, usagef("%s: scheme %q is not supported: use %s", label, u.Scheme, supportedSchemes)
-		case ep.kind != "" && ep.kind != kind:
-			return ep, usagef("%s: one destination takes URLs of one broker; give another --destination for %s", label, scheme)
-		case u.Hostname() == "":
-			return ep, usagef("%s: %s has no host", label, inv.stderr.scrub(redactURL(u, true)))
-		}
-		if p := u.Port(); p != "" {
-			var n int
-			if _, err := fmt.Sscanf(p, "%d", &n); err != nil || n < 1 || n > 65535 {
-				return ep, usagef("%s: port %q is not a port number", label, p)
-			}
-		}
-		ep.kind = kind
-		ep.hosts = append(ep.hosts, u.Host)
-		if kind == "webhook" {
-			// A webhook URL's path or query is often its credential
-			// (hooks.example.com/services/T0/B0/XXXX): show the origin
-			// only, as the webhook publisher does.
-			shown = append(shown, u.Scheme+"://"+u.Host)
-			continue
-		}
-		shown = append(shown, redactURL(u, userIsSecret))
-	}
-	if ep.kind != "nats" && len(ep.hosts) > 1 {
-		return ep, usagef("%s: a %s destination takes one URL", label, ep.kind)
-	}
-	// Authentication and TLS options (auth_nats.go).
-	switch ep.kind {
-	case "nats":
-		if _, err := natsDestination(inv, label, ep); err != nil {
-			return ep, err
-		}
-	}
-	ep.display = strings.Join(shown, ",")
-	return ep, nil
-}
-
-// ambiguousUserinfo reports whether u, parsed from raw, took another
-// password (or token) than the redactor found in raw, which ends the user
-// information at its last '@': an '@', '/', '?' or '#' that is not
-// percent-encoded moved the end of it (user:p@ss/x@host parses with the
-// host "ss"), and the rest of the password would show as the host or the
-// path, which are printed.
-func ambiguousUserinfo(raw string, u *url.URL) bool {
-	if u.User == nil {
-		return false
-	}
-	found := userinfoSecrets(raw, true)
-	if len(found) != 1 {
-		return true
-	}
-	secret, err := url.PathUnescape(found[0])
-	return err != nil || secret != urlSecrets(u)[0]
+	// The publisher's package parses the URLs (heraldspec); a scheme no
+	// package registered is refused there, with the schemes to use.
+	kind, _ := specKind(ep.raw)
+	return parseSpec(inv, label, ep, kind)
 }
 
 // destinationFlags are the flags that name destinations and route topics.
@@ -417,16 +330,6 @@ func (p *plan) connect(ctx context.Context, start starter, log *slog.Logger, own
 // daemon, which has one endpoint per destination.
 var webhookHints = strings.NewReplacer(" (Config.Default)", "")
 
-// natsHints rewords the NATS publisher's errors for the command line: its
-// Config is the --nats-* flags.
-var natsHints = strings.NewReplacer(
-	"heraldnats: Config.CreateStream", "--nats-create-stream",
-	"heraldnats: Config.SubjectPrefix", "--nats-subject-prefix",
-	"heraldnats: Config.MaxPendingBytes", "--nats-max-pending-bytes",
-	"heraldnats: Config.MaxPending", "--nats-max-pending",
-	"heraldnats: Config.AckTimeout", "--nats-ack-timeout",
-)
-
 // The webhook destinations' settings from the environment: the Standard
 // Webhooks signing secret (whsec_...), and the networks (CIDRs) a webhook
 // may reach although private or loopback.
@@ -441,81 +344,7 @@ const brokerConnectTimeout = 5 * time.Second
 
 func openEndpoint(ctx context.Context, inv *invocation, log *slog.Logger, owner string, ep endpoint,
 	natsCfg *heraldnats.Config) (herald.Publisher, func(), error) {
-	unreachable := func(err error) error {
-		msg := inv.stderr.scrub(herald.Scrub(err.Error()))
-		if refusedCredentials(err) {
-			return fmt.Errorf("destination %s at %s refused the credentials: %s", ep.name, ep.display, msg)
-		}
-		return &unreachableError{fmt.Sprintf("cannot reach destination %s at %s: %s", ep.name, ep.display, msg)}
-	}
-	if ep.spec != nil {
-		return openSpec(ctx, inv, log, owner, ep, natsCfg)
-	}
-	switch ep.kind {
-	case "nats":
-		return openNATS(inv, log, owner, ep, natsCfg, unreachable)
-	}
-	return nil, nil, errors.New("unknown destination kind " + ep.kind)
+	return openSpec(ctx, inv, log, owner, ep, natsCfg)
 }
 
-// refusedCredentials reports whether a broker answered that the
-// credentials are wrong: configuration, not a broker to wait for.
-func refusedCredentials(err error) bool {
-	return errors.Is(err, nats.ErrAuthorization) || redis.HasErrorPrefix(err, "WRONGPASS") ||
-		redis.HasErrorPrefix(err, "NOAUTH")
-}
-
-// connectNATS connects to a NATS server list and logs the connection's
-// ups and downs; auth adds credentials and TLS. Call the returned close
-// instead of the connection's Close: the client runs its callbacks on a
-// goroutine of its own, and close makes sure none logs once it returned.
-func connectNATS(inv *invocation, log *slog.Logger, owner, urls string, auth ...nats.Option) (*nats.Conn, func(), error) {
-	nlog := &natsLog{log: log.With("component", "nats")}
-	nc, err := nats.Connect(urls, append(auth,
-		nats.Name("herald relay "+owner),
-		nats.MaxReconnects(-1),
-		nats.ReconnectWait(250*time.Millisecond),
-		nats.Timeout(brokerConnectTimeout),
-		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
-			if err != nil {
-				nlog.print(slog.LevelWarn, "disconnected from NATS; reconnecting", "error", inv.stderr.scrub(err.Error()))
-			}
-		}),
-		nats.ReconnectHandler(func(c *nats.Conn) {
-			nlog.print(slog.LevelInfo, "reconnected to NATS", "server", c.ConnectedUrlRedacted())
-		}),
-		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
-			nlog.print(slog.LevelWarn, "NATS error", "error", inv.stderr.scrub(err.Error()))
-		}),
-	)...)
-	if err != nil {
-		nlog.close()
-		return nil, nil, err
-	}
-	return nc, func() { nc.Close(); nlog.close() }, nil
-}
-
-// natsLog is the NATS client's callbacks' logger, silent once closed.
-type natsLog struct {
-	mu     sync.Mutex
-	closed bool
-	log    *slog.Logger
-}
-
-func (l *natsLog) print(level slog.Level, msg string, args ...any) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if !l.closed {
-		l.log.Log(context.Background(), level, msg, args...)
-	}
-}
-
-func (l *natsLog) close() {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.closed = true
-}
-
-// pubsubEmulatorEnv names the Pub/Sub emulator's address, which pubsub://
-// destinations read from the daemon's environment (heraldpubsub).
 const pubsubEmulatorEnv = "PUBSUB_EMULATOR_HOST"

@@ -26,11 +26,11 @@ import (
 // told otherwise: with --log-format json, their lines were the ones that
 // were not JSON. run points those loggers, once, at the command's logger;
 // the clients that take a logger of their own are given the command's
-// logger where the daemon builds them: franz-go and the AWS SDK through
-// the destination's Logger (openSpec), which heraldkafka's and heraldaws's
-// Open give their clients, paho through heraldmqtt.New, and the NATS
-// callbacks in connectNATS (nats.go prints nothing itself once they are
-// set).
+// logger where the daemon builds them: franz-go, the AWS SDK and the NATS
+// callbacks through the destination's Logger (openSpec), which
+// heraldkafka's, heraldaws's and heraldnats's Open give their clients
+// (nats.go prints nothing itself once its callbacks are set), and paho
+// through heraldmqtt.New.
 
 // commandLog is the logger the command built from --log-format and
 // --log-level; the libraries' process-wide loggers write to it.

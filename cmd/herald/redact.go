@@ -118,16 +118,3 @@ func userinfoSecrets(raw string, userIsSecret bool) []string {
 	}
 	return nil
 }
-
-// redactURL returns u as text with its password, or its token, replaced.
-func redactURL(u *url.URL, userIsSecret bool) string {
-	c := *u
-	if c.User != nil {
-		if _, has := c.User.Password(); has {
-			c.User = url.UserPassword(c.User.Username(), redacted)
-		} else if userIsSecret {
-			c.User = url.User(redacted)
-		}
-	}
-	return c.String()
-}

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"net/url"
 	"regexp"
 	"strings"
 	"time"
@@ -257,17 +256,6 @@ var (
 	streamName  = regexp.MustCompile(`^[A-Za-z0-9_-]{1,255}$`)
 	natsSubject = regexp.MustCompile(`^[^.*>\s]+(\.[^.*>\s]+)*$`)
 )
-
-// urlSecrets returns the password of u, or its user when it is a token.
-func urlSecrets(u *url.URL) []string {
-	if u.User == nil {
-		return nil
-	}
-	if p, ok := u.User.Password(); ok {
-		return []string{p}
-	}
-	return []string{u.User.Username()}
-}
 
 func setupRelay(f *flagSet) func(context.Context, *invocation) error {
 	d := addDBFlags(f)

@@ -1,6 +1,7 @@
 package heraldnats_test
 
 import (
+	"net/url"
 	"strings"
 	"testing"
 
@@ -9,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/herald-outbox/herald"
+	"github.com/herald-outbox/herald/heraldspec"
 	"github.com/herald-outbox/herald/publish/heraldnats"
 	"github.com/herald-outbox/herald/publish/publishertest"
 )
@@ -70,6 +72,52 @@ func FuzzParseAnyMessage(f *testing.F) {
 			lower := strings.ToLower(name)
 			require.False(t, strings.HasPrefix(lower, "herald-") || strings.HasPrefix(lower, "nats-"), "header %q handed back", name)
 			require.Equal(t, h[name][0], v)
+		}
+	})
+}
+
+// A NATS URL's password or token never shows in the error ParseURLs
+// refuses it with, nor in the client's server URLs, which carry no user
+// information nor Herald's options. (What heraldspec.Parse checks before,
+// the scheme, the host, the list, is its own fuzz's business.)
+func FuzzParseURLs(f *testing.F) {
+	const core = "Zq7Secret"
+	f.Add("relay", "pw", "127.0.0.1:4222", "", false)
+	f.Add("", "", "127.0.0.1:4222", ",nats://127.0.0.1:4223", true)
+	f.Add("u", "a,b", "h:1", "?ca_file=/nonexistent", false)
+	f.Add("u", "%zz", "[::1]:4222", "?creds_file=x&nkey_file=y", false)
+	f.Add("u", "x/", "h", "/p?q#f", false)
+	f.Add("", "#", "h", "", true)
+	f.Add("u", "", "h", ",tls://v@h2", true)
+	f.Fuzz(func(t *testing.T, user, around, host, rest string, token bool) {
+		if strings.Contains(user+host+rest, core) {
+			return
+		}
+		secret := around + core + around
+		info := user + ":" + secret
+		if token {
+			info = secret
+		}
+		var urls []*url.URL
+		for _, one := range strings.Split("nats://"+info+"@"+host+rest, ",") {
+			u, err := heraldspec.ParseURL(strings.TrimSpace(one))
+			if err != nil {
+				return
+			}
+			if s, ok := heraldspec.Lookup(u.Scheme); !ok || s.Kind != "nats" || u.Hostname() == "" {
+				return // refused by heraldspec.Parse
+			}
+			urls = append(urls, u)
+		}
+		c, err := heraldnats.ParseURLs(&heraldspec.Destination{Name: "orders"}, urls)
+		if err != nil {
+			require.NotContains(t, err.Error(), core)
+			return
+		}
+		for _, s := range c.Options.Servers {
+			require.NotContains(t, s, core)
+			require.NotContains(t, s, "?")
+			require.NotContains(t, s, "@")
 		}
 	})
 }

@@ -57,6 +57,34 @@
 // reported with herald.Unavailable: the relay retries the event after a
 // pause without spending an attempt, and the later events of its key wait
 // behind it.
+//
+// # URL form
+//
+// Importing the package registers nats://, tls://, ws:// and wss:// with
+// heraldspec, which opens a destination from its URL (ParseURLs, then
+// URLConfig.Open):
+//
+//	nats://[USER[:PASSWORD]@]HOST:PORT[,nats://HOST:PORT...][?options]
+//
+// A list names the servers of one cluster; its options and user
+// information are written once, or alike on every URL. One way to
+// authenticate: a user and password (nats://USER:PASSWORD@, or
+// nats://USER@ with the password from the destination's Password
+// secret), a token (nats://TOKEN@, or the Token secret), or one of the
+// options:
+//
+//	creds_file  a credentials file: a user JWT and nkey seed, as nsc
+//	            writes it, read again at each connection
+//	nkey_file   a file holding an nkey user seed (SU...)
+//	ca_file     a PEM CA to trust instead of the system's roots
+//	cert_file   a client certificate, with key_file (mutual TLS)
+//	key_file    its key
+//
+// The TLS files go with nats://, tls:// or wss://, not ws://. The
+// settings a URL does not carry (SubjectPrefix, CreateStream, MaxPending,
+// ...) come from the destination's Config, a *Config. The connection is
+// named by the destination's ClientName and retried forever once made;
+// its losses and recoveries are logged to its Logger.
 package heraldnats
 
 import (
