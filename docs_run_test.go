@@ -14,6 +14,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -84,18 +85,28 @@ func markedBlocks(files []string) ([]markedBlock, error) {
 }
 
 // runnableFiles are the pages whose runnable blocks are run: the README's
-// quick starts and the manual.
+// quick starts and the manual, its destination pages included.
 func runnableFiles(t *testing.T) []string {
 	t.Helper()
-	docs, err := filepath.Glob(filepath.Join("docs", "*.md"))
-	require.NoError(t, err)
-	return append([]string{"README.md"}, docs...)
+	files := []string{"README.md"}
+	for _, pattern := range []string{"docs/*.md", "docs/destinations/*.md"} {
+		docs, err := filepath.Glob(filepath.FromSlash(pattern))
+		require.NoError(t, err)
+		files = append(files, docs...)
+	}
+	return files
 }
 
 // runners run each name of runnable block; a marker with no runner fails,
-// so that marking a block is never mistaken for testing it.
-var runners = map[string]func(t *testing.T, blocks []markedBlock){
+// so that marking a block is never mistaken for testing it. herald builds
+// ./cmd/herald once for all of them and returns the directory that holds
+// it.
+var runners = map[string]func(t *testing.T, blocks []markedBlock, herald func(*testing.T) string){
 	"daemon-quickstart": runDaemonQuickStart,
+	"redis-relay":       runRelayBlock("redis-relay"),
+	"mqtt-relay":        runRelayBlock("mqtt-relay"),
+	"sqs-relay":         runRelayBlock("sqs-relay"),
+	"rabbitmq-relay":    runRelayBlock("rabbitmq-relay"),
 }
 
 func TestDocsRunnableBlocksRun(t *testing.T) {
@@ -115,13 +126,31 @@ func TestDocsRunnableBlocksRun(t *testing.T) {
 		byName[b.name] = append(byName[b.name], b)
 	}
 	require.Contains(t, names, "daemon-quickstart", "README.md's daemon quick start is no longer marked <!-- runnable: daemon-quickstart -->")
+	for name := range relayBlocks {
+		require.Containsf(t, names, name, "no page marks a block <!-- runnable: %s --> any more: drop its runner, or mark the block again", name)
+	}
+	// Built once, on the first runner's demand, into the parent's
+	// directory, which outlives the parallel subtests.
+	binDir := t.TempDir()
+	build := sync.OnceValue(func() error {
+		out, err := exec.Command("go", "build", "-o", filepath.Join(binDir, "herald"), "./cmd/herald").CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("building ./cmd/herald: %w: %s", err, out)
+		}
+		return nil
+	})
+	herald := func(t *testing.T) string {
+		t.Helper()
+		require.NoError(t, build())
+		return binDir
+	}
 	for _, name := range names {
 		run, ok := runners[name]
 		require.Truef(t, ok, "%s:%d: no runner for <!-- runnable: %s -->: add one to runners in docs_run_test.go",
 			byName[name][0].file, byName[name][0].line, name)
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			run(t, byName[name])
+			run(t, byName[name], herald)
 		})
 	}
 }
@@ -134,7 +163,7 @@ func TestDocsRunnableBlocksRun(t *testing.T) {
 // relay runs in the background until a nats.go consumer (not Herald) has
 // read the event the README says it publishes; then it gets SIGTERM and
 // must exit 0.
-func runDaemonQuickStart(t *testing.T, blocks []markedBlock) {
+func runDaemonQuickStart(t *testing.T, blocks []markedBlock, herald func(*testing.T) string) {
 	testenv.Long(t) // builds the herald command
 	for _, tool := range []string{"bash", "psql"} {
 		if _, err := exec.LookPath(tool); err != nil {
@@ -143,7 +172,7 @@ func runDaemonQuickStart(t *testing.T, blocks []markedBlock) {
 	}
 	dsn := ownDatabase(t)
 	ns := testenv.NATS(t)
-	bin := buildHerald(t)
+	bin := herald(t)
 
 	var text strings.Builder
 	for _, b := range blocks {
@@ -277,16 +306,6 @@ func ownDatabase(t *testing.T) string {
 	})
 	u.Path = "/" + name
 	return u.String()
-}
-
-// buildHerald builds the herald command into a directory of the test's own
-// and returns that directory, to go first on PATH.
-func buildHerald(t *testing.T) string {
-	t.Helper()
-	dir := t.TempDir()
-	out, err := exec.Command("go", "build", "-o", filepath.Join(dir, "herald"), "./cmd/herald").CombinedOutput()
-	require.NoError(t, err, "building ./cmd/herald: %s", out)
-	return dir
 }
 
 var (

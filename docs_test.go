@@ -24,11 +24,12 @@ import (
 // and the root package's map of the module true, offline.
 
 // docFiles are the Markdown files whose relative links must resolve: the
-// front door, the manual's pages, and the READMEs of deploy/ and examples/.
+// front door, the manual's pages (the destination pages too), and the
+// READMEs of deploy/ and examples/.
 func docFiles(t *testing.T) []string {
 	t.Helper()
 	files := []string{"README.md", "CONTRIBUTING.md", "CHANGELOG.md"}
-	for _, pattern := range []string{"docs/*.md", "deploy/*.md", "examples/*/README.md"} {
+	for _, pattern := range []string{"docs/*.md", "docs/destinations/*.md", "deploy/*.md", "examples/*/README.md"} {
 		matches, err := filepath.Glob(filepath.FromSlash(pattern))
 		require.NoError(t, err)
 		require.NotEmpty(t, matches, "no %s", pattern)
