@@ -145,7 +145,8 @@ func readImageSpec(t *testing.T) imageSpec {
 	require.Equal(t, goDirective(t), args["GO_VERSION"], "the Go of the build image is go.mod's")
 	require.Equal(t, "golang:"+args["GO_VERSION"]+"-bookworm", spec.build.image)
 
-	goBuild := regexp.MustCompile(`^go build .*-o (\S+) \./cmd/herald$`)
+	// The commands' module is cmd/ (go -C cmd), its output given from there.
+	goBuild := regexp.MustCompile(`^go -C cmd build .*-o \.\./(\S+) \./herald$`)
 	for _, in := range spec.build.body {
 		switch in.cmd {
 		case "WORKDIR":
@@ -159,7 +160,7 @@ func readImageSpec(t *testing.T) imageSpec {
 		}
 	}
 	require.True(t, path.IsAbs(spec.workdir), "WORKDIR %q", spec.workdir)
-	require.NotEmpty(t, spec.output, "the build stage runs go build -o PATH ./cmd/herald")
+	require.NotEmpty(t, spec.output, "the build stage runs go -C cmd build -o ../PATH ./herald")
 	require.False(t, path.IsAbs(spec.output), "the binary is built under WORKDIR, where the test can find it")
 
 	for _, in := range spec.runtime.body {
@@ -237,7 +238,9 @@ func TestDockerfileBuildRuns(t *testing.T) {
 	const tag = "v0.0.0-dockerfile-test"
 	clone := filepath.Join(t.TempDir(), "src")
 	gitRun(t, "", "clone", "--quiet", "--no-hardlinks", "--no-tags", strings.TrimSpace(string(root)), clone)
-	gitRun(t, clone, "-c", "user.name=test", "-c", "user.email=test@127.0.0.1", "tag", "-a", tag, "-m", tag)
+	for _, name := range []string{tag, "cmd/" + tag} { // a release tags the root module and the commands'
+		gitRun(t, clone, "-c", "user.name=test", "-c", "user.email=test@127.0.0.1", "tag", "-a", name, "-m", name)
+	}
 
 	t.Run("TheBinaryIsStaticAndNamesTheTag", func(t *testing.T) {
 		out, err := runBuildStage(t, spec, clone)

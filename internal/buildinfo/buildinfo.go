@@ -7,8 +7,13 @@ import (
 	"runtime/debug"
 )
 
-// modulePath is Herald's module.
-const modulePath = "github.com/herald-outbox/herald"
+// modulePath is Herald's module, and commandsModule the module of its
+// commands (herald, herald-lab), whose version a release tags as
+// cmd/vX.Y.Z beside vX.Y.Z.
+const (
+	modulePath     = "github.com/herald-outbox/herald"
+	commandsModule = modulePath + "/cmd"
+)
 
 // Info is what the binary knows of the Herald it was built with.
 type Info struct {
@@ -36,7 +41,7 @@ func fromBuildInfo(bi *debug.BuildInfo, ok bool) Info {
 	if bi.GoVersion != "" {
 		info.GoVersion = bi.GoVersion
 	}
-	if bi.Main.Path == modulePath {
+	if bi.Main.Path == modulePath || bi.Main.Path == commandsModule {
 		info.Version = bi.Main.Version
 		var modified bool
 		for _, s := range bi.Settings {
