@@ -94,7 +94,7 @@ func exampleBodies(t *testing.T) map[string]example {
 	t.Helper()
 	files, err := filepath.Glob("*_test.go")
 	require.NoError(t, err)
-	for _, pattern := range []string{"*/example*_test.go", "*/*/example*_test.go"} {
+	for _, pattern := range []string{"*/example*_test.go", "*/*/example*_test.go", "*/*/*/example*_test.go"} {
 		more, err := filepath.Glob(pattern)
 		require.NoError(t, err)
 		files = append(files, more...)
