@@ -78,7 +78,10 @@ func Example_librarySQLite() {
 	tx, _ := db.BeginTx(ctx, nil)
 	defer tx.Rollback()
 	_, _ = tx.ExecContext(ctx, `INSERT INTO orders (id, total) VALUES (?, ?)`, id, total)
-	_ = outbox.WriteTx(ctx, tx, herald.Message{Topic: "orders.placed", AggregateID: id, Payload: body})
+	if err := outbox.WriteTx(ctx, tx, herald.Message{Topic: "orders.placed", AggregateID: id, Payload: body}); err != nil {
+		log.Print(err) // the deferred Rollback drops the order too
+		return
+	}
 	_ = tx.Commit()
 }
 
