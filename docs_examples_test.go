@@ -68,6 +68,41 @@ func TestDocsGoSnippetsAreExamples(t *testing.T) {
 	require.GreaterOrEqual(t, checked, 3, "too few marked Go blocks: README.md's quick starts are marked <!-- example: ... -->")
 }
 
+// TestDocsGoBlocksAreMarked keeps every Go snippet of the docs under
+// TestDocsGoSnippetsAreExamples: a ```go block with no <!-- example: NAME -->
+// marker on the line before it is compiled by nothing and rots as the API
+// moves. A snippet that is not code (a shape shown for reference) is a
+// ```text block.
+func TestDocsGoBlocksAreMarked(t *testing.T) {
+	t.Parallel()
+	for _, file := range runnableFiles(t) {
+		data, err := os.ReadFile(file)
+		require.NoError(t, err)
+		lines := strings.Split(string(data), "\n")
+		inFence := false
+		for i, l := range lines {
+			if !strings.HasPrefix(l, "```") {
+				continue
+			}
+			if inFence {
+				inFence = false
+				continue
+			}
+			inFence = true
+			if lang := strings.TrimSpace(strings.TrimPrefix(l, "```")); lang != "go" && lang != "golang" {
+				continue
+			}
+			m := []string(nil)
+			if i > 0 {
+				m = markerRE.FindStringSubmatch(strings.TrimSpace(lines[i-1]))
+			}
+			if m == nil || m[1] != "example" {
+				t.Errorf("%s:%d: a ```go block without <!-- example: NAME --> on the line before it: make it the code of an example function and mark it, or make it a ```text block if it is not code", file, i+1)
+			}
+		}
+	}
+}
+
 // example is an Example function as the docs check sees it: the
 // normalized lines of its body and of its file's imports.
 type example struct {
