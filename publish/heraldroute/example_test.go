@@ -31,12 +31,16 @@ func Example() {
 			return nil
 		}
 	}
+	natsPub, kafkaPub := destination("events"), destination("kafka")
 	router, err := heraldroute.New(&heraldroute.Config{
 		Destinations: []heraldroute.Destination{
-			{Name: "events", Publisher: destination("events")},
-			{Name: "kafka", Publisher: destination("kafka"), MaxInFlight: 4, Timeout: 10 * time.Second},
+			{Name: "events", Publisher: natsPub},
+			{Name: "kafka", Publisher: kafkaPub, MaxInFlight: 4, Timeout: 10 * time.Second},
 		},
-		Routes:  []heraldroute.Route{{Topic: "orders.*", Destination: "kafka"}},
+		Routes: []heraldroute.Route{
+			{Topic: "orders.*", Destination: "kafka"},
+			{Topic: "legacy.>", Destination: "kafka", Debezium: true}, // outbox.event.<aggregate_type>, key = aggregate id
+		},
 		Default: "events",
 	})
 	if err != nil {
