@@ -324,7 +324,7 @@ func (g diagnosis) findings(p DiagnoseParams) []Finding {
 			who += fmt.Sprintf(" (user %s, application %q)", h.user, h.app)
 		}
 		add(sev, CheckXmin, fmt.Sprintf("%s has held the xmin horizon for %s, longer than the lease (%s), so vacuum cannot clear the outbox's dead rows; state %s, query: %s",
-			who, roundAge(h.age), p.Lease, h.state, quoteQuery(h.query)),
+			who, roundAge(h.age), leaseText(p.Lease), h.state, quoteQuery(h.query)),
 			fmt.Sprintf("SELECT pg_terminate_backend(%d); or make the application end its transactions", h.pid))
 	}
 	for _, x := range g.prepared {
@@ -333,11 +333,11 @@ func (g diagnosis) findings(p DiagnoseParams) []Finding {
 			sev = SeverityError
 		}
 		add(sev, CheckXmin, fmt.Sprintf("prepared transaction %q (owner %s) has held the xmin horizon for %s, longer than the lease (%s)",
-			x.gid, x.owner, roundAge(x.age), p.Lease),
+			x.gid, x.owner, roundAge(x.age), leaseText(p.Lease)),
 			fmt.Sprintf("COMMIT PREPARED %s; or ROLLBACK PREPARED %s;", quoteLiteral(x.gid), quoteLiteral(x.gid)))
 	}
 	if len(g.holders) == 0 && len(g.prepared) == 0 {
-		add(SeverityOK, CheckXmin, fmt.Sprintf("no transaction has held the xmin horizon longer than the lease (%s)", p.Lease), "")
+		add(SeverityOK, CheckXmin, fmt.Sprintf("no transaction has held the xmin horizon longer than the lease (%s)", leaseText(p.Lease)), "")
 	}
 
 	// 3. Autovacuum.
@@ -406,7 +406,9 @@ func (g diagnosis) findings(p DiagnoseParams) []Finding {
 		add(SeverityWarning, CheckSlots, fmt.Sprintf("max_slot_wal_keep_size is -1 with %d replication slot(s): a slot nobody reads keeps write-ahead log until the disk is full", len(g.slots)),
 			"ALTER SYSTEM SET max_slot_wal_keep_size = '10GB'; SELECT pg_reload_conf();")
 	}
-	if len(out) == slotsBefore {
+	if len(out) == slotsBefore && len(g.slots) == 0 {
+		add(SeverityOK, CheckSlots, "no replication slot", "")
+	} else if len(out) == slotsBefore {
 		add(SeverityOK, CheckSlots, fmt.Sprintf("%d replication slot(s), none inactive, holding the xmin horizon or keeping more than %s", len(g.slots), bytesText(slotWALLimit)), "")
 	}
 	if p.CDC || g.streamed {
@@ -476,6 +478,18 @@ func quoteQuery(q string) string {
 		q = string(r[:queryShown]) + "..."
 	}
 	return q
+}
+
+// leaseText prints the lease as the flag takes it: 1m, not 1m0s.
+func leaseText(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
 }
 
 // roundAge prints an age an operator can read.
