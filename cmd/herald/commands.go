@@ -23,6 +23,7 @@ type command struct {
 var commands = []*command{
 	{name: "migrate", summary: "create or upgrade the outbox table", setup: setupMigrate},
 	{name: "relay", summary: "publish committed events until SIGINT/SIGTERM", setup: setupRelay, handlesAbort: true},
+	{name: "doctor", args: "[--json] [--lease D] [--source cdc] [--publisher URL | --destination NAME=URL]", summary: "check the database and the outbox against the relay: each finding with its fix; exit 1 on an error", setup: setupDoctor},
 	{name: "status", args: "[--json]", summary: "row counts by topic and state, oldest pending age", setup: setupStatus},
 	{name: "dead list", args: "[--topic T | --all] [--limit N] [--json]", summary: "list dead events (default --all)", setup: setupDeadList},
 	{name: "dead show", args: "ID [--json]", summary: "show one event: headers, payload, attempts, last error", setup: setupDeadShow},

@@ -268,7 +268,7 @@ func TestVersionSaysWhichHeraldAndGo(t *testing.T) {
 func TestDidYouMeanOnlySuggestsWhatIsClose(t *testing.T) {
 	t.Parallel()
 	words := topCommands()
-	require.ElementsMatch(t, []string{"help", "version", "migrate", "relay", "status", "dead", "keys", "replay", "pause", "resume", "config", "source"}, words)
+	require.ElementsMatch(t, []string{"help", "version", "migrate", "relay", "doctor", "status", "dead", "keys", "replay", "pause", "resume", "config", "source"}, words)
 	for typed, want := range map[string]string{
 		"stauts": "status", "STATUS": "status", "migarte": "migrate", "mgirate": "migrate",
 		"relays": "relay", "replya": "replay", "deda": "dead", "kyes": "keys", "vresion": "version", "puase": "pause", "resmue": "resume", "suorce": "source", "cnofig": "config",

@@ -1,0 +1,529 @@
+package heraldpg
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/herald-outbox/herald"
+)
+
+// Severity is how much a Finding of Diagnose matters.
+type Severity string
+
+// The severities of a Finding, worst first.
+const (
+	// SeverityError is a state that breaks relaying or grows without
+	// bound: act on it.
+	SeverityError Severity = "error"
+	// SeverityWarning is a state that costs the relay, or will.
+	SeverityWarning Severity = "warning"
+	// SeverityOK is a check that found nothing wrong.
+	SeverityOK Severity = "ok"
+)
+
+// Finding is one thing Diagnose found: how much it matters, which check
+// found it, what it is (one line) and how to fix it (the SQL or command
+// to run; empty when there is nothing to do).
+type Finding struct {
+	Severity Severity `json:"severity"`
+	Check    string   `json:"check"`
+	Message  string   `json:"message"`
+	Fix      string   `json:"fix"`
+}
+
+// The checks of Diagnose, in the order it reports them.
+const (
+	CheckSchema      = "schema"
+	CheckXmin        = "xmin_horizon"
+	CheckAutovacuum  = "autovacuum"
+	CheckSlots       = "replication_slots"
+	CheckWALLevel    = "wal_level"
+	CheckReplication = "replication_role"
+	CheckClock       = "clock"
+)
+
+// DiagnoseParams are what Diagnose checks the database against.
+type DiagnoseParams struct {
+	// Lease is the relay's lease: a transaction that holds the xmin
+	// horizon longer is reported. Defaults to 1m.
+	Lease time.Duration
+	// CDC says the table is relayed by change-data-capture (--source
+	// cdc), so that logical replication must be possible. Diagnose also
+	// checks it when the table's inserts are streamed. Defaults to false.
+	CDC bool
+	// Now is the relay's clock, compared with the database's. Defaults to
+	// time.Now.
+	Now func() time.Time
+}
+
+// The thresholds of Diagnose's checks.
+const (
+	// clockSkewLimit is the difference between the relay's clock and the
+	// database's above which Diagnose warns: leases run on the database's
+	// clock, but the relay's logs, backoff and ages read its own.
+	clockSkewLimit = time.Second
+	// slotWALLimit is the write-ahead log a slot may retain before it is
+	// reported.
+	slotWALLimit = 1 << 30
+	// deadTuplesLimit and deadShare: more dead row versions than both
+	// (a count and a share of the live ones) is autovacuum falling behind.
+	deadTuplesLimit = 10_000
+	deadShare       = 0.2
+	// vacuumStale is how long without a vacuum, while dead rows pass
+	// autovacuum's own threshold, counts as autovacuum falling behind.
+	vacuumStale = 24 * time.Hour
+	// queryShown is how much of a query a finding quotes.
+	queryShown = 60
+)
+
+// The doctor's SQL: catalog and statistics reads only, no lock on the
+// outbox table. Durations travel as microseconds.
+const (
+	// doctorSettingsSQL reads the server's settings, the role's right to
+	// replicate and the database's clock.
+	doctorSettingsSQL = `SELECT current_setting('wal_level'), current_setting('max_slot_wal_keep_size'),
+	current_setting('autovacuum')::bool, current_setting('track_counts')::bool,
+	current_setting('autovacuum_vacuum_threshold')::float8, current_setting('autovacuum_vacuum_scale_factor')::float8,
+	r.rolname, r.rolreplication OR r.rolsuper, clock_timestamp()
+FROM pg_roles r WHERE r.rolname = current_user`
+
+	// doctorHoldersSQL finds the client sessions of this database whose
+	// transaction, older than $1, holds a snapshot or an xid: vacuum can
+	// remove no row version that died after it began, in any table, the
+	// outbox's claimed and published rows included.
+	doctorHoldersSQL = `SELECT pid, coalesce(usename, ''), coalesce(application_name, ''), coalesce(state, ''),
+	(extract(epoch FROM clock_timestamp() - xact_start) * 1e6)::int8, coalesce(query, '')
+FROM pg_stat_activity
+WHERE pid <> pg_backend_pid() AND datname = current_database() AND backend_type = 'client backend'
+	AND (backend_xmin IS NOT NULL OR backend_xid IS NOT NULL)
+	AND xact_start < clock_timestamp() - make_interval(secs => $1::float8 / 1e6)
+ORDER BY xact_start
+LIMIT 10`
+
+	// doctorPreparedSQL finds prepared transactions older than $1, which
+	// hold the horizon as an open transaction does, with no session to end.
+	doctorPreparedSQL = `SELECT gid, coalesce(owner::text, ''), (extract(epoch FROM clock_timestamp() - prepared) * 1e6)::int8
+FROM pg_prepared_xacts
+WHERE database = current_database() AND prepared < clock_timestamp() - make_interval(secs => $1::float8 / 1e6)
+ORDER BY prepared
+LIMIT 10`
+
+	// doctorVacuumSQL reads every table that holds the outbox's rows (the
+	// table, or each partition of a partitioned one: pg_partition_tree
+	// returns nothing for a plain table): its autovacuum
+	// option, its live and dead row versions, and how long ago it was
+	// last vacuumed (NULL: never since the statistics were reset).
+	doctorVacuumSQL = `SELECT quote_ident(n.nspname) || '.' || quote_ident(c.relname), coalesce(array_to_string(c.reloptions, E'\n'), ''), coalesce(s.n_live_tup, 0), coalesce(s.n_dead_tup, 0),
+	(extract(epoch FROM clock_timestamp() - greatest(s.last_autovacuum, s.last_vacuum)) * 1e6)::int8
+FROM (SELECT relid FROM pg_partition_tree($1::regclass) WHERE isleaf
+	UNION SELECT oid FROM pg_class WHERE oid = $1::regclass AND relkind = 'r') t
+JOIN pg_class c ON c.oid = t.relid
+JOIN pg_namespace n ON n.oid = c.relnamespace
+LEFT JOIN pg_stat_user_tables s ON s.relid = c.oid
+ORDER BY 1`
+
+	// doctorSlotsSQL reads every replication slot of the server: whether
+	// a reader holds it, the horizons it holds and the write-ahead log it
+	// keeps.
+	doctorSlotsSQL = `SELECT slot_name, slot_type, coalesce(database, ''), active,
+	xmin IS NOT NULL, coalesce(age(xmin), 0), catalog_xmin IS NOT NULL, coalesce(age(catalog_xmin), 0),
+	coalesce(pg_wal_lsn_diff(CASE WHEN pg_is_in_recovery() THEN pg_last_wal_receive_lsn() ELSE pg_current_wal_lsn() END,
+		restart_lsn), 0)::int8
+FROM pg_replication_slots
+ORDER BY slot_name`
+)
+
+// diagnosis is what Diagnose read from the database, before any of it is
+// judged: findings turns it into Findings, so that every threshold and
+// every word is in one place and tested without a server.
+type diagnosis struct {
+	// table is schema.name: the names match sqlstore.Identifier, so they
+	// need no quotes, in a message or in the SQL of a fix.
+	table, schema, name string
+	version, latest     int
+	streamed            bool // the table's inserts are streamed (read only when the table exists)
+
+	walLevel, maxSlotWALKeep string
+	autovacuum, trackCounts  bool
+	avThreshold, avScale     float64
+	role                     string
+	canReplicate             bool
+
+	// dbNow is the database's clock, read between before and after on
+	// the relay's.
+	dbNow, before, after time.Time
+
+	holders  []xminHolder
+	prepared []preparedXact
+	tables   []vacuumFacts // nil when the table does not exist
+	slots    []slotFacts
+}
+
+type xminHolder struct {
+	pid          int32
+	user, app    string
+	state, query string
+	age          time.Duration
+}
+
+type preparedXact struct {
+	gid, owner string
+	age        time.Duration
+}
+
+type vacuumFacts struct {
+	name       string
+	options    []string
+	live, dead int64
+	// sinceVacuum is how long ago it was last vacuumed; -1 for never.
+	sinceVacuum time.Duration
+}
+
+type slotFacts struct {
+	name, kind, database string
+	active               bool
+	hasXmin, hasCatalog  bool
+	xminAge, catalogAge  int64
+	retained             int64
+}
+
+// Diagnose reads the database's settings and the outbox's state and
+// returns what it finds, in order: the table's migration version,
+// transactions holding the xmin horizon longer than the lease, the
+// table's autovacuum, the replication slots (and, for change-data-capture,
+// wal_level and the role's REPLICATION), and the clocks. Each finding
+// says how to fix it. It runs catalog and statistics reads only, and
+// reads other sessions' queries through herald.Scrub. An error means the
+// database could not be read; a missing table is a finding.
+func (d *Driver) Diagnose(ctx context.Context, p DiagnoseParams) ([]Finding, error) {
+	if p.Lease < 0 {
+		return nil, errors.New("heraldpg: DiagnoseParams.Lease must not be negative")
+	}
+	if p.Lease == 0 {
+		p.Lease = time.Minute
+	}
+	if p.Now == nil {
+		p.Now = time.Now
+	}
+	g := diagnosis{table: d.names.Schema + "." + d.names.Table, schema: d.names.Schema, name: d.names.Table}
+	var err error
+	if g.version, err = d.schemaVersion(ctx, d.db); err != nil {
+		return nil, err
+	}
+	g.latest = latestVersion()
+	g.before = p.Now()
+	if err := queryRow(ctx, d.db, doctorSettingsSQL, nil, &g.walLevel, &g.maxSlotWALKeep, &g.autovacuum, &g.trackCounts,
+		&g.avThreshold, &g.avScale, &g.role, &g.canReplicate, &g.dbNow); err != nil {
+		return nil, fmt.Errorf("heraldpg: doctor: reading settings: %w", err)
+	}
+	g.after = p.Now()
+	lease := p.Lease.Microseconds()
+	err = d.db.query(ctx, doctorHoldersSQL, []any{lease}, func(scan func(...any) error) error {
+		var h xminHolder
+		var age int64
+		if err := scan(&h.pid, &h.user, &h.app, &h.state, &age, &h.query); err != nil {
+			return err
+		}
+		h.age = time.Duration(age) * time.Microsecond
+		g.holders = append(g.holders, h)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("heraldpg: doctor: reading pg_stat_activity: %w", err)
+	}
+	err = d.db.query(ctx, doctorPreparedSQL, []any{lease}, func(scan func(...any) error) error {
+		var x preparedXact
+		var age int64
+		if err := scan(&x.gid, &x.owner, &age); err != nil {
+			return err
+		}
+		x.age = time.Duration(age) * time.Microsecond
+		g.prepared = append(g.prepared, x)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("heraldpg: doctor: reading pg_prepared_xacts: %w", err)
+	}
+	if g.version > 0 {
+		g.tables = []vacuumFacts{}
+		err = d.db.query(ctx, doctorVacuumSQL, []any{d.names.Qualified}, func(scan func(...any) error) error {
+			var v vacuumFacts
+			var since *int64
+			var options string
+			if err := scan(&v.name, &options, &v.live, &v.dead, &since); err != nil {
+				return err
+			}
+			v.options = strings.Split(options, "\n")
+			v.sinceVacuum = -1
+			if since != nil {
+				v.sinceVacuum = time.Duration(*since) * time.Microsecond
+			}
+			g.tables = append(g.tables, v)
+			return nil
+		})
+		if err != nil {
+			return nil, fmt.Errorf("heraldpg: doctor: reading the table's vacuum statistics: %w", err)
+		}
+		if g.version >= streamedVersion {
+			if g.streamed, err = d.InsertsStreamed(ctx); err != nil {
+				return nil, err
+			}
+		}
+	}
+	err = d.db.query(ctx, doctorSlotsSQL, nil, func(scan func(...any) error) error {
+		var s slotFacts
+		if err := scan(&s.name, &s.kind, &s.database, &s.active, &s.hasXmin, &s.xminAge, &s.hasCatalog, &s.catalogAge, &s.retained); err != nil {
+			return err
+		}
+		g.slots = append(g.slots, s)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("heraldpg: doctor: reading pg_replication_slots: %w", err)
+	}
+	return g.findings(p), nil
+}
+
+// findings judges a diagnosis: every threshold and every word of the
+// doctor's PostgreSQL findings.
+func (g diagnosis) findings(p DiagnoseParams) []Finding {
+	var out []Finding
+	add := func(s Severity, check, msg, fix string) {
+		out = append(out, Finding{Severity: s, Check: check, Message: msg, Fix: fix})
+	}
+	migrate := fmt.Sprintf("herald migrate --schema %s --table %s", g.schema, g.name)
+
+	// 1. The migration version.
+	switch {
+	case g.version == 0:
+		add(SeverityError, CheckSchema, fmt.Sprintf("outbox table %s does not exist (no migration applied)", g.table), migrate)
+	case g.version < g.latest:
+		add(SeverityError, CheckSchema, fmt.Sprintf("outbox table %s is at schema version %d; this herald needs %d", g.table, g.version, g.latest), migrate)
+	case g.version > g.latest:
+		add(SeverityError, CheckSchema, fmt.Sprintf("outbox table %s is at schema version %d, newer than this herald knows (%d)", g.table, g.version, g.latest),
+			"run a herald as new as the one that migrated the table")
+	default:
+		add(SeverityOK, CheckSchema, fmt.Sprintf("outbox table %s is at schema version %d, this herald's", g.table, g.version), "")
+	}
+
+	// 2. Transactions holding the xmin horizon.
+	for _, h := range g.holders {
+		// A holder ten leases old has kept every dead row version of the
+		// outbox for that long: the claims' index scans wade through them.
+		sev := SeverityWarning
+		if h.age > 10*p.Lease {
+			sev = SeverityError
+		}
+		who := fmt.Sprintf("pid %d", h.pid)
+		if h.user != "" || h.app != "" {
+			who += fmt.Sprintf(" (user %s, application %q)", h.user, h.app)
+		}
+		add(sev, CheckXmin, fmt.Sprintf("%s has held the xmin horizon for %s, longer than the lease (%s), so vacuum cannot clear the outbox's dead rows; state %s, query: %s",
+			who, roundAge(h.age), leaseText(p.Lease), h.state, quoteQuery(h.query)),
+			fmt.Sprintf("SELECT pg_terminate_backend(%d); or make the application end its transactions", h.pid))
+	}
+	for _, x := range g.prepared {
+		sev := SeverityWarning
+		if x.age > 10*p.Lease {
+			sev = SeverityError
+		}
+		add(sev, CheckXmin, fmt.Sprintf("prepared transaction %q (owner %s) has held the xmin horizon for %s, longer than the lease (%s)",
+			x.gid, x.owner, roundAge(x.age), leaseText(p.Lease)),
+			fmt.Sprintf("COMMIT PREPARED %s; or ROLLBACK PREPARED %s;", quoteLiteral(x.gid), quoteLiteral(x.gid)))
+	}
+	if len(g.holders) == 0 && len(g.prepared) == 0 {
+		add(SeverityOK, CheckXmin, fmt.Sprintf("no transaction has held the xmin horizon longer than the lease (%s)", leaseText(p.Lease)), "")
+	}
+
+	// 3. Autovacuum.
+	avBefore := len(out)
+	if !g.autovacuum || !g.trackCounts {
+		add(SeverityError, CheckAutovacuum, fmt.Sprintf("autovacuum is off for the whole server (autovacuum = %s, track_counts = %s): the outbox's dead rows are never cleared",
+			onOff(g.autovacuum), onOff(g.trackCounts)),
+			"ALTER SYSTEM SET autovacuum = on; ALTER SYSTEM SET track_counts = on; SELECT pg_reload_conf();")
+	}
+	for _, t := range g.tables {
+		if autovacuumDisabled(t.options) {
+			add(SeverityError, CheckAutovacuum, fmt.Sprintf("autovacuum is disabled on %s (autovacuum_enabled = false): its dead rows are never cleared", t.name),
+				fmt.Sprintf("ALTER TABLE %s RESET (autovacuum_enabled);", t.name))
+			continue
+		}
+		threshold := g.avThreshold + g.avScale*float64(t.live)
+		overShare := t.dead > deadTuplesLimit && float64(t.dead) > deadShare*float64(t.live)
+		stale := t.sinceVacuum > vacuumStale && float64(t.dead) > threshold
+		if overShare || stale {
+			last := "never vacuumed since the statistics were reset"
+			if t.sinceVacuum >= 0 {
+				last = "last vacuumed " + roundAge(t.sinceVacuum) + " ago"
+			}
+			add(SeverityWarning, CheckAutovacuum, fmt.Sprintf("autovacuum is behind on %s: %d dead row versions beside %d live, %s",
+				t.name, t.dead, t.live, last),
+				fmt.Sprintf("VACUUM (VERBOSE) %s; then end what holds the xmin horizon, or give autovacuum more workers or a higher cost limit", t.name))
+		}
+	}
+	if len(out) == avBefore {
+		if g.tables == nil {
+			add(SeverityOK, CheckAutovacuum, "autovacuum is on for the server (no outbox table to look at)", "")
+		} else {
+			add(SeverityOK, CheckAutovacuum, fmt.Sprintf("autovacuum is on and keeping up on %s", g.table), "")
+		}
+	}
+
+	// 4. Replication slots, and what change-data-capture needs.
+	slotsBefore := len(out)
+	for _, s := range g.slots {
+		kept := fmt.Sprintf("%s of write-ahead log", bytesText(s.retained))
+		over := s.retained > slotWALLimit
+		drop := fmt.Sprintf("SELECT pg_drop_replication_slot(%s); if nothing reads it any more, else start its reader", quoteLiteral(s.name))
+		switch {
+		case s.hasXmin && !s.active:
+			add(SeverityError, CheckSlots, fmt.Sprintf("%s slot %s is inactive and holds the xmin horizon (%d transactions old), so vacuum cannot clear dead rows; it keeps %s",
+				s.kind, s.name, s.xminAge, kept), drop)
+		case !s.active:
+			sev := SeverityWarning
+			if over {
+				sev = SeverityError
+			}
+			held := ""
+			if s.hasCatalog {
+				held = fmt.Sprintf(", holds the catalog_xmin horizon (%d transactions old)", s.catalogAge)
+			}
+			add(sev, CheckSlots, fmt.Sprintf("%s slot %s is inactive: no reader%s; it keeps %s", s.kind, s.name, held, kept), drop)
+		case over:
+			add(SeverityWarning, CheckSlots, fmt.Sprintf("%s slot %s keeps %s (more than %s): its reader is behind", s.kind, s.name, kept, bytesText(slotWALLimit)),
+				"make the slot's reader catch up (a stalled relay, a standby cut off)")
+		case s.hasXmin:
+			add(SeverityWarning, CheckSlots, fmt.Sprintf("%s slot %s holds the xmin horizon (%d transactions old; a standby's hot_standby_feedback)", s.kind, s.name, s.xminAge),
+				"end the long queries on the standby, or turn hot_standby_feedback off there")
+		}
+	}
+	if len(g.slots) > 0 && g.maxSlotWALKeep == "-1" {
+		add(SeverityWarning, CheckSlots, fmt.Sprintf("max_slot_wal_keep_size is -1 with %d replication slot(s): a slot nobody reads keeps write-ahead log until the disk is full", len(g.slots)),
+			"ALTER SYSTEM SET max_slot_wal_keep_size = '10GB'; SELECT pg_reload_conf();")
+	}
+	if len(out) == slotsBefore && len(g.slots) == 0 {
+		add(SeverityOK, CheckSlots, "no replication slot", "")
+	} else if len(out) == slotsBefore {
+		add(SeverityOK, CheckSlots, fmt.Sprintf("%d replication slot(s), none inactive, holding the xmin horizon or keeping more than %s", len(g.slots), bytesText(slotWALLimit)), "")
+	}
+	if p.CDC || g.streamed {
+		why := "--source cdc"
+		if !p.CDC {
+			why = "the table's inserts are streamed"
+		}
+		if g.walLevel != "logical" {
+			add(SeverityError, CheckWALLevel, fmt.Sprintf("wal_level is %s; change-data-capture (%s) needs logical", g.walLevel, why),
+				"ALTER SYSTEM SET wal_level = logical; then restart PostgreSQL")
+		} else {
+			add(SeverityOK, CheckWALLevel, "wal_level is logical, as change-data-capture needs", "")
+		}
+		if !g.canReplicate {
+			add(SeverityError, CheckReplication, fmt.Sprintf("role %s has no REPLICATION; change-data-capture (%s) needs it", g.role, why),
+				fmt.Sprintf("ALTER ROLE %s REPLICATION;", quoteIdent(g.role)))
+		} else {
+			add(SeverityOK, CheckReplication, fmt.Sprintf("role %s may replicate, as change-data-capture needs", g.role), "")
+		}
+	}
+
+	// 5. The clocks. The database's was read between before and after on
+	// the relay's: the skew is known to within half that round trip.
+	mid := g.before.Add(g.after.Sub(g.before) / 2)
+	skew := g.dbNow.Sub(mid)
+	slack := g.after.Sub(g.before) / 2
+	if math.Abs(float64(skew)) > float64(clockSkewLimit+slack) {
+		ahead := "ahead of"
+		if skew < 0 {
+			ahead, skew = "behind", -skew
+		}
+		add(SeverityWarning, CheckClock, fmt.Sprintf("the database's clock is %s %s this host's (more than %s)", roundAge(skew), ahead, clockSkewLimit),
+			"synchronise both hosts' clocks with NTP (chrony, systemd-timesyncd)")
+	} else {
+		add(SeverityOK, CheckClock, fmt.Sprintf("the database's clock is within %s of this host's", clockSkewLimit), "")
+	}
+	return out
+}
+
+// autovacuumDisabled reads a table's reloptions as PostgreSQL reads a
+// boolean: autovacuum_enabled set to a prefix of false, off or no, or 0.
+func autovacuumDisabled(options []string) bool {
+	for _, o := range options {
+		name, value, _ := strings.Cut(o, "=")
+		if !strings.EqualFold(strings.TrimSpace(name), "autovacuum_enabled") {
+			continue
+		}
+		v := strings.ToLower(strings.Trim(strings.TrimSpace(value), `'"`))
+		switch {
+		case v == "0", v != "" && strings.HasPrefix("false", v), v != "" && strings.HasPrefix("no", v), v == "of" || v == "off":
+			return true
+		}
+	}
+	return false
+}
+
+// quoteQuery is the first characters of another session's query, its
+// secrets scrubbed (before cutting, so that no half of one survives) and
+// its lines joined.
+func quoteQuery(q string) string {
+	q = strings.Join(strings.Fields(herald.Scrub(q)), " ")
+	if q == "" {
+		return "(none)"
+	}
+	if utf8.RuneCountInString(q) > queryShown {
+		r := []rune(q)
+		q = string(r[:queryShown]) + "..."
+	}
+	return q
+}
+
+// leaseText prints the lease as the flag takes it: 1m, not 1m0s.
+func leaseText(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
+}
+
+// roundAge prints an age an operator can read.
+func roundAge(d time.Duration) string {
+	switch {
+	case d < time.Minute:
+		return d.Round(100 * time.Millisecond).String()
+	case d < time.Hour:
+		return d.Round(time.Second).String()
+	}
+	return d.Round(time.Minute).String()
+}
+
+func bytesText(n int64) string {
+	switch {
+	case n >= 1<<30:
+		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	case n >= 1<<10:
+		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+	}
+	return fmt.Sprintf("%d bytes", n)
+}
+
+func onOff(b bool) string {
+	if b {
+		return "on"
+	}
+	return "off"
+}
+
+// quoteIdent quotes a role's name for the fix's SQL.
+func quoteIdent(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`) + `"` }
+
+// quoteLiteral quotes a string for the fix's SQL.
+func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
