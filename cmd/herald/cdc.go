@@ -107,9 +107,3 @@ func (c *cdcSetup) open(ctx context.Context, d *dbRelay) (heraldspec.ChangeSourc
 		BufferBytes: c.bufferBytes, StandbyInterval: c.standbyInterval,
 	})
 }
-
-// refuseStreamedTable checks nothing: herald.Relay.Start refuses a table
-// whose inserts are streamed for every relay without a Source, the
-// daemon's polling relays included, naming the table and the way out. It
-// stays only for its caller (fleet.run), until that calls Start alone.
-func refuseStreamedTable(context.Context, *dbRelay) error { return nil }

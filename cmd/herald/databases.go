@@ -346,9 +346,10 @@ func (f *fleet) run(ctx context.Context, d *dbRelay) error {
 			return err
 		}
 		cfg.Source, source = src, src
-	} else if err := refuseStreamedTable(ctx, d); err != nil {
-		return err
 	}
+	// Without a source, Start refuses a table whose inserts are streamed
+	// (herald.StreamSwitch): the daemon's polling relays get the library's
+	// rule as every service does.
 	closeSource := func() {
 		if source != nil {
 			_ = source.Close()
