@@ -20,6 +20,9 @@ import (
 // would after a broker outage.
 type NATSServer struct {
 	storeDir string
+	// cluster, when set, makes the server a node of a JetStream cluster
+	// (NATSCluster): its name, cluster port and routes.
+	cluster func(*server.Options)
 
 	mu   sync.Mutex
 	srv  *server.Server
@@ -42,14 +45,18 @@ func NATS(t testing.TB) *NATSServer {
 }
 
 func (n *NATSServer) startLocked() error {
-	s, err := server.NewServer(&server.Options{
+	opts := &server.Options{
 		Host:      "127.0.0.1",
 		Port:      n.port,
 		JetStream: true,
 		StoreDir:  n.storeDir,
 		NoLog:     true,
 		NoSigs:    true,
-	})
+	}
+	if n.cluster != nil {
+		n.cluster(opts)
+	}
+	s, err := server.NewServer(opts)
 	if err != nil {
 		return fmt.Errorf("creating NATS server: %w", err)
 	}
