@@ -42,11 +42,14 @@ type cluster struct {
 	postgres, data string
 	port           int
 	cred           *syscall.Credential
+	// settings are postgres arguments given after the defaults of run,
+	// which they override (the last -c of a setting wins).
+	settings []string
 }
 
 var errPortTaken = errors.New("port taken")
 
-func startCluster() (*cluster, string, error) {
+func startCluster(settings ...string) (*cluster, string, error) {
 	initdb, postgres, err := postgresBinaries()
 	if err != nil {
 		return nil, "", err
@@ -55,30 +58,19 @@ func startCluster() (*cluster, string, error) {
 	if err != nil {
 		return nil, "", err
 	}
-	sweepStaleClusters()
-
-	// Not t.TempDir: the cluster outlives the test that happened to start it.
-	dir, err := os.MkdirTemp("", clusterDirPrefix+"*")
+	c, err := newClusterDir(cred)
 	if err != nil {
-		return nil, "", fmt.Errorf("creating cluster directory: %w", err)
+		return nil, "", err
 	}
-	c := &cluster{dir: dir}
+	c.settings = settings
 	started := false
 	defer func() {
 		if !started {
 			c.stop()
 		}
 	}()
-	if c.lock, err = lockDir(dir); err != nil {
-		return nil, "", err
-	}
-	if cred != nil {
-		if err := os.Chown(dir, int(cred.Uid), int(cred.Gid)); err != nil {
-			return nil, "", fmt.Errorf("handing cluster directory to user postgres: %w", err)
-		}
-	}
 
-	data := filepath.Join(dir, "data")
+	data := filepath.Join(c.dir, "data")
 	// -U fixes the superuser's name, so the DSN does not depend on who runs
 	// the tests. --no-sync and --no-locale shave time and keep sorting
 	// identical on every machine.
@@ -86,26 +78,57 @@ func startCluster() (*cluster, string, error) {
 		"-E", "UTF8", "--no-locale", "--no-sync")
 	// The postgres user may not be allowed into the test's working directory,
 	// and initdb fails if it cannot resolve its current directory.
-	cmd.Dir = dir
+	cmd.Dir = c.dir
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return nil, "", fmt.Errorf("initdb: %w: %s", err, strings.TrimSpace(string(out)))
 	}
+	dsn, err := c.listen(postgres, data, cred)
+	if err != nil {
+		return nil, "", err
+	}
+	started = true
+	return c, dsn, nil
+}
 
-	// Another process can take the free port between our probe and
-	// postgres's bind, so a lost race gets a new port instead of a failure.
+// newClusterDir makes and locks the directory of a new cluster, owned by
+// whoever the server runs as.
+func newClusterDir(cred *syscall.Credential) (*cluster, error) {
+	sweepStaleClusters()
+	// Not t.TempDir: the cluster outlives the test that happened to start it.
+	dir, err := os.MkdirTemp("", clusterDirPrefix+"*")
+	if err != nil {
+		return nil, fmt.Errorf("creating cluster directory: %w", err)
+	}
+	c := &cluster{dir: dir}
+	if c.lock, err = lockDir(dir); err != nil {
+		c.stop()
+		return nil, err
+	}
+	if cred != nil {
+		if err := os.Chown(dir, int(cred.Uid), int(cred.Gid)); err != nil {
+			c.stop()
+			return nil, fmt.Errorf("handing cluster directory to user postgres: %w", err)
+		}
+	}
+	return c, nil
+}
+
+// listen starts the postmaster on a free port. Another process can take
+// the port between our probe and postgres's bind, so a lost race gets a
+// new port instead of a failure.
+func (c *cluster) listen(postgres, data string, cred *syscall.Credential) (string, error) {
 	for attempt := 1; ; attempt++ {
 		port, err := freePort()
 		if err != nil {
-			return nil, "", fmt.Errorf("finding a free port: %w", err)
+			return "", fmt.Errorf("finding a free port: %w", err)
 		}
 		dsn, err := c.run(postgres, data, port, cred)
 		if err == nil {
-			started = true
-			return c, dsn, nil
+			return dsn, nil
 		}
 		if !errors.Is(err, errPortTaken) || attempt == 3 {
-			return nil, "", err
+			return "", err
 		}
 	}
 }
@@ -132,6 +155,7 @@ func (c *cluster) run(postgres, data string, port int, cred *syscall.Credential)
 		"-c", "max_replication_slots=20",
 		"-c", "max_wal_senders=20",
 	)
+	cmd.Args = append(cmd.Args, c.settings...)
 	cmd.Dir = c.dir
 	// An *os.File is handed to the child as is; any other writer would need
 	// a copying goroutine, which goleak in other packages would report.

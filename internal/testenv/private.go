@@ -19,7 +19,14 @@ type Cluster struct {
 // the PostgreSQL server binaries it skips t, or fails it when CI=true.
 func PrivateCluster(t testing.TB) *Cluster {
 	t.Helper()
-	c, dsn, err := startCluster()
+	return privateCluster(t)
+}
+
+// privateCluster is PrivateCluster with postgres arguments of the
+// caller's (settings over the defaults: "-c", "name=value").
+func privateCluster(t testing.TB, settings ...string) *Cluster {
+	t.Helper()
+	c, dsn, err := startCluster(settings...)
 	switch {
 	case err != nil && os.Getenv("CI") == "true":
 		t.Fatalf("testenv: a private PostgreSQL cluster is required in CI (install initdb and postgres): %v", err)
