@@ -539,8 +539,9 @@ func (s *Stream) Heartbeats() int {
 	return s.beats
 }
 
-// Close stops streaming, sends the confirmed position one last time and
-// closes the connection.
+// Close stops streaming, sends the confirmed position one last time,
+// waits (up to 5s) for PostgreSQL to have read it, and closes the
+// connection.
 func (s *Stream) Close() error {
 	s.stop()
 	<-s.done
@@ -562,6 +563,9 @@ func (s *Stream) Close() error {
 		if err == nil {
 			err = s.sendStatus(ctx)
 		}
+		if err == nil {
+			err = s.endCopy()
+		}
 		cancel()
 		if err != nil {
 			s.cfg.Logger.Warn("change stream: the last confirmation did not reach the slot; the next reader delivers again what it covered",
@@ -569,6 +573,49 @@ func (s *Stream) Close() error {
 		}
 	}
 	return s.conn.Close(context.Background())
+}
+
+// endCopy ends the replication stream with a CopyDone and waits for
+// PostgreSQL to end it too, so that the status update sent just before
+// is read before the connection closes. Closing it at once is not
+// enough: a walsender blocked sending to a reader that stopped reading
+// tries its pending output before it reads what came in, and the closed
+// connection fails that write and ends it with the last status update
+// unread (and the reader's unread data makes the close a reset). The
+// walsender answers the CopyDone once it read everything sent before it;
+// what it was still sending is discarded on the way. A wait cut short
+// after that answer lost nothing.
+func (s *Stream) endCopy() error {
+	nc := s.conn.Conn()
+	if err := nc.SetReadDeadline(time.Now().Add(statusTimeout)); err != nil {
+		return fmt.Errorf("heraldcdc: ending the stream: %w", err)
+	}
+	fe := s.conn.Frontend()
+	fe.Send(&pgproto3.CopyDone{})
+	if err := fe.Flush(); err != nil {
+		return fmt.Errorf("heraldcdc: ending the stream: %w", err)
+	}
+	answered := false
+	for {
+		raw, err := s.conn.ReceiveMessage(context.Background())
+		switch {
+		case err != nil && answered:
+			return nil
+		case err != nil:
+			return fmt.Errorf("heraldcdc: ending the stream: %w", err)
+		}
+		switch m := raw.(type) {
+		case *pgproto3.CopyDone:
+			answered = true
+		case *pgproto3.ErrorResponse:
+			if answered {
+				return nil
+			}
+			return fmt.Errorf("heraldcdc: ending the stream: %s (SQLSTATE %s)", m.Message, m.Code)
+		case *pgproto3.ReadyForQuery:
+			return nil
+		}
+	}
 }
 
 // loop owns the replication connection: it reads, decodes and hands out

@@ -348,3 +348,38 @@ func TestStreamHandsOutALargeTransactionInParts(t *testing.T) {
 	_, pending := s.OldestUnconfirmed()
 	require.False(t, pending)
 }
+
+// A Close while PostgreSQL is blocked sending to the stream (the reader
+// fell behind: its buffer is full, and the socket's) still moves the slot
+// to the position confirmed last. The walsender, waiting for the socket,
+// tries its pending output before it reads the reader's messages: a
+// connection cut as soon as the last status update is written would fail
+// that write and end the walsender with the update unread, and the next
+// reader would deliver again what was confirmed.
+func TestCloseConfirmsWhilePostgreSQLIsBlockedSending(t *testing.T) {
+	testenv.Long(t)
+	t.Parallel()
+	f := setup(t)
+	s, err := heraldcdc.Open(context.Background(), heraldcdc.Config{ConnString: f.dsn, StatusInterval: time.Hour, HeartbeatInterval: -1,
+		BufferBytes: 64 << 10, Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	f.insertMany(t, 3, "a")
+	first := next(t, s)
+	require.NotZero(t, first.End)
+	for range 40 {
+		_, err := f.pool.Exec(context.Background(), `INSERT INTO herald_outbox (topic, key, payload)
+			SELECT 'orders', 'b', convert_to(repeat('x', 2000), 'UTF8') FROM generate_series(1, 500)`)
+		require.NoError(t, err)
+	}
+	require.Eventually(t, func() bool {
+		var waiting bool
+		require.NoError(t, f.pool.QueryRow(context.Background(), `SELECT EXISTS (SELECT 1 FROM pg_stat_activity a
+			JOIN pg_replication_slots s ON s.active_pid = a.pid
+			WHERE s.slot_name = 'herald_outbox' AND a.wait_event = 'WalSenderWriteData')`).Scan(&waiting))
+		return waiting
+	}, 20*time.Second, 10*time.Millisecond, "the walsender waits for the stream to read")
+	s.Confirm(first.End)
+	require.NoError(t, s.Close())
+	f.awaitSlotIdle(t)
+	require.Equal(t, first.End, f.slotConfirmed(t))
+}
