@@ -44,6 +44,7 @@ const (
 	CheckSlots       = "replication_slots"
 	CheckWALLevel    = "wal_level"
 	CheckReplication = "replication_role"
+	CheckPartitions  = "partitions"
 	CheckClock       = "clock"
 )
 
@@ -162,6 +163,33 @@ type diagnosis struct {
 	prepared []preparedXact
 	tables   []vacuumFacts // nil when the table does not exist
 	slots    []slotFacts
+
+	// parts is the partitioned table's layout; nil for a plain table.
+	parts *partitionFacts
+}
+
+// partitionFacts are a partitioned outbox's settings and how far its
+// partitions reach.
+type partitionFacts struct {
+	interval time.Duration
+	ahead    int       // partitions maintenance keeps past the current one
+	current  time.Time // the start of the interval holding the database's now
+	covered  time.Time // the end of the partitions contiguous from current; current when none holds it
+}
+
+// partitionCoverage is where the partitions contiguous from cur end: cur
+// when no partition holds cur.
+func partitionCoverage(parts []partition, cur time.Time) time.Time {
+	end := cur
+	for moved := true; moved; {
+		moved = false
+		for _, p := range parts {
+			if p.from != nil && p.to != nil && !p.from.After(end) && p.to.After(end) {
+				end, moved = *p.to, true
+			}
+		}
+	}
+	return end
 }
 
 type xminHolder struct {
@@ -273,6 +301,19 @@ func (d *Driver) Diagnose(ctx context.Context, p DiagnoseParams) ([]Finding, err
 			if g.streamed, err = d.InsertsStreamed(ctx); err != nil {
 				return nil, err
 			}
+		}
+		l, err := d.readLayout(ctx, d.db)
+		if err != nil {
+			return nil, err
+		}
+		if l.partitioned {
+			parts, err := d.partitions(ctx, d.db)
+			if err != nil {
+				return nil, err
+			}
+			cur := binStart(g.dbNow, l.settings.Interval)
+			g.parts = &partitionFacts{interval: l.settings.Interval, ahead: l.settings.Ahead, current: cur,
+				covered: partitionCoverage(parts, cur)}
 		}
 	}
 	err = d.db.query(ctx, doctorSlotsSQL, nil, func(scan func(...any) error) error {
@@ -430,7 +471,27 @@ func (g diagnosis) findings(p DiagnoseParams) []Finding {
 		}
 	}
 
-	// 5. The clocks. The database's was read between before and after on
+	// 5. A partitioned table's partitions: the one holding now, and Ahead
+	// past it, which the relay's maintenance creates. Rows with no
+	// partition go to the default one, which maintenance empties row by
+	// row.
+	if f := g.parts; f != nil {
+		have := int(f.covered.Sub(f.current)/f.interval) - 1
+		fix := "run a relay on the table (its maintenance creates them), or call heraldpg.Driver.MaintainPartitions"
+		switch {
+		case have < 0:
+			add(SeverityError, CheckPartitions, fmt.Sprintf("no partition of %s holds the rows written now (from %s): they go to its default partition",
+				g.table, f.current.UTC().Format(time.RFC3339)), fix)
+		case have < f.ahead:
+			add(SeverityWarning, CheckPartitions, fmt.Sprintf("%d of the %d partitions %s keeps ahead exist (its partitions end at %s)",
+				have, f.ahead, g.table, f.covered.UTC().Format(time.RFC3339)), fix)
+		default:
+			add(SeverityOK, CheckPartitions, fmt.Sprintf("%s has its partition for now and %d ahead (to %s)",
+				g.table, have, f.covered.UTC().Format(time.RFC3339)), "")
+		}
+	}
+
+	// 6. The clocks. The database's was read between before and after on
 	// the relay's: the skew is known to within half that round trip.
 	mid := g.before.Add(g.after.Sub(g.before) / 2)
 	skew := g.dbNow.Sub(mid)

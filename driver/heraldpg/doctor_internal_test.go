@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/herald-outbox/herald/internal/testenv"
 )
 
 // healthy is a diagnosis with nothing to report.
@@ -60,6 +62,18 @@ func TestFindingsJudgeEachFact(t *testing.T) {
 			"wal_level is replica; change-data-capture (the table's inserts are streamed) needs logical"},
 		{"ADatabaseClockBehind", func(g *diagnosis) { g.dbNow = g.dbNow.Add(-3 * time.Second) }, CheckClock, SeverityWarning,
 			"the database's clock is 3s behind this host's"},
+		{"PartitionsAheadAllThere", func(g *diagnosis) {
+			cur := binStart(g.dbNow, time.Hour)
+			g.parts = &partitionFacts{interval: time.Hour, ahead: 3, current: cur, covered: cur.Add(4 * time.Hour)}
+		}, CheckPartitions, SeverityOK, "has its partition for now and 3 ahead"},
+		{"PartitionsAheadMissing", func(g *diagnosis) {
+			cur := binStart(g.dbNow, time.Hour)
+			g.parts = &partitionFacts{interval: time.Hour, ahead: 3, current: cur, covered: cur.Add(2 * time.Hour)}
+		}, CheckPartitions, SeverityWarning, "1 of the 3 partitions public.herald_outbox keeps ahead exist (its partitions end at 2026-11-01T14:00:00Z)"},
+		{"NoPartitionForNow", func(g *diagnosis) {
+			cur := binStart(g.dbNow, time.Hour)
+			g.parts = &partitionFacts{interval: time.Hour, ahead: 3, current: cur, covered: cur}
+		}, CheckPartitions, SeverityError, "no partition of public.herald_outbox holds the rows written now (from 2026-11-01T12:00:00Z)"},
 		{"ASkewWithinTheRoundTrip", func(g *diagnosis) {
 			g.before, g.after = g.dbNow.Add(-2*time.Second), g.dbNow.Add(2*time.Second+500*time.Millisecond)
 		}, CheckClock, SeverityOK, "within 1s"},
@@ -100,4 +114,84 @@ func TestQuoteQueryScrubsBeforeCutting(t *testing.T) {
 	require.True(t, strings.HasPrefix(q, "SELECT * FROM users WHERE password ="), q)
 	require.Equal(t, "(none)", quoteQuery(""))
 	require.Equal(t, 60+len("..."), len([]rune(quoteQuery(strings.Repeat("é", 100)))))
+}
+
+// A partitioned outbox's partitions are read from the catalog: all there
+// after Migrate, a warning once the last one ahead is gone, an error once
+// none holds now (as when no maintenance ran for a while), and the fix
+// the finding names brings them back.
+func TestDiagnoseFindsMissingPartitions(t *testing.T) {
+	t.Parallel()
+	// The partition "for now" is the day's: a run that spans midnight
+	// (UTC, by the database's clock) starts again on a fresh table.
+	for try := 0; try < 2; try++ {
+		if missingPartitionsFound(t) {
+			return
+		}
+	}
+	t.Fatal("the day changed during both runs")
+}
+
+// missingPartitionsFound runs the scenario on a table of its own and
+// reports false when the day changed meanwhile, so that what it saw may
+// be of two days.
+func missingPartitionsFound(t *testing.T) bool {
+	pool := testenv.PostgresPool(t)
+	d, cur := newPartitioned(t, pool, &Partitioning{Interval: 24 * time.Hour, Ahead: 2})
+	partitions := func() []Finding {
+		all, err := d.Diagnose(t.Context(), DiagnoseParams{})
+		require.NoError(t, err)
+		var out []Finding
+		for _, f := range all {
+			if f.Check == CheckPartitions {
+				out = append(out, f)
+			}
+		}
+		require.Len(t, out, 1)
+		return out
+	}
+	sameDay := func() bool {
+		var now time.Time
+		require.NoError(t, pool.QueryRow(t.Context(), `SELECT now()`).Scan(&now))
+		return binStart(now, 24*time.Hour).Equal(cur)
+	}
+	drop := func(from time.Time) {
+		_, err := pool.Exec(t.Context(), `DROP TABLE `+d.names.qualify(d.names.partitionName(from)))
+		require.NoError(t, err)
+	}
+	f := partitions()
+	if !sameDay() {
+		return false
+	}
+	require.Equal(t, SeverityOK, f[0].Severity, f[0])
+	require.Contains(t, f[0].Message, "has its partition for now and 2 ahead")
+
+	drop(cur.Add(2 * day))
+	f = partitions()
+	if !sameDay() {
+		return false
+	}
+	require.Equal(t, SeverityWarning, f[0].Severity, f[0])
+	require.Contains(t, f[0].Message, "1 of the 2 partitions")
+	require.Contains(t, f[0].Fix, "MaintainPartitions")
+
+	// As when no maintenance ran for a while: no partition from now on.
+	drop(cur.Add(day))
+	drop(cur)
+	f = partitions()
+	if !sameDay() {
+		return false
+	}
+	require.Equal(t, SeverityError, f[0].Severity, f[0])
+	require.Contains(t, f[0].Message, "holds the rows written now")
+
+	// The fix the finding names brings them back.
+	_, err := d.MaintainPartitions(t.Context(), 0, 0)
+	require.NoError(t, err)
+	f = partitions()
+	if !sameDay() {
+		return false
+	}
+	require.Equal(t, SeverityOK, f[0].Severity, f[0])
+	return true
 }
