@@ -45,6 +45,11 @@ type Destination struct {
 	ClientName string
 	// ConnectTimeout bounds reaching the broker in Open. Defaults to 5s.
 	ConnectTimeout time.Duration
+	// OnSecret, when set, is called with each secret the publisher
+	// package reads on its own, beyond Secrets and the URL (the nkey seed
+	// of a NATS credentials file), so that a program that redacts its
+	// output can register it. Defaults to nil.
+	OnSecret func(secret string)
 	// Config is the publisher's Config to start from, for settings a URL
 	// does not carry (a *heraldnats.Config for a nats:// URL); what the URL
 	// sets overrides it. A Config of another publisher's type is refused.
@@ -87,6 +92,13 @@ func (d *Destination) Secret(what string) (string, error) {
 		return "", nil
 	}
 	return d.Secrets.Secret(what)
+}
+
+// NoteSecret tells d.OnSecret of a secret the publisher package read.
+func (d *Destination) NoteSecret(secret string) {
+	if d.OnSecret != nil && secret != "" {
+		d.OnSecret(secret)
+	}
 }
 
 // SecretWhere names where d's secret is set, for messages.

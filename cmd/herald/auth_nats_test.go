@@ -298,3 +298,17 @@ func TestNATSServerURLsCarryNoCredentialsNorHeraldsOptions(t *testing.T) {
 		tc.check(t, &c.Options)
 	}
 }
+
+// The seed of an nkey file is kept out of every line the daemon prints,
+// as a password is: heraldnats hands it to the destination's OnSecret.
+func TestAnNkeySeedIsRedactedLikeAPassword(t *testing.T) {
+	t.Parallel()
+	_, seed := userSeed(t)
+	path := filepath.Join(t.TempDir(), "user.nk")
+	require.NoError(t, os.WriteFile(path, seed, 0o600))
+	inv := &invocation{stderr: &redactor{w: &bytes.Buffer{}}, flags: newFlagSet("relay"),
+		getenv: func(string) (string, bool) { return "", false }}
+	_, err := parseEndpoint(inv, "--destination events", "events", "nats://127.0.0.1:4222?nkey_file="+url.QueryEscape(path))
+	require.NoError(t, err)
+	require.Equal(t, "a log line quoting xxxxx", inv.stderr.scrub("a log line quoting "+string(seed)))
+}

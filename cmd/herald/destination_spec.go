@@ -56,7 +56,10 @@ func parseSpec(inv *invocation, label string, ep endpoint, kind string) (endpoin
 	for _, one := range strings.Split(ep.raw, ",") {
 		inv.stderr.add(heraldspec.UserinfoSecrets(strings.TrimSpace(one), specUserIsSecret(inv, ep, one))...)
 	}
-	d := heraldspec.Destination{Name: ep.name, URL: ep.raw, Secrets: envSecrets{inv, ep}, Getenv: inv.getenv}
+	d := heraldspec.Destination{Name: ep.name, URL: ep.raw, Secrets: envSecrets{inv, ep}, Getenv: inv.getenv,
+		// A secret the package reads from a file (a NATS seed) is kept
+		// out of every line the daemon prints, as the others are.
+		OnSecret: func(secret string) { inv.stderr.add(secret) }}
 	if kind == "webhook" {
 		if err := webhookSpec(inv, ep, &d); err != nil {
 			return ep, err

@@ -204,7 +204,7 @@ func (c *URLConfig) authenticate(urls []*url.URL, opts map[string]string) error 
 		}
 	}
 	if path := opts[optCredsFile]; path != "" {
-		if err := checkCredsFile(path); err != nil {
+		if err := checkCredsFile(d, path); err != nil {
 			return err
 		}
 		// The client reads the file again at each connection, so that a
@@ -214,7 +214,7 @@ func (c *URLConfig) authenticate(urls []*url.URL, opts map[string]string) error 
 		}
 	}
 	if path := opts[optNkeyFile]; path != "" {
-		opt, err := nkeyOption(path)
+		opt, err := nkeyOption(d, path)
 		if err != nil {
 			return err
 		}
@@ -250,7 +250,7 @@ func readOptionFile(opt, path string) ([]byte, error) {
 // checkCredsFile checks that a credentials file holds a user JWT and an
 // nkey seed, so that a wrong file is refused before the relay waits for
 // the server.
-func checkCredsFile(path string) error {
+func checkCredsFile(d *heraldspec.Destination, path string) error {
 	b, err := readOptionFile(optCredsFile, path)
 	if err != nil {
 		return err
@@ -259,7 +259,7 @@ func checkCredsFile(path string) error {
 	if err != nil {
 		return fmt.Errorf("%s=%s: no nkey seed in the file (a .creds file, as nsc writes it)", optCredsFile, heraldspec.Clean(path))
 	}
-	kp.Wipe()
+	noteSeed(d, kp)
 	token, err := nkeys.ParseDecoratedJWT(b)
 	if err != nil {
 		return fmt.Errorf("%s=%s: no user JWT in the file (a .creds file, as nsc writes it)", optCredsFile, heraldspec.Clean(path))
@@ -270,9 +270,17 @@ func checkCredsFile(path string) error {
 	return nil
 }
 
+// noteSeed tells d's OnSecret of the seed of kp, then wipes kp.
+func noteSeed(d *heraldspec.Destination, kp nkeys.KeyPair) {
+	if seed, err := kp.Seed(); err == nil {
+		d.NoteSecret(string(seed))
+	}
+	kp.Wipe()
+}
+
 // nkeyOption checks an nkey seed file and returns the client's option,
 // which signs the server's challenge with it.
-func nkeyOption(path string) (nats.Option, error) {
+func nkeyOption(d *heraldspec.Destination, path string) (nats.Option, error) {
 	b, err := readOptionFile(optNkeyFile, path)
 	if err != nil {
 		return nil, err
@@ -281,7 +289,7 @@ func nkeyOption(path string) (nats.Option, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s=%s: no nkey seed in the file (a user seed, SU...)", optNkeyFile, heraldspec.Clean(path))
 	}
-	kp.Wipe()
+	noteSeed(d, kp)
 	opt, err := nats.NkeyOptionFromSeed(path)
 	if err != nil {
 		return nil, fmt.Errorf("%s=%s: not an nkey user seed (SU...)", optNkeyFile, heraldspec.Clean(path))

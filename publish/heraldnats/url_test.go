@@ -461,3 +461,31 @@ func (s *restartableServer) connect(t *testing.T) *nats.Conn {
 	t.Cleanup(nc.Close)
 	return nc
 }
+
+// The seeds the package reads from files reach Destination.OnSecret, so
+// that a program that redacts its output can hide them.
+func TestTheSeedsOfFilesReachOnSecret(t *testing.T) {
+	t.Parallel()
+	_, seed := userSeed(t)
+	nkeyFile := writeFile(t, "user.nk", seed)
+	op := newOperator(t)
+	creds := op.creds(t, op.account)
+	credsFile := writeFile(t, "user.creds", creds)
+	credsSeed, err := nkeys.ParseDecoratedNKey(creds)
+	require.NoError(t, err)
+	wantCredsSeed, err := credsSeed.Seed()
+	require.NoError(t, err)
+	for _, tc := range []struct{ name, url, seed string }{
+		{"NkeyFile", "nats://h:4222?nkey_file=" + url.QueryEscape(nkeyFile), string(seed)},
+		{"CredsFile", "nats://h:4222?creds_file=" + url.QueryEscape(credsFile), string(wantCredsSeed)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			var noted []string
+			_, err := heraldspec.Parse(heraldspec.Destination{Name: "events", URL: tc.url,
+				OnSecret: func(s string) { noted = append(noted, s) }})
+			require.NoError(t, err)
+			require.Equal(t, []string{tc.seed}, noted)
+		})
+	}
+}
