@@ -11,13 +11,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nkeys"
 	"github.com/stretchr/testify/require"
 
+	"github.com/herald-outbox/herald/internal/testenv"
 	"github.com/herald-outbox/herald/publish/heraldnats"
 )
 
@@ -44,80 +44,6 @@ func writeFile(t *testing.T, name string, content []byte) string {
 	return path
 }
 
-// userSeed makes an nkey user and returns its public key and seed.
-func userSeed(t *testing.T) (string, []byte) {
-	t.Helper()
-	kp, err := nkeys.CreateUser()
-	require.NoError(t, err)
-	pub, err := kp.PublicKey()
-	require.NoError(t, err)
-	seed, err := kp.Seed()
-	require.NoError(t, err)
-	return pub, seed
-}
-
-// natsOperator is an operator with one JetStream-enabled account, trusted
-// by the servers it configures, that issues user credentials files.
-type natsOperator struct {
-	account    nkeys.KeyPair
-	operator   *jwt.OperatorClaims
-	accountJWT string
-	accountPub string
-	systemJWT  string // the system account, which JetStream needs in operator mode
-	systemPub  string
-}
-
-func newNATSOperator(t *testing.T) *natsOperator {
-	t.Helper()
-	okp, err := nkeys.CreateOperator()
-	require.NoError(t, err)
-	opub, err := okp.PublicKey()
-	require.NoError(t, err)
-	oc := jwt.NewOperatorClaims(opub)
-	ojwt, err := oc.Encode(okp)
-	require.NoError(t, err)
-	oc, err = jwt.DecodeOperatorClaims(ojwt)
-	require.NoError(t, err)
-	akp, err := nkeys.CreateAccount()
-	require.NoError(t, err)
-	apub, err := akp.PublicKey()
-	require.NoError(t, err)
-	ac := jwt.NewAccountClaims(apub)
-	ac.Limits.JetStreamLimits = jwt.JetStreamLimits{MemoryStorage: -1, DiskStorage: -1, Streams: -1, Consumer: -1}
-	ajwt, err := ac.Encode(okp)
-	require.NoError(t, err)
-	skp, err := nkeys.CreateAccount()
-	require.NoError(t, err)
-	spub, err := skp.PublicKey()
-	require.NoError(t, err)
-	sjwt, err := jwt.NewAccountClaims(spub).Encode(okp)
-	require.NoError(t, err)
-	return &natsOperator{account: akp, operator: oc, accountJWT: ajwt, accountPub: apub, systemJWT: sjwt, systemPub: spub}
-}
-
-func (o *natsOperator) serverOptions(t *testing.T) *server.Options {
-	t.Helper()
-	resolver := &server.MemAccResolver{}
-	require.NoError(t, resolver.Store(o.accountPub, o.accountJWT))
-	require.NoError(t, resolver.Store(o.systemPub, o.systemJWT))
-	return &server.Options{TrustedOperators: []*jwt.OperatorClaims{o.operator}, AccountResolver: resolver, SystemAccount: o.systemPub}
-}
-
-// creds issues a user of the account, signed by signer (the account's key,
-// or another that the server does not trust), as a .creds file's content
-// and the user's seed.
-func (o *natsOperator) creds(t *testing.T, signer nkeys.KeyPair) ([]byte, string) {
-	t.Helper()
-	pub, seed := userSeed(t)
-	uc := jwt.NewUserClaims(pub)
-	uc.IssuerAccount = o.accountPub
-	ujwt, err := uc.Encode(signer)
-	require.NoError(t, err)
-	creds, err := jwt.FormatUserConfig(ujwt, seed)
-	require.NoError(t, err)
-	return creds, string(seed)
-}
-
 // natsCase is one way to authenticate to a NATS server: how the relay is
 // given it, right and wrong, and how the test reads the stream back.
 type natsCase struct {
@@ -137,13 +63,14 @@ type natsCase struct {
 func TestRelayAuthenticatesToNATS(t *testing.T) {
 	t.Parallel()
 	const password, token = "nats-Pw-4417-secret", "nats-Tok3n-9920-secret"
-	nkeyPub, nkeySeed := userSeed(t)
-	_, otherSeed := userSeed(t)
-	op := newNATSOperator(t)
-	credsRight, credsSeed := op.creds(t, op.account)
+	nkeyPub, nkeySeed := testenv.NATSUser(t)
+	_, otherSeed := testenv.NATSUser(t)
+	op := testenv.NewNATSOperator(t)
+	right := op.Creds(t, op.Account)
+	credsRight, credsSeed := right.File, right.Seed
 	stranger, err := nkeys.CreateAccount()
 	require.NoError(t, err)
-	credsWrong, _ := op.creds(t, stranger)
+	credsWrong := op.Creds(t, stranger).File
 	credsFile := writeFile(t, "herald.creds", credsRight)
 	pki := newTestPKI(t)
 	_, clientCert, clientKey := pki.issue(t, "herald-client", true)
@@ -198,7 +125,7 @@ func TestRelayAuthenticatesToNATS(t *testing.T) {
 		secrets: []string{string(nkeySeed), string(otherSeed)},
 	}, {
 		name:   "CredentialsFileOfAnOperatorsAccount",
-		server: op.serverOptions(t),
+		server: op.ServerOptions(t),
 		right: func(addr string) (map[string]string, []string) {
 			return nil, dest("nats://" + addr + "?creds_file=" + url.QueryEscape(credsFile))
 		},
@@ -264,7 +191,7 @@ func must[T any](v T, err error) T {
 // without a password for a token): those go in as the client's options.
 func TestNATSServerURLsCarryNoCredentialsNorHeraldsOptions(t *testing.T) {
 	t.Parallel()
-	nkeyPub, seed := userSeed(t)
+	nkeyPub, seed := testenv.NATSUser(t)
 	nk := writeFile(t, "user.nk", seed)
 	var out bytes.Buffer
 	inv := fuzzInvocation(&out)
@@ -303,7 +230,7 @@ func TestNATSServerURLsCarryNoCredentialsNorHeraldsOptions(t *testing.T) {
 // as a password is: heraldnats hands it to the destination's OnSecret.
 func TestAnNkeySeedIsRedactedLikeAPassword(t *testing.T) {
 	t.Parallel()
-	_, seed := userSeed(t)
+	_, seed := testenv.NATSUser(t)
 	path := filepath.Join(t.TempDir(), "user.nk")
 	require.NoError(t, os.WriteFile(path, seed, 0o600))
 	inv := &invocation{stderr: &redactor{w: &bytes.Buffer{}}, flags: newFlagSet("relay"),

@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/herald-outbox/herald/internal/testenv"
 	"github.com/stretchr/testify/require"
 )
 
@@ -199,7 +200,7 @@ func TestKafkaAndNATSDestinationOptionsAreChecked(t *testing.T) {
 	missing := filepath.Join(dir, "missing.pem")
 	garbage := filepath.Join(dir, "garbage.txt")
 	require.NoError(t, os.WriteFile(garbage, []byte("not a certificate, nor a seed\n"), 0o600))
-	_, seed := userSeed(t)
+	_, seed := testenv.NATSUser(t)
 	seedOnly := filepath.Join(dir, "seed-only.creds")
 	require.NoError(t, os.WriteFile(seedOnly, seed, 0o600))
 	pki := newTestPKI(t)

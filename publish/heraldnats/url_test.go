@@ -18,7 +18,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -26,6 +25,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/herald-outbox/herald/heraldspec"
+	"github.com/herald-outbox/herald/internal/testenv"
 	"github.com/herald-outbox/herald/publish/heraldnats"
 )
 
@@ -41,18 +41,6 @@ func writeFile(t *testing.T, name string, content []byte) string {
 	path := filepath.Join(t.TempDir(), name)
 	require.NoError(t, os.WriteFile(path, content, 0o600))
 	return path
-}
-
-// userSeed makes an nkey user and returns its public key and seed.
-func userSeed(t *testing.T) (string, []byte) {
-	t.Helper()
-	kp, err := nkeys.CreateUser()
-	require.NoError(t, err)
-	pub, err := kp.PublicKey()
-	require.NoError(t, err)
-	seed, err := kp.Seed()
-	require.NoError(t, err)
-	return pub, seed
 }
 
 // selfSigned writes a self-signed certificate and its key, PEM, and
@@ -74,68 +62,12 @@ func selfSigned(t *testing.T) (certFile, keyFile string) {
 		writeFile(t, "key.pem", pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}))
 }
 
-// operator is a NATS operator with one JetStream account, which the
-// servers it configures trust, and which issues credentials files.
-type operator struct {
-	opts    *server.Options
-	account nkeys.KeyPair
-	pub     string
-}
-
-func newOperator(t *testing.T) *operator {
-	t.Helper()
-	okp, err := nkeys.CreateOperator()
-	require.NoError(t, err)
-	opub, err := okp.PublicKey()
-	require.NoError(t, err)
-	ojwt, err := jwt.NewOperatorClaims(opub).Encode(okp)
-	require.NoError(t, err)
-	oc, err := jwt.DecodeOperatorClaims(ojwt)
-	require.NoError(t, err)
-	account := func(jetStream bool) (nkeys.KeyPair, string, string) {
-		kp, err := nkeys.CreateAccount()
-		require.NoError(t, err)
-		pub, err := kp.PublicKey()
-		require.NoError(t, err)
-		ac := jwt.NewAccountClaims(pub)
-		if jetStream {
-			ac.Limits.JetStreamLimits = jwt.JetStreamLimits{MemoryStorage: -1, DiskStorage: -1, Streams: -1, Consumer: -1}
-		}
-		claims, err := ac.Encode(okp)
-		require.NoError(t, err)
-		return kp, pub, claims
-	}
-	akp, apub, ajwt := account(true)
-	_, spub, sjwt := account(false) // JetStream needs a system account in operator mode
-	resolver := &server.MemAccResolver{}
-	require.NoError(t, resolver.Store(apub, ajwt))
-	require.NoError(t, resolver.Store(spub, sjwt))
-	return &operator{
-		opts:    &server.Options{TrustedOperators: []*jwt.OperatorClaims{oc}, AccountResolver: resolver, SystemAccount: spub},
-		account: akp, pub: apub,
-	}
-}
-
-// creds is a credentials file's content for a new user of the account,
-// signed by signer (the account's key, or one the server does not trust).
-func (o *operator) creds(t *testing.T, signer nkeys.KeyPair) []byte {
-	t.Helper()
-	pub, seed := userSeed(t)
-	uc := jwt.NewUserClaims(pub)
-	uc.IssuerAccount = o.pub
-	token, err := uc.Encode(signer)
-	require.NoError(t, err)
-	b, err := jwt.FormatUserConfig(token, seed)
-	require.NoError(t, err)
-	return b
-}
-
 func TestURLsTheNATSPublisherTakes(t *testing.T) {
 	t.Parallel()
-	nkeyPub, seed := userSeed(t)
+	nkeyPub, seed := testenv.NATSUser(t)
 	nkeyFile := writeFile(t, "user.nk", seed)
-	op := newOperator(t)
-	credsFile := writeFile(t, "user.creds", op.creds(t, op.account))
+	op := testenv.NewNATSOperator(t)
+	credsFile := writeFile(t, "user.creds", op.Creds(t, op.Account).File)
 	ca, key := selfSigned(t)
 	esc := url.QueryEscape
 	for _, tc := range []struct {
@@ -221,7 +153,7 @@ func TestURLsTheNATSPublisherRefuses(t *testing.T) {
 	dir := t.TempDir()
 	missing := filepath.Join(dir, "missing")
 	garbage := writeFile(t, "garbage.txt", []byte("not a seed, nor a certificate\n"))
-	_, seed := userSeed(t)
+	_, seed := testenv.NATSUser(t)
 	seedOnly := writeFile(t, "seed-only.creds", seed)
 	huge := writeFile(t, "huge.creds", bytes.Repeat([]byte("x"), 65<<10))
 	ca, _ := selfSigned(t)
@@ -299,9 +231,9 @@ func openNATS(t *testing.T, d heraldspec.Destination) error {
 func TestANATSDestinationAuthenticatesOrIsRefused(t *testing.T) {
 	t.Parallel()
 	const password, token = "pw-Right-0042", "tok-Right-0042"
-	nkeyPub, nkeySeed := userSeed(t)
-	_, otherSeed := userSeed(t)
-	op := newOperator(t)
+	nkeyPub, nkeySeed := testenv.NATSUser(t)
+	_, otherSeed := testenv.NATSUser(t)
+	op := testenv.NewNATSOperator(t)
 	stranger, err := nkeys.CreateAccount()
 	require.NoError(t, err)
 	for _, tc := range []struct {
@@ -330,10 +262,11 @@ func TestANATSDestinationAuthenticatesOrIsRefused(t *testing.T) {
 	}, {
 		name: "CredentialsFile",
 		server: func(o *server.Options) {
-			o.TrustedOperators, o.AccountResolver, o.SystemAccount = op.opts.TrustedOperators, op.opts.AccountResolver, op.opts.SystemAccount
+			trust := op.ServerOptions(t)
+			o.TrustedOperators, o.AccountResolver, o.SystemAccount = trust.TrustedOperators, trust.AccountResolver, trust.SystemAccount
 		},
-		right: heraldspec.Destination{URL: "nats://ADDR?creds_file=" + url.QueryEscape(writeFile(t, "user.creds", op.creds(t, op.account)))},
-		wrong: heraldspec.Destination{URL: "nats://ADDR?creds_file=" + url.QueryEscape(writeFile(t, "stranger.creds", op.creds(t, stranger)))},
+		right: heraldspec.Destination{URL: "nats://ADDR?creds_file=" + url.QueryEscape(writeFile(t, "user.creds", op.Creds(t, op.Account).File))},
+		wrong: heraldspec.Destination{URL: "nats://ADDR?creds_file=" + url.QueryEscape(writeFile(t, "stranger.creds", op.Creds(t, stranger).File))},
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -466,10 +399,10 @@ func (s *restartableServer) connect(t *testing.T) *nats.Conn {
 // that a program that redacts its output can hide them.
 func TestTheSeedsOfFilesReachOnSecret(t *testing.T) {
 	t.Parallel()
-	_, seed := userSeed(t)
+	_, seed := testenv.NATSUser(t)
 	nkeyFile := writeFile(t, "user.nk", seed)
-	op := newOperator(t)
-	creds := op.creds(t, op.account)
+	op := testenv.NewNATSOperator(t)
+	creds := op.Creds(t, op.Account).File
 	credsFile := writeFile(t, "user.creds", creds)
 	credsSeed, err := nkeys.ParseDecoratedNKey(creds)
 	require.NoError(t, err)
