@@ -96,8 +96,11 @@ Flags:
   --ceiling              also drain with the ceiling, an unsafe relay that
                          claims and marks a batch published in one statement
                          (on MySQL, one transaction of a locking read and an
-                         UPDATE), interleaved with Herald's relay, and report Herald's
-                         rate as a share of it (drain) (default true)
+                         UPDATE), and on PostgreSQL with the minimal ceiling,
+                         the same on a hand-written six-column outbox table
+                         with one partial index, interleaved with Herald's
+                         relay, and report Herald's rate as a share of each
+                         (drain) (default true)
   --rounds N             rounds over the producer shapes, each in a rotated
                          order, of each drain, and of the latency run, whose
                          percentiles are then given as median and range

@@ -69,21 +69,27 @@ func TestTinyRunReportsEveryFigure(t *testing.T) {
 	}
 	positive("producers.writetx_vs_insert_ratio")
 	positive("producers.notify_vs_insert_ratio")
-	// Two destinations, each drained by Herald's relay and by the ceiling.
-	for i := range 4 {
+	// Two destinations, each drained by Herald's relay, the ceiling and
+	// the minimal ceiling.
+	for i := range 6 {
 		positive(fmt.Sprintf("drain.targets.%d.events_per_sec", i))
 		positive(fmt.Sprintf("drain.targets.%d.published", i))
 	}
 	for i := range 2 {
 		positive(fmt.Sprintf("drain.vs_ceiling.%d.median", i))
+		positive(fmt.Sprintf("drain.vs_minimal_ceiling.%d.median", i))
 	}
 	targets := res["drain"].(map[string]any)["targets"].([]any)
 	var systems []string
 	for _, tg := range targets {
 		systems = append(systems, tg.(map[string]any)["system"].(string))
 	}
-	require.Equal(t, []string{"herald", "ceiling", "herald", "ceiling"}, systems)
+	require.Equal(t, []string{"herald", "ceiling", "minimal", "herald", "ceiling", "minimal"}, systems)
 	require.Equal(t, 2000.0, targets[1].(map[string]any)["stream_messages"], "the ceiling's drain is verified too")
+	require.Equal(t, 2000.0, targets[2].(map[string]any)["stream_messages"], "the minimal ceiling's drain is verified too")
+	for _, i := range []int{1, 2} {
+		require.Equal(t, true, targets[i].(map[string]any)["verified"], "target %d", i)
+	}
 	positive("drain.targets.0.stream_messages")
 	if runtime.GOOS == "linux" { // read from /proc, with the test's PostgreSQL on this machine
 		positive("drain.targets.0.database_cpu_us_per_event")
@@ -122,7 +128,7 @@ func TestDrainWithNATSAtomicBatches(t *testing.T) {
 	require.NoError(t, json.Unmarshal(stdout.Bytes(), &res), stdout.String())
 	require.True(t, res.OK)
 	require.True(t, res.Drain.NATSAtomic)
-	require.Len(t, res.Drain.Targets, 2, "Herald's relay and the ceiling")
+	require.Len(t, res.Drain.Targets, 3, "Herald's relay and both ceilings")
 	for _, tg := range res.Drain.Targets {
 		require.True(t, tg.Verified, "%s", tg.System)
 		require.NotNil(t, tg.StreamMessages)
@@ -132,7 +138,7 @@ func TestDrainWithNATSAtomicBatches(t *testing.T) {
 }
 
 // --ordering both: each round drains with Herald's relay ordered and
-// unordered and with the ceiling; every drain delivers the whole backlog,
+// unordered and with both ceilings; every drain delivers the whole backlog,
 // the ordered one in each key's order, and the comparison is the ordered
 // rate over the unordered one, round by round.
 func TestDrainBothOrderingsComparesThem(t *testing.T) {
@@ -156,7 +162,7 @@ func TestDrainBothOrderingsComparesThem(t *testing.T) {
 	require.NoError(t, json.Unmarshal(stdout.Bytes(), &res), stdout.String())
 	require.True(t, res.OK)
 	require.Equal(t, "both", res.Drain.Ordering)
-	require.Len(t, res.Drain.Targets, 6, "Herald ordered, Herald unordered and the ceiling, two rounds")
+	require.Len(t, res.Drain.Targets, 8, "Herald ordered, Herald unordered and both ceilings, two rounds")
 	rates := map[string][]float64{}
 	for _, tg := range res.Drain.Targets {
 		require.True(t, tg.Verified, "%s round %d", tg.System, tg.Round)
@@ -190,14 +196,17 @@ func TestDrainBothOrderingsComparesThem(t *testing.T) {
 		require.Positive(t, info.Size(), f.Name())
 	}
 	slices.Sort(names)
-	require.Len(t, names, 6, "%v", names)
-	for _, prefix := range []string{"ceiling-jetstream-", "ceiling-jetstream-", "herald-jetstream-", "herald-jetstream-"} {
-		require.True(t, strings.HasPrefix(names[0], prefix), "%v", names)
-		names = names[1:]
-	}
+	require.Len(t, names, 8, "%v", names)
+	perSystem := map[string]int{}
 	for _, n := range names {
-		require.True(t, strings.HasPrefix(n, "herald-jetstream-unordered-"), n)
+		system, _, ok := strings.Cut(n, "-jetstream-")
+		require.True(t, ok, n)
+		if strings.HasPrefix(n, "herald-jetstream-unordered-") {
+			system = "herald-unordered"
+		}
+		perSystem[system]++
 	}
+	require.Equal(t, map[string]int{"herald": 2, "herald-unordered": 2, "ceiling": 2, "minimal": 2}, perSystem, "%v", names)
 }
 
 // --rounds with latency: every run is kept, and each percentile is the

@@ -156,12 +156,18 @@ func ceilingWorker(ctx context.Context, e *env, pool *pgxpool.Pool, store *timed
 		}
 		store.claims.Add(1)
 		store.claimNanos.Add(int64(time.Since(t)))
-		slices.SortFunc(batch, func(a, b herald.Envelope) int { return cmp.Compare(a.Seq, b.Seq) })
+		sortBySeq(batch)
 		if err := pub.Publish(ctx, batch); err != nil {
 			return fmt.Errorf("publishing: %w", err)
 		}
 		published.Add(int64(len(batch)))
 	}
+}
+
+// sortBySeq puts a claimed batch in commit order: UPDATE ... RETURNING
+// returns its rows in no set order.
+func sortBySeq(batch []herald.Envelope) {
+	slices.SortFunc(batch, func(a, b herald.Envelope) int { return cmp.Compare(a.Seq, b.Seq) })
 }
 
 // ceilingWorkerMySQL is ceilingWorker on MySQL: it claims-and-marks
@@ -182,7 +188,7 @@ func ceilingWorkerMySQL(ctx context.Context, e *env, db *sql.DB, store *timedSto
 		}
 		store.claims.Add(1)
 		store.claimNanos.Add(int64(time.Since(t)))
-		slices.SortFunc(batch, func(a, b herald.Envelope) int { return cmp.Compare(a.Seq, b.Seq) })
+		sortBySeq(batch)
 		if err := pub.Publish(ctx, batch); err != nil {
 			return fmt.Errorf("publishing: %w", err)
 		}

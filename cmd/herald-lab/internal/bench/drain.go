@@ -92,6 +92,10 @@ type DrainResult struct {
 	// Comparisons are Herald's rate as a share of the ceiling's, one per
 	// destination (without --ceiling=false).
 	Comparisons []DrainComparison `json:"vs_ceiling,omitempty"`
+	// VsMinimal are Herald's rate as a share of the minimal ceiling's
+	// (see minimalClaimSQL), one per destination (PostgreSQL, without
+	// --ceiling=false).
+	VsMinimal []DrainComparison `json:"vs_minimal_ceiling,omitempty"`
 	// CDC compares the change-data-capture relay with the other systems,
 	// one per destination (--cdc).
 	CDC []CDCComparison `json:"cdc,omitempty"`
@@ -167,6 +171,9 @@ func runDrain(ctx context.Context, e *env, out io.Writer) (*DrainResult, []strin
 	}
 	if o.ceiling {
 		systems = append(systems, systemCeiling)
+		if e.my == nil {
+			systems = append(systems, systemMinimal)
+		}
 	}
 	if o.cdc {
 		systems = append(systems, systemCDC)
@@ -195,16 +202,10 @@ func runDrain(ctx context.Context, e *env, out io.Writer) (*DrainResult, []strin
 			}
 		}
 		if o.ceiling {
-			c := DrainComparison{Name: t.name, RatioStats: ratios(rates[systemHerald], rates[systemCeiling])}
-			fmt.Fprintf(out, "  %s: Herald at %.2f of the ceiling (median of %d rounds; range %.2f-%.2f)\n",
-				t.name, c.Median, len(c.Ratios), c.Min, c.Max)
-			if len(dbCPU[systemHerald]) == o.rounds && len(dbCPU[systemCeiling]) == o.rounds {
-				cpu := ratios(dbCPU[systemHerald], dbCPU[systemCeiling])
-				c.DatabaseCPU = &cpu
-				fmt.Fprintf(out, "  %s: Herald's database CPU per event at %.2f times the ceiling's (median; range %.2f-%.2f)\n",
-					t.name, cpu.Median, cpu.Min, cpu.Max)
+			res.Comparisons = append(res.Comparisons, compareCeiling(out, t.name, systemCeiling, "the ceiling", o.rounds, rates, dbCPU))
+			if e.my == nil {
+				res.VsMinimal = append(res.VsMinimal, compareCeiling(out, t.name, systemMinimal, "the minimal ceiling", o.rounds, rates, dbCPU))
 			}
-			res.Comparisons = append(res.Comparisons, c)
 		}
 		if o.cdc {
 			res.CDC = append(res.CDC, compareCDC(out, t.name, o.rounds, rates, dbCPU))
@@ -219,12 +220,28 @@ func runDrain(ctx context.Context, e *env, out io.Writer) (*DrainResult, []strin
 	return res, failures, nil
 }
 
+// compareCeiling prints and returns Herald's rate, and its database CPU
+// per event, against those of the ceiling system (called what) round by
+// round.
+func compareCeiling(out io.Writer, name, system, what string, rounds int, rates, dbCPU map[string][]float64) DrainComparison {
+	c := DrainComparison{Name: name, RatioStats: ratios(rates[systemHerald], rates[system])}
+	fmt.Fprintf(out, "  %s: Herald at %.2f of %s (median of %d rounds; range %.2f-%.2f)\n",
+		name, c.Median, what, len(c.Ratios), c.Min, c.Max)
+	if len(dbCPU[systemHerald]) == rounds && len(dbCPU[system]) == rounds {
+		cpu := ratios(dbCPU[systemHerald], dbCPU[system])
+		c.DatabaseCPU = &cpu
+		fmt.Fprintf(out, "  %s: Herald's database CPU per event at %.2f times %s's (median; range %.2f-%.2f)\n",
+			name, cpu.Median, what, cpu.Min, cpu.Max)
+	}
+	return c
+}
+
 // drainTo loads a fresh backlog, drains it to a freshly opened t with
 // system, and verifies that every row was published once and, where the
 // destination can tell, that it holds exactly the backlog.
 func drainTo(ctx context.Context, e *env, t drainSink, system string) (*DrainTarget, []string, error) {
 	o := e.o
-	loadSecs, err := loadFresh(ctx, e)
+	loadSecs, err := loadFresh(ctx, e, system)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -237,6 +254,8 @@ func drainTo(ctx context.Context, e *env, t drainSink, system string) (*DrainTar
 	switch system {
 	case systemCeiling:
 		r, err = drainCeiling(ctx, e, t.name, pub)
+	case systemMinimal:
+		r, err = drainMinimal(ctx, e, t.name, pub)
 	case systemCDC:
 		r, err = drainCDC(ctx, e, t.name, pub)
 	case systemUnordered:
@@ -265,11 +284,17 @@ func drainTo(ctx context.Context, e *env, t drainSink, system string) (*DrainTar
 	case system == systemCDC:
 		state = string(heraldadmin.StateStreamed)
 	}
-	n, err := e.countState(ctx, state)
-	if err != nil {
+	if system == systemMinimal {
+		rows, unpublished, err := e.countMinimal(ctx)
+		if err != nil {
+			return nil, nil, err
+		}
+		if rows != o.events || unpublished != 0 {
+			problems = append(problems, fmt.Sprintf("%d rows in the minimal table, %d unpublished, want %d and 0", rows, unpublished, o.events))
+		}
+	} else if n, err := e.countState(ctx, state); err != nil {
 		return nil, nil, err
-	}
-	if n != want {
+	} else if n != want {
 		what := "rows published"
 		if state == "" {
 			what = "rows"
@@ -290,7 +315,7 @@ func drainTo(ctx context.Context, e *env, t drainSink, system string) (*DrainTar
 	// Herald's ordered relays, however many, polling or not, must deliver
 	// each key's events in the order they were committed. The ceiling
 	// does not keep it (see ceilingSQL).
-	if t.keyOrder != nil && system != systemCeiling && system != systemUnordered && !o.unordered {
+	if t.keyOrder != nil && system != systemCeiling && system != systemMinimal && system != systemUnordered && !o.unordered {
 		ko, err := t.keyOrder(ctx, e)
 		if err != nil {
 			return nil, nil, fmt.Errorf("reading back %s: %w", t.name, err)
@@ -388,14 +413,19 @@ func spreadOf(vs []float64) Spread {
 	return sp
 }
 
-// loadFresh empties the tables and loads the backlog, returning how long
-// the load took.
-func loadFresh(ctx context.Context, e *env) (float64, error) {
+// loadFresh empties the tables and loads the backlog for system (the
+// minimal ceiling's into its own table), returning how long the load
+// took.
+func loadFresh(ctx context.Context, e *env, system string) (float64, error) {
 	if err := e.truncate(ctx); err != nil {
 		return 0, err
 	}
 	loadStart := time.Now()
-	if e.my != nil {
+	if system == systemMinimal {
+		if err := loadMinimal(ctx, e); err != nil {
+			return 0, err
+		}
+	} else if e.my != nil {
 		if err := e.my.loadBacklog(ctx, e, e.o.events, e.o.keys); err != nil {
 			return 0, err
 		}

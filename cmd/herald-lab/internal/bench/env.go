@@ -106,6 +106,9 @@ func setup(ctx context.Context, o options, log *slog.Logger) (*env, error) {
 		created_at   timestamptz NOT NULL DEFAULT now())`); err != nil {
 		return e, fmt.Errorf("creating the orders table: %w", err)
 	}
+	if err := e.createMinimal(ctx); err != nil {
+		return e, err
+	}
 	return e, nil
 }
 
