@@ -67,7 +67,7 @@ type Database struct {
 	// taken for a new, empty database.
 	Create bool
 	// Config is the driver's Config to start from, for settings a DSN does
-	// not carry (a *heraldpg.Config with LeaseKeys); Schema and Table,
+	// not carry (a *heraldpg.Config with ClaimRows); Schema and Table,
 	// when set, override its names. A Config of another driver's type is
 	// refused. Defaults to the driver's defaults.
 	Config any

@@ -73,7 +73,7 @@ var configSettings = []configSetting{
 	{key: "relay.max_per_key", flag: "max-per-key"},
 	{key: "relay.claim_concurrency", flag: "claim-concurrency"},
 	{key: "relay.lease", flag: "lease"},
-	{key: "relay.lease_keys", flag: "lease-keys"},
+	{key: "relay.claim_rows", flag: "claim-rows"},
 	{key: "relay.delete_on_publish", flag: "delete-on-publish"},
 	{key: "relay.poll_interval", flag: "poll-interval"},
 	{key: "relay.idle_poll_interval", flag: "idle-poll-interval"},

@@ -31,7 +31,7 @@ type relayFlags struct {
 	maxPerKey                                        *int
 	adminAddr                                        *string
 	deleteOnPublish                                  *bool
-	leaseKeys                                        *bool
+	claimRows                                        *bool
 }
 
 func addRelayFlags(f *flagSet) *relayFlags {
@@ -56,8 +56,8 @@ func addRelayFlags(f *flagSet) *relayFlags {
 		rescueInterval: f.Duration("rescue-interval", 5*time.Second, "every `duration`, return the rows of dead relays (lease expired) to ready"),
 		deleteOnPublish: f.Bool("delete-on-publish", "delete each event's row once the broker confirms it, keeping no published history "+
 			"(the least database work per event; --retention then only clears rows published before)"),
-		leaseKeys: f.Bool("lease-keys", "PostgreSQL: an ordered claim leases each key it takes, one row per key, instead of "+
-			"writing every event it takes (less database work per event; every relay on the table must be this version or later)"),
+		claimRows: f.Bool("claim-rows", "PostgreSQL: an ordered claim writes every event it takes instead of leasing its key "+
+			"(one row per key; the default, less database work per event)"),
 		cleanupInterval: f.Duration("cleanup-interval", time.Minute, "every `duration`, delete the published rows past --retention"),
 		shutdownTimeout: f.Duration("shutdown-timeout", 30*time.Second, "on the first SIGINT/SIGTERM, let in-flight batches finish for up to this `duration`"),
 		nats:            addNATSFlags(f),
@@ -281,11 +281,11 @@ func setupRelay(f *flagSet) func(context.Context, *invocation) error {
 			if err != nil {
 				return err
 			}
-			if *r.leaseKeys {
+			if *r.claimRows {
 				if db.names == nil {
-					return usagef("%s: only a PostgreSQL outbox leases keys", inv.flags.label("lease-keys"))
+					return usagef("%s: only a PostgreSQL outbox leases keys; the others always claim rows", inv.flags.label("claim-rows"))
 				}
-				db.names.LeaseKeys = true
+				db.names.ClaimRows = true
 			}
 			parsed = append(parsed, db)
 		}

@@ -42,11 +42,17 @@ func TestDrivers(t *testing.T) {
 		t.Parallel()
 		heralddrivertest.Exercise(t, pgPartitionedHarness(testenv.PostgresPool(t)))
 	})
-	// Ordered claims that lease keys instead of writing rows keep every
-	// guarantee too: the whole suite again in that mode.
+	// The harnesses above lease the keys of which an ordered claim takes
+	// two events or more (the default). Every key leased, and no key
+	// leased (Config.ClaimRows), keep every guarantee too: the whole suite
+	// again in each mode.
 	t.Run("PostgreSQLLeasedKeys", func(t *testing.T) {
 		t.Parallel()
 		heralddrivertest.Exercise(t, pgLeasedHarness(testenv.PostgresPool(t)))
+	})
+	t.Run("PostgreSQLRowClaims", func(t *testing.T) {
+		t.Parallel()
+		heralddrivertest.Exercise(t, pgRowClaimsHarness(testenv.PostgresPool(t)))
 	})
 	t.Run("SQLite", func(t *testing.T) {
 		t.Parallel()
@@ -89,11 +95,17 @@ func pgxHarness(pool *pgxpool.Pool) heralddrivertest.Harness {
 func pgLeasedHarness(pool *pgxpool.Pool) heralddrivertest.Harness {
 	return heralddrivertest.Harness{Name: "pgx-leased", KeyEveryMessage: true, New: func(t testing.TB) *heralddrivertest.Driver {
 		// Every key leased: each key of the suite's has one event here.
-		return pgtest.New(t, pool, heraldpg.Config{LeaseKeys: true, LeaseMinEvents: 1}).Driver
+		return pgtest.New(t, pool, heraldpg.Config{LeaseMinEvents: 1}).Driver
 	}, Skip: map[string]string{
 		"ListPublishedSelectsPublishedRowsInPublicationOrder": "it selects the events written without a key, which this harness keys",
 		"UnorderedEventsAreNotHeldBack": "it claims events written without a key, which this harness keys, " +
 			"then claims by age behind them while they are leased",
+	}}
+}
+
+func pgRowClaimsHarness(pool *pgxpool.Pool) heralddrivertest.Harness {
+	return heralddrivertest.Harness{Name: "pgx-rows", New: func(t testing.TB) *heralddrivertest.Driver {
+		return pgtest.New(t, pool, heraldpg.Config{ClaimRows: true}).Driver
 	}}
 }
 

@@ -46,7 +46,7 @@ type Harness struct {
 	// KeyEveryMessage gives each message the suite writes without a key
 	// a key of its own, so that every claim takes the per-key path of an
 	// ordered claim: for a driver whose keyed claims work differently
-	// from keyless ones (heraldpg's Config.LeaseKeys), the whole suite
+	// from keyless ones (heraldpg's key leases), the whole suite
 	// again on that path.
 	KeyEveryMessage bool
 }

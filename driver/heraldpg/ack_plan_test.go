@@ -27,6 +27,11 @@ func TestAcknowledgementsAreIDProbesWhateverThePlan(t *testing.T) {
 	d, err := New(pool, &Config{Schema: testenv.Schema(t)})
 	require.NoError(t, err)
 	require.NoError(t, d.Migrate(ctx))
+	// The statements of a driver that claims rows (Config.ClaimRows), and
+	// of one that leases keys (the default), told that the claim holds
+	// rows: the rows are the batch here.
+	rows, err := New(pool, &Config{Schema: d.names.Schema, ClaimRows: true})
+	require.NoError(t, err)
 	exec(t, pool, `ALTER TABLE `+d.Table()+` SET (autovacuum_enabled = false)`)
 	exec(t, pool, `INSERT INTO `+d.Table()+` (topic, key, payload, state, dead_at, parked)
 		SELECT 'dead', 'k' || g, '\x00', 'dead', now(), true FROM generate_series(1, 100000) g`)
@@ -42,10 +47,14 @@ func TestAcknowledgementsAreIDProbesWhateverThePlan(t *testing.T) {
 	withFailures := strings.Join([]string{ids, token, outcomes("true"), outcomes("false"), outcomes("false"),
 		outcomes("false"), outcomes("0::bigint"), outcomes("NULL::text")}, ", ")
 	forms := []struct{ name, sql, args string }{
-		{"acknowledgement", d.q.publish, ids + ", " + token},
-		{"deleting acknowledgement", d.q.publishDelete, ids + ", " + token},
-		{"acknowledgement with failures", d.q.complete, withFailures},
-		{"deleting acknowledgement with failures", d.q.completeDelete, withFailures},
+		{"acknowledgement", rows.q.publish, ids + ", " + token},
+		{"deleting acknowledgement", rows.q.publishDelete, ids + ", " + token},
+		{"acknowledgement with failures", rows.q.complete, withFailures},
+		{"deleting acknowledgement with failures", rows.q.completeDelete, withFailures},
+		{"leased acknowledgement", d.q.publish, ids + ", " + token + ", true"},
+		{"leased deleting acknowledgement", d.q.publishDelete, ids + ", " + token + ", true"},
+		{"leased acknowledgement with failures", d.q.complete, withFailures + ", true"},
+		{"leased deleting acknowledgement with failures", d.q.completeDelete, withFailures + ", true"},
 	}
 	for _, stats := range []string{"never analyzed", "analyzed"} {
 		if stats == "analyzed" {

@@ -80,10 +80,12 @@ func TestOrderedClaimTakesTwoRoundTrips(t *testing.T) {
 	batch, token, sent := measure(o.Store)
 	require.Equal(t, [2]int64{0, 2}, sent, "statements sent alone and batches of a claim that finds events")
 	require.Len(t, batch, 3, "the events of a key not claimed yet")
+	// The claim leased the key of its three events (the default mode),
+	// and committed: another connection sees the lease.
 	var held int
-	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM `+o.Store.Table()+
-		` WHERE state = 'claimed' AND claim_token = $1`, token).Scan(&held))
-	require.Equal(t, 3, held, "the claim committed")
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM "`+o.Config.Schema+`".herald_outbox_leases
+		WHERE token = $1`, token).Scan(&held))
+	require.Equal(t, 1, held, "the claim committed")
 
 	// A walk that started past the first key starts over from it when it
 	// finds too little, which costs a round trip more; a driver of its
@@ -111,7 +113,12 @@ func TestAFailedPipelinedClaimClaimsNothing(t *testing.T) {
 	_, err := pool.Exec(ctx, `CREATE FUNCTION `+fail+`() RETURNS trigger LANGUAGE plpgsql AS
 		$$BEGIN RAISE EXCEPTION 'claims refused by the test'; END$$`)
 	require.NoError(t, err)
+	// A claim writes rows (keys of one event) or leases (the others).
+	leases := `"` + o.Config.Schema + `".herald_outbox_leases`
 	_, err = pool.Exec(ctx, `CREATE TRIGGER refuse_claims BEFORE UPDATE ON `+o.Store.Table()+
+		` FOR EACH ROW EXECUTE FUNCTION `+fail+`()`)
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, `CREATE TRIGGER refuse_leases BEFORE INSERT ON `+leases+
 		` FOR EACH ROW EXECUTE FUNCTION `+fail+`()`)
 	require.NoError(t, err)
 	conns := pool.Stat().NewConnsCount()
@@ -123,8 +130,12 @@ func TestAFailedPipelinedClaimClaimsNothing(t *testing.T) {
 	var claimed int
 	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM `+o.Store.Table()+` WHERE state <> 'ready'`).Scan(&claimed))
 	require.Zero(t, claimed, "rows the failed claim left claimed")
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM `+leases).Scan(&claimed))
+	require.Zero(t, claimed, "leases the failed claim left")
 
 	_, err = pool.Exec(ctx, `DROP TRIGGER refuse_claims ON `+o.Store.Table())
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, `DROP TRIGGER refuse_leases ON `+leases)
 	require.NoError(t, err)
 	batch, _, err := claimOrdered(ctx, o.Store, 10)
 	require.NoError(t, err)

@@ -119,7 +119,7 @@ func TestEveryClaimFormIsIndexProbesWhateverThePlan(t *testing.T) {
 
 // requireIndexProbes explains every claim form of d, in both plan modes,
 // and fails on a plan that scans or hashes the table. The forms include
-// what ends a leased claim (Config.LeaseKeys) and the rescue.
+// what ends a leased claim (key leases, the default) and the rescue.
 func requireIndexProbes(t *testing.T, pool *pgxpool.Pool, d *Driver, stats string) {
 	t.Helper()
 	for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
@@ -139,8 +139,9 @@ func requireIndexProbes(t *testing.T, pool *pgxpool.Pool, d *Driver, stats strin
 }
 
 // claimForms are the claim statements of d, with arguments as SQL
-// literals.
+// literals: those of both modes, rows and leases, whichever d's is.
 func claimForms(d *Driver) []struct{ name, sql, args string } {
+	base := newQueries(d.names) // the statements of a driver that claims rows
 	return []struct{ name, sql, args string }{
 		{"unordered claim", d.q.claim, `1000, gen_random_uuid(), 'plan', 60000000, 67108864`},
 		{"ordered claim's walk", d.q.walkKeys, `'', '', 2000, 1000, 1000, '{}'::text[], 1, '{}'::text[], false`},
@@ -149,14 +150,14 @@ func claimForms(d *Driver) []struct{ name, sql, args string } {
 		{"ordered claim's walk past a paused topic", d.q.walkKeys, `'', '', 2000, 1000, 1000, '{}'::text[], 1, '{new}'::text[], false`},
 		{"unordered claim's walk while a topic is paused", d.q.walkKeys, `'', '', 2000, 1000, 1000, '{}'::text[], 1, '{new}'::text[], true`},
 		{"the topics with ready events", d.q.readyTopics, ``},
-		{"ordered claim's keys", d.q.claimKeys, `ARRAY['new','new','new'], ARRAY['k1','k2','k3'], ARRAY[false,false,true],
+		{"ordered claim's keys", base.claimKeys, `ARRAY['new','new','new'], ARRAY['k1','k2','k3'], ARRAY[false,false,true],
 			1000, 1000, gen_random_uuid(), 'plan', 60000000, 67108864`},
 		{"ordered claim's keys, leased", d.q.claimKeysLeased, `ARRAY['new','new','new'], ARRAY['k1','k2','k3'], ARRAY[false,false,true],
 			1000, 1000, gen_random_uuid(), 'plan', 60000000, 67108864, 2`},
 		// What ends a claim in that mode reads leases and the events
 		// named, by their ids.
-		{"leased acknowledgement", d.q.publishLeased, `ARRAY[gen_random_uuid(), gen_random_uuid()], gen_random_uuid()`},
-		{"leased deleting acknowledgement", d.q.publishDeleteLeased, `ARRAY[gen_random_uuid(), gen_random_uuid()], gen_random_uuid()`},
+		{"leased acknowledgement", d.q.publishLeased, `ARRAY[gen_random_uuid(), gen_random_uuid()], gen_random_uuid(), true`},
+		{"leased deleting acknowledgement", d.q.publishDeleteLeased, `ARRAY[gen_random_uuid(), gen_random_uuid()], gen_random_uuid(), true`},
 		{"leased acknowledgement with failures", d.q.completeLeased, leasedCompleteArgs},
 		{"leased deleting acknowledgement with failures", d.q.completeDeleteLeased, leasedCompleteArgs},
 		{"leased release", d.q.releaseClaimLeased, `gen_random_uuid()`},
@@ -165,7 +166,7 @@ func claimForms(d *Driver) []struct{ name, sql, args string } {
 }
 
 // requireNoTableScan fails on a plan that reads the outbox table (or a
-// partition of it) whole. The leases table (Config.LeaseKeys) holds a row
+// partition of it) whole. The leases table (key leases, the default) holds a row
 // per key in flight, a few: the planner may read it whole.
 func requireNoTableScan(t *testing.T, d *Driver, plan, what string) {
 	t.Helper()
@@ -178,7 +179,7 @@ func requireNoTableScan(t *testing.T, d *Driver, plan, what string) {
 }
 
 const leasedCompleteArgs = `ARRAY[gen_random_uuid(), gen_random_uuid()], gen_random_uuid(), ARRAY[true, false],
-	ARRAY[false, false], ARRAY[false, false], ARRAY[false, false], ARRAY[0, 1000]::bigint[], ARRAY[NULL, 'no']`
+	ARRAY[false, false], ARRAY[false, false], ARRAY[false, false], ARRAY[0, 1000]::bigint[], ARRAY[NULL, 'no'], true`
 
 func exec(t *testing.T, pool *pgxpool.Pool, sql string) {
 	t.Helper()

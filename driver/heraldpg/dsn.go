@@ -90,7 +90,7 @@ type DSNConfig struct {
 // percent-encoded (%40, %2F): unencoded, the rest of the password would
 // be read as the host or the database, and shown where those are.
 // heraldspec.Database's Schema and Table name the outbox table; its
-// Config may be a *Config (LeaseKeys, Partition).
+// Config may be a *Config (ClaimRows, Partition).
 func ParseDSN(d *heraldspec.Database) (*DSNConfig, error) {
 	c := &DSNConfig{d: d}
 	if base, ok := d.Config.(*Config); ok && base != nil {

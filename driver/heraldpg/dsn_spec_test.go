@@ -50,9 +50,9 @@ func TestDSNsAcceptedThroughHeraldspec(t *testing.T) {
 		{"TheDSNsPoolSizeWins", heraldspec.Database{DSN: "postgres://app@h/shop?pool_max_conns=7", MaxConns: 3}, "app@h:5432/shop",
 			func(t *testing.T, c *heraldpg.DSNConfig) { require.EqualValues(t, 7, c.Pool.MaxConns) }},
 		{"NamesOverTheConfigs", heraldspec.Database{DSN: "postgres://app@h/shop", Schema: "shop", Table: "events",
-			Config: &heraldpg.Config{Table: "other", LeaseKeys: true}}, "app@h:5432/shop",
+			Config: &heraldpg.Config{Table: "other", ClaimRows: true}}, "app@h:5432/shop",
 			func(t *testing.T, c *heraldpg.DSNConfig) {
-				require.Equal(t, heraldpg.Config{Schema: "shop", Table: "events", LeaseKeys: true}, c.Config)
+				require.Equal(t, heraldpg.Config{Schema: "shop", Table: "events", ClaimRows: true}, c.Config)
 			}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -11,3 +11,7 @@ func (d *Driver) MigrateTo(ctx context.Context, version int) error {
 // SerialClaims makes d send a claim's statements one by one, as before
 // they were pipelined.
 func (d *Driver) SerialClaims() { d.serialClaims = true }
+
+// ClaimHoldsRows is what d's acknowledgement of the claim token assumes:
+// false only for a claim d made that holds leases alone.
+func (d *Driver) ClaimHoldsRows(token string) bool { return d.leaseOnly.hasRows(token) }

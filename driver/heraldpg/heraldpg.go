@@ -143,19 +143,21 @@ type Config struct {
 	// excludes DeleteAfterInsert. The driver (New, NewSQL) does not read
 	// it. Defaults to false: the writers insert rows.
 	EmitMessages bool
-	// LeaseKeys makes the driver's ordered claims lease each key they
-	// take, one row per key in the leases table (<table>_leases,
-	// migration 010), instead of writing every event they take: an event
-	// is then written twice in its life (inserted, then acknowledged)
-	// instead of three times. Events stay ready while leased; herald
-	// status, the backlog and the admin page count them as claimed.
-	// Keyless events and unordered topics are claimed as rows, as
-	// without it. Every relay of this version respects leases whatever
-	// its own setting, so relays with and without it may share a table;
-	// a relay of a version before migration 010 does not: upgrade every
-	// relay before turning it on. Defaults to false: claims write rows.
-	LeaseKeys bool
-	// LeaseMinEvents is, with LeaseKeys, the fewest events of one key a
+	// ClaimRows makes the driver's ordered claims write every event they
+	// take (its state, lease and token) instead of leasing its key. By
+	// default an ordered claim leases each key of which it takes at least
+	// LeaseMinEvents events, one row per key in the leases table
+	// (<table>_leases, migration 010), and leaves the events ready: an
+	// event is then written twice in its life (inserted, then
+	// acknowledged) instead of three times, the difference between the
+	// relay's default and its fast path in earlier versions (README,
+	// "What an event costs"). herald status, the backlog and the admin
+	// page count leased events as claimed. Keyless events and unordered
+	// topics are claimed as rows in either mode. Every relay reads leases
+	// whatever its own mode, so relays with and without it share a
+	// table. Defaults to false: ordered claims lease keys.
+	ClaimRows bool
+	// LeaseMinEvents is the fewest events of one key an ordered
 	// claim takes for the key to be leased; a key of fewer is claimed as
 	// rows. A lease row is inserted, locked and deleted: for a single
 	// event that is more work than writing the event, so leases pay off
@@ -228,10 +230,12 @@ type Driver struct {
 	// pool, as on database/sql: for the benchmark that measures what
 	// pipelining them saves.
 	serialClaims bool
-	// leaseKeys is Config.LeaseKeys: ordered claims lease keys, those of
+	// leaseKeys is !Config.ClaimRows: ordered claims lease keys, those of
 	// which they take at least leaseMin events.
 	leaseKeys bool
 	leaseMin  int
+	// leaseOnly are this driver's claims that hold leases and no rows.
+	leaseOnly leaseOnlyClaims
 
 	partitioning *Partitioning // Config.Partition
 	layouts      layoutCache   // the table's shape, once known partitioned
@@ -264,8 +268,11 @@ func newDriver(c conn, cfg *Config) (*Driver, error) {
 	h := fnv.New32a()
 	h.Write([]byte(n.Qualified))
 	d := &Driver{db: c, names: n, q: newQueries(n), lockSpace: int32(h.Sum32())}
-	if cfg != nil && cfg.LeaseKeys {
-		d.leaseKeys, d.leaseMin = true, cmp.Or(cfg.LeaseMinEvents, 2)
+	if cfg == nil || !cfg.ClaimRows {
+		d.leaseKeys, d.leaseMin = true, 2
+		if cfg != nil {
+			d.leaseMin = cmp.Or(cfg.LeaseMinEvents, 2)
+		}
 		d.q.claimKeys, d.q.releaseClaim = d.q.claimKeysLeased, d.q.releaseClaimLeased
 		d.q.publish, d.q.publishDelete = d.q.publishLeased, d.q.publishDeleteLeased
 		d.q.complete, d.q.completeDelete = d.q.completeLeased, d.q.completeDeleteLeased

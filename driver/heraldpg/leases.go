@@ -1,6 +1,7 @@
 package heraldpg
 
-// Key leases (Config.LeaseKeys, migration 010). An ordered claim in this
+// Key leases (the default; Config.ClaimRows turns them off; migration
+// 010). An ordered claim in this
 // mode writes one row per key it takes into the leases table, with the
 // seq range of the events it took, and no event row: they stay ready
 // until the acknowledgement writes each of them once, as published, dead
@@ -68,11 +69,15 @@ const (
 		                  WHERE r.state = 'ready' AND r.topic = h.topic AND r.key = h.key
 		                    AND r.seq BETWEEN h.first_seq AND h.last_seq AND r.id <> ALL($1::uuid[]))
 	)`
-	// Whether this claim ($2) holds rows: keyless events and unordered
-	// topics. Checked once (a one-time filter) through the in-flight
-	// index, so that a batch of leased keys alone does not look up its
-	// events a second time for rows it has none of.
-	tokenHasRowsSQL = `EXISTS (SELECT 1 FROM {{.Table}} c WHERE c.state = 'claimed' AND c.claim_token = $2)`
+	// Whether this claim ($2) holds rows (keyless events, unordered
+	// topics, keys of fewer than LeaseMinEvents events), as the driver
+	// that made it knows (Driver.leaseOnly; true when it does not): a
+	// parameter, so a one-time filter whatever the plan, and a batch of
+	// leased keys alone does not look up its events a second time for
+	// rows it has none of. The acknowledgements that publish only take it
+	// third, those with failures ninth.
+	publishHasRowsSQL  = `$3::boolean`
+	completeHasRowsSQL = `$9::boolean`
 	// A named event held by one of those leases: ready, in its range.
 	leasedRowSQL = `o.id = ` + batchIDsSQL + ` AND o.state = 'ready' AND o.topic = h.topic AND o.key = h.key
 		  AND o.seq BETWEEN h.first_seq AND h.last_seq`
@@ -85,7 +90,7 @@ const (
 		FROM held h
 		WHERE ` + leasedRowSQL + `
 		RETURNING 1
-	), rows AS (` + publishSQL + ` AND ` + tokenHasRowsSQL + `
+	), rows AS (` + publishSQL + ` AND ` + publishHasRowsSQL + `
 		RETURNING 1
 	)
 	SELECT (SELECT count(*) FROM leased) + (SELECT count(*) FROM rows)`
@@ -94,7 +99,7 @@ const (
 		DELETE FROM {{.Table}} o USING held h
 		WHERE ` + leasedRowSQL + `
 		RETURNING 1
-	), rows AS (` + publishDeleteSQL + ` AND ` + tokenHasRowsSQL + `
+	), rows AS (` + publishDeleteSQL + ` AND ` + publishHasRowsSQL + `
 		RETURNING 1
 	)
 	SELECT (SELECT count(*) FROM leased) + (SELECT count(*) FROM rows)`
@@ -113,7 +118,7 @@ const (
 		UPDATE {{.Table}} o
 		SET ` + completeSetSQL + `
 		FROM f
-		WHERE o.id = f.id AND o.id = ` + batchIDsSQL + ` AND o.claim_token = $2 AND o.state = 'claimed' AND ` + tokenHasRowsSQL + `
+		WHERE o.id = f.id AND o.id = ` + batchIDsSQL + ` AND o.claim_token = $2 AND o.state = 'claimed' AND ` + completeHasRowsSQL + `
 		RETURNING o.id, f.ok
 	)
 	SELECT id, ok FROM leased UNION ALL SELECT id, ok FROM rows`
@@ -130,13 +135,13 @@ const (
 		RETURNING o.id
 	), gone AS (
 		DELETE FROM {{.Table}} o USING f
-		WHERE f.ok AND o.id = f.id AND o.id = ` + batchIDsSQL + ` AND o.claim_token = $2 AND o.state = 'claimed' AND ` + tokenHasRowsSQL + `
+		WHERE f.ok AND o.id = f.id AND o.id = ` + batchIDsSQL + ` AND o.claim_token = $2 AND o.state = 'claimed' AND ` + completeHasRowsSQL + `
 		RETURNING o.id
 	), kept AS (
 		UPDATE {{.Table}} o
 		SET ` + completeSetSQL + `
 		FROM f
-		WHERE NOT f.ok AND o.id = f.id AND o.id = ` + batchIDsSQL + ` AND o.claim_token = $2 AND o.state = 'claimed' AND ` + tokenHasRowsSQL + `
+		WHERE NOT f.ok AND o.id = f.id AND o.id = ` + batchIDsSQL + ` AND o.claim_token = $2 AND o.state = 'claimed' AND ` + completeHasRowsSQL + `
 		RETURNING o.id
 	)
 	SELECT id, true FROM leasedGone UNION ALL SELECT id, false FROM leasedKept

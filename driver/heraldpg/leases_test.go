@@ -56,14 +56,14 @@ func leases(t *testing.T, o *pgtest.Outbox) []lease {
 	return out
 }
 
-// With Config.LeaseKeys an ordered claim writes one lease row per key and
+// By default an ordered claim writes one lease row per key and
 // no event row: the events keep their row version until the
 // acknowledgement writes each of them once, with the attempt the claim
 // counted and the lease's owner. Operators see them claimed meanwhile.
 func TestALeasedClaimWritesNoEventRow(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	o := pgtest.New(t, testenv.PostgresPool(t), heraldpg.Config{LeaseKeys: true})
+	o := pgtest.New(t, testenv.PostgresPool(t), heraldpg.Config{})
 	ids := writeKeys(t, o, 3, 2) // k0 k1 k2, twice
 	before := versions(t, o, ids)
 
@@ -113,7 +113,7 @@ func TestAnAcknowledgementRacingTheRescuerWritesNothing(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	pool := testenv.PostgresPool(t)
-	o := pgtest.New(t, pool, heraldpg.Config{LeaseKeys: true})
+	o := pgtest.New(t, pool, heraldpg.Config{})
 	ids := writeKeys(t, o, 1, 2)
 	batch, token, err := claimOrdered(ctx, o.Store, 100)
 	require.NoError(t, err)
@@ -157,15 +157,15 @@ func requireWaitingForALock(t *testing.T, pool *pgxpool.Pool, schema string) {
 	}, 10*time.Second, 5*time.Millisecond)
 }
 
-// Relays with and without LeaseKeys may share a table: one that writes
+// Relays with and without key leases (Config.ClaimRows) may share a table: one that writes
 // rows passes a key another leased, and rescues a lease that expired,
 // counting the attempt, so that the key goes on.
 func TestRelaysWithAndWithoutLeasesShareATable(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	pool := testenv.PostgresPool(t)
-	leasing := pgtest.New(t, pool, heraldpg.Config{LeaseKeys: true, LeaseMinEvents: 1})
-	rows, err := heraldpg.New(pool, &heraldpg.Config{Schema: leasing.Config.Schema})
+	leasing := pgtest.New(t, pool, heraldpg.Config{LeaseMinEvents: 1})
+	rows, err := heraldpg.New(pool, &heraldpg.Config{Schema: leasing.Config.Schema, ClaimRows: true})
 	require.NoError(t, err)
 	ids := writeKeys(t, leasing, 2, 1)
 
@@ -202,7 +202,7 @@ func TestRelaysWithAndWithoutLeasesShareATable(t *testing.T) {
 func TestAKeyOfOneEventIsClaimedAsARow(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	o := pgtest.New(t, testenv.PostgresPool(t), heraldpg.Config{LeaseKeys: true})
+	o := pgtest.New(t, testenv.PostgresPool(t), heraldpg.Config{})
 	pair := writeKeys(t, o, 1, 2) // k0 twice
 	one := herald.Message{ID: uuid.NewString(), Topic: "orders", Key: "single", Payload: []byte("x")}
 	require.NoError(t, pgx.BeginFunc(ctx, o.Pool, func(tx pgx.Tx) error { return o.Writer.WriteTx(ctx, tx, one) }))
@@ -226,15 +226,51 @@ func TestAKeyOfOneEventIsClaimedAsARow(t *testing.T) {
 		require.Equal(t, heraldadmin.StateClaimed, ev.State)
 	}
 
-	res, err := o.Store.Complete(ctx, herald.CompleteParams{Token: token, Published: append(slices.Clone(pair), single...)})
+	require.True(t, o.Store.ClaimHoldsRows(token), "the claim holds a row: its acknowledgement must look for rows")
+
+	// Acknowledged by a driver that did not make the claim (which knows
+	// nothing of it, so looks for rows too): both parts end.
+	other, err := heraldpg.New(o.Pool, o.Config)
+	require.NoError(t, err)
+	require.True(t, other.ClaimHoldsRows(token))
+	res, err := other.Complete(ctx, herald.CompleteParams{Token: token, Published: append(slices.Clone(pair), single...)})
 	require.NoError(t, err)
 	require.Equal(t, 3, res.Published)
 	require.Empty(t, leases(t, o))
 }
 
+// A claim that leased every key it took is remembered by its driver until
+// it ends, so that its acknowledgement skips the part that looks for
+// rows; a released claim is forgotten.
+func TestAClaimOfLeasesAloneIsAcknowledgedWithoutLookingForRows(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	o := pgtest.New(t, testenv.PostgresPool(t), heraldpg.Config{})
+	ids := writeKeys(t, o, 3, 2)
+
+	batch, token, err := claimOrdered(ctx, o.Store, 100)
+	require.NoError(t, err)
+	require.Len(t, batch, 6)
+	require.Len(t, leases(t, o), 3)
+	require.False(t, o.Store.ClaimHoldsRows(token), "every key of the claim is leased")
+	res, err := o.Store.Complete(ctx, herald.CompleteParams{Token: token, Published: ids})
+	require.NoError(t, err)
+	require.Equal(t, 6, res.Published)
+	require.Empty(t, leases(t, o))
+
+	more := writeKeys(t, o, 2, 2)
+	_, token, err = claimOrdered(ctx, o.Store, 100)
+	require.NoError(t, err)
+	require.False(t, o.Store.ClaimHoldsRows(token))
+	n, err := o.Store.ReleaseClaim(ctx, token)
+	require.NoError(t, err)
+	require.Equal(t, len(more), n)
+	require.True(t, o.Store.ClaimHoldsRows(token), "a released claim is forgotten")
+}
+
 func TestANegativeLeaseMinEventsIsRefused(t *testing.T) {
 	t.Parallel()
-	_, err := heraldpg.New(testenv.PostgresPool(t), &heraldpg.Config{LeaseKeys: true, LeaseMinEvents: -1})
+	_, err := heraldpg.New(testenv.PostgresPool(t), &heraldpg.Config{LeaseMinEvents: -1})
 	require.ErrorContains(t, err, "Config.LeaseMinEvents must not be negative")
 	require.ErrorContains(t, (&heraldpg.Config{LeaseMinEvents: -2}).Validate(), "LeaseMinEvents")
 }

@@ -129,7 +129,7 @@ const (
 	// join that reads the whole table (a fresh backlog, a generic plan).
 	// The attempt count stops at sqlstore.MaxAttempts, whatever another
 	// program wrote in the column: an overflow would fail every claim.
-	// An event in the range of a key's lease (Config.LeaseKeys) is
+	// An event in the range of a key's lease (key leases, the default) is
 	// another claim's, still ready: it is dropped after the probe, among
 	// the few rows it found, so that the probe stays one (a condition in
 	// it may be planned as an anti join that reads every ready row), and
@@ -223,7 +223,7 @@ const (
 	// so a claim that committed before them is seen here: a key with an
 	// event claimed or parked is left alone, whatever the first statement
 	// saw. Unordered keys ($3) take any available events, skipping locked
-	// rows, but not those in a lease's range (Config.LeaseKeys), dropped
+	// rows, but not those in a lease's range (key leases, the default), dropped
 	// among the few found as in claimSQL.
 	claimKeysSQL = `WITH k AS (
 		SELECT * FROM unnest($1::text[], $2::text[], $3::boolean[]) WITH ORDINALITY AS k(topic, key, unordered, n)
@@ -267,7 +267,7 @@ const (
 	)` + claimKeysRowsSQL
 
 	// How an ordered claim marks what it picked when it writes rows (not
-	// Config.LeaseKeys): every row, claimed by the token.
+	// key leases): every row, claimed by the token.
 	claimKeysRowsSQL = `
 	UPDATE {{.Table}} o
 	SET state = 'claimed', claim_token = $6, claimed_by = $7,
@@ -616,7 +616,7 @@ type queries struct {
 	// The outbox's rows as operators see them: leased events claimed.
 	events string
 
-	// Config.LeaseKeys (leases.go): the driver's claimKeys, publish,
+	// key leases (leases.go): the driver's claimKeys, publish,
 	// publishDelete, complete, completeDelete and releaseClaim become
 	// these. The publish forms return a count instead of changing rows
 	// in silence.

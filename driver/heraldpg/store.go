@@ -55,7 +55,10 @@ func (d *Driver) claimOrdered(ctx context.Context, p herald.ClaimParams, perKey 
 	}
 	maxKeys := max(sqlstore.WalkKeysFactor*p.Limit, 64)
 
-	var claimed []sqlstore.ClaimedRow
+	var (
+		claimed    []sqlstore.ClaimedRow
+		leasesOnly bool
+	)
 	set := ""
 	if d.claimsPartitioned(ctx) {
 		set = noSortSQL
@@ -95,8 +98,12 @@ func (d *Driver) claimOrdered(ctx context.Context, p herald.ClaimParams, perKey 
 			args = append(args, d.leaseMin)
 		}
 		claimed, err = d.claimRows(ctx, lastQuery{tx}, d.q.claimKeys, p.Limit, args)
+		leasesOnly = err == nil && d.leaseKeys && len(claimed) > 0 && !claimedRows(claimed, topics, keys, free, d.leaseMin)
 		return err
 	})
+	if err == nil && leasesOnly {
+		d.leaseOnly.add(p.Token, time.Now().Add(p.Lease))
+	}
 	return claimed, err
 }
 
@@ -143,7 +150,11 @@ func (d *Driver) Complete(ctx context.Context, p herald.CompleteParams) (herald.
 		if p.Delete {
 			sql = d.q.publishDelete
 		}
-		n, err := d.changed(ctx, d.leaseKeys, sql, uuidArray(p.Published), p.Token)
+		args := []any{uuidArray(p.Published), p.Token}
+		if d.leaseKeys {
+			args = append(args, d.leaseOnly.hasRows(p.Token))
+		}
+		n, err := d.changed(ctx, d.leaseKeys, sql, args...)
 		if err != nil {
 			return res, fmt.Errorf("heraldpg: acknowledging batch: %w", err)
 		}
@@ -154,7 +165,11 @@ func (d *Driver) Complete(ctx context.Context, p herald.CompleteParams) (herald.
 	if p.Delete {
 		sql = d.q.completeDelete
 	}
-	err := d.db.query(ctx, sql, []any{uuidArray(w.IDs), p.Token, w.Published, w.Dead, w.Park, w.Refund, w.DelayUS, w.Error},
+	args := []any{uuidArray(w.IDs), p.Token, w.Published, w.Dead, w.Park, w.Refund, w.DelayUS, w.Error}
+	if d.leaseKeys {
+		args = append(args, d.leaseOnly.hasRows(p.Token))
+	}
+	err := d.db.query(ctx, sql, args,
 		func(scan func(...any) error) error {
 			var (
 				id        string
@@ -179,6 +194,9 @@ func (d *Driver) Complete(ctx context.Context, p herald.CompleteParams) (herald.
 // ReleaseClaim implements herald.Store.
 func (d *Driver) ReleaseClaim(ctx context.Context, token string) (int, error) {
 	n, err := d.changed(ctx, d.leaseKeys, d.q.releaseClaim, token)
+	if err == nil {
+		d.leaseOnly.forget(token)
+	}
 	if err != nil {
 		return 0, fmt.Errorf("heraldpg: releasing a claim: %w", err)
 	}
@@ -199,7 +217,7 @@ func (d *Driver) changed(ctx context.Context, counted bool, sql string, args ...
 }
 
 // RescueExpired implements herald.Store: rows claimed, and keys leased
-// (Config.LeaseKeys), whose lease ran out.
+// (key leases, the default), whose lease ran out.
 func (d *Driver) RescueExpired(ctx context.Context, limit int) (int, error) {
 	n, err := d.changed(ctx, true, d.q.rescue, limit)
 	if err != nil {

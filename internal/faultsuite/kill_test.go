@@ -33,7 +33,7 @@ func TestFiveRelayProcessesKilledUnderLoad(t *testing.T) {
 	stop := w.startLoad(t, load{writers: 4, keys: 100, perTx: 3, pace: 5 * time.Millisecond})
 	logs := func() string { return joinLogs(all) }
 
-	claimedBy := func(relay string) int { return w.count(t, `state = 'claimed' AND claimed_by = $1`, relay) }
+	claimedBy := func(relay string) int { return w.heldBy(t, relay) }
 	killed := map[string]bool{}
 	for range kills {
 		before := w.published(t)

@@ -32,7 +32,7 @@ func TestRelayCutOffFromPostgresPastItsLease(t *testing.T) {
 	// events.
 	stop := w.startLoad(t, load{writers: 4, keys: 100, perTx: 3, pace: 20 * time.Millisecond})
 
-	claimedBy := func(relay string) int { return w.count(t, `state = 'claimed' AND claimed_by = $1`, relay) }
+	claimedBy := func(relay string) int { return w.heldBy(t, relay) }
 	// Cut while relay a holds claims and no transaction: otherwise heal
 	// and try again.
 	for held := false; !held; {
@@ -50,9 +50,7 @@ func TestRelayCutOffFromPostgresPastItsLease(t *testing.T) {
 	stranded := claimedBy(cut)
 	// The rows' leases end when the database says, counted from their
 	// claim, which may be well before the cut on a loaded machine.
-	var leaseEnds time.Time
-	require.NoError(t, w.pool.QueryRow(t.Context(), `SELECT min(lease_until) FROM `+w.store.Table()+
-		` WHERE state = 'claimed' AND claimed_by = $1`, cut).Scan(&leaseEnds))
+	leaseEnds := w.leaseEndOf(t, cut)
 	publishedByA := a.relay.Stats().Published
 	require.Eventually(t, func() bool { return claimedBy(cut) == 0 }, time.Minute, 10*time.Millisecond,
 		"relay b never rescued relay a's rows")

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -261,6 +262,37 @@ func (w *world) count(t *testing.T, where string, args ...any) int {
 		return -1
 	}
 	return n
+}
+
+// heldBy counts the events relay holds: rows it claimed, and the ready
+// events of the keys it leased (heraldpg's default for a key of which a
+// claim takes two events or more). -1 when the count fails.
+func (w *world) heldBy(t *testing.T, relay string) int {
+	t.Helper()
+	table := w.store.Table()
+	leases := strings.TrimSuffix(table, `"`) + `_leases"`
+	var n int
+	err := w.pool.QueryRow(t.Context(), `SELECT
+		(SELECT count(*) FROM `+table+` WHERE state = 'claimed' AND claimed_by = $1)
+		+ (SELECT count(*) FROM `+leases+` l JOIN `+table+` o ON o.state = 'ready' AND o.topic = l.topic
+		   AND o.key = l.key AND o.seq BETWEEN l.first_seq AND l.last_seq WHERE l.owner = $1)`, relay).Scan(&n)
+	if err != nil {
+		return -1
+	}
+	return n
+}
+
+// leaseEndOf is when the first of relay's claims ends: of the rows it
+// claimed and the keys it leased.
+func (w *world) leaseEndOf(t *testing.T, relay string) time.Time {
+	t.Helper()
+	table := w.store.Table()
+	leases := strings.TrimSuffix(table, `"`) + `_leases"`
+	var end time.Time
+	require.NoError(t, w.pool.QueryRow(t.Context(), `SELECT least(
+		(SELECT min(lease_until) FROM `+table+` WHERE state = 'claimed' AND claimed_by = $1),
+		(SELECT min(lease_until) FROM `+leases+` WHERE owner = $1))`, relay).Scan(&end))
+	return end
 }
 
 // tap is a plain NATS subscription on the stream's subjects: it receives

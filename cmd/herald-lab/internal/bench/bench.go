@@ -24,6 +24,7 @@ import (
 	"log/slog"
 	"os"
 	"runtime"
+	"strconv"
 	"strings"
 	"time"
 
@@ -64,7 +65,7 @@ type options struct {
 	ceiling       bool
 	maxBytes      int64  // relay MaxInFlightBytes; 0 is its default
 	deleteOnPub   bool   // relay DeleteOnPublish
-	leaseKeys     bool   // heraldpg LeaseKeys
+	claimRows     bool   // heraldpg ClaimRows
 	claimConc     int    // relay ClaimConcurrency; 0 is its default
 	natsAtomic    bool   // heraldnats AtomicBatches, on streams with allow_atomic
 	relays        int    // Herald's relays draining together
@@ -140,8 +141,9 @@ Flags:
                          and a role with REPLICATION
   --delete-on-publish    the relay deletes each row once the broker confirms it
                          instead of keeping it as published (drain, latency)
-  --lease-keys           PostgreSQL: the relay's ordered claims lease keys
-                         instead of writing rows (drain, latency)
+  --claim-rows           PostgreSQL: the relay's ordered claims write every
+                         event they take instead of leasing its key, as
+                         before key leases were the default (drain, latency)
   --to LIST              drain destinations, comma-separated, of jetstream,
                          discard, kafka (in-process kfake), redis (127.0.0.1:6379),
                          rabbitmq (127.0.0.1:5672), mqtt (127.0.0.1:1883),
@@ -153,11 +155,19 @@ Flags:
                          and embedded NATS server) over each drain into DIR,
                          named after the system, the destination and the
                          drain's number (drain)
-  --rate N               events/s written (latency) (default 1000)
+  --rate N               events/s written (latency) (default 1000); max:
+                         --producers goroutines commit as fast as the
+                         database takes them for --duration, and the run
+                         says whether the relay kept up (its backlog when
+                         the producers stop, and how long the tail took)
   --poll-interval D      relay poll interval (latency) (default 5ms)
 `
 
 var errHelp = errors.New("help requested")
+
+// rateMax is options.rate for --rate max: the producers commit as fast as
+// they can.
+const rateMax = 0
 
 // maxRelays bounds --relays: each relay holds a pool of --max-in-flight+4
 // connections.
@@ -178,7 +188,7 @@ func parseArgs(args []string) (options, string, error) {
 	fs.IntVar(&o.keys, "keys", 1000, "")
 	fs.IntVar(&o.batchSize, "batch-size", 1000, "")
 	fs.IntVar(&o.maxInFlight, "max-in-flight", 4, "")
-	fs.IntVar(&o.rate, "rate", 1000, "")
+	rate := fs.String("rate", "1000", "")
 	fs.DurationVar(&o.pollInterval, "poll-interval", 5*time.Millisecond, "")
 	ordering := fs.String("ordering", "ordered", "")
 	fs.IntVar(&o.maxPerKey, "max-per-key", 0, "")
@@ -187,7 +197,7 @@ func parseArgs(args []string) (options, string, error) {
 	fs.BoolVar(&o.ceiling, "ceiling", true, "")
 	fs.Int64Var(&o.maxBytes, "max-in-flight-bytes", 0, "")
 	fs.BoolVar(&o.deleteOnPub, "delete-on-publish", false, "")
-	fs.BoolVar(&o.leaseKeys, "lease-keys", false, "")
+	fs.BoolVar(&o.claimRows, "claim-rows", false, "")
 	fs.IntVar(&o.claimConc, "claim-concurrency", 0, "")
 	fs.BoolVar(&o.natsAtomic, "nats-atomic", false, "")
 	fs.IntVar(&o.relays, "relays", 1, "")
@@ -216,6 +226,13 @@ func parseArgs(args []string) (options, string, error) {
 		if fs.NArg() > 0 {
 			return o, "", fmt.Errorf("unexpected argument %q", fs.Arg(0))
 		}
+	}
+	if *rate == "max" {
+		o.rate = rateMax
+	} else if n, err := strconv.Atoi(*rate); err != nil || n < 1 {
+		return o, "", fmt.Errorf("--rate: %q is not a number of events per second of at least 1, or max", *rate)
+	} else {
+		o.rate = n
 	}
 	switch *ordering {
 	case "ordered":
@@ -261,7 +278,6 @@ func parseArgs(args []string) (options, string, error) {
 	}{
 		{"producers", o.producers, 1}, {"rounds", o.rounds, 1}, {"events", o.events, 1},
 		{"keys", o.keys, 1}, {"batch-size", o.batchSize, 1}, {"max-in-flight", o.maxInFlight, 1},
-		{"rate", o.rate, 1},
 	} {
 		if c.v < c.min {
 			return o, "", fmt.Errorf("--%s must be at least %d, got %d", c.name, c.min, c.v)

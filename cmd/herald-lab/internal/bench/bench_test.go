@@ -209,6 +209,44 @@ func TestDrainBothOrderingsComparesThem(t *testing.T) {
 	require.Equal(t, map[string]int{"herald": 2, "herald-unordered": 2, "ceiling": 2, "minimal": 2}, perSystem, "%v", names)
 }
 
+// --rate max: the producers commit as fast as they can for the duration;
+// every event they committed arrives once, and the run says what the
+// relay had not caught up with when they stopped and how long the tail
+// took.
+func TestLatencyAtTheCommitLimit(t *testing.T) {
+	dsn := testenv.PostgresDSN(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+
+	var stdout, stderr bytes.Buffer
+	code := bench.Main(ctx, []string{"latency", "--db", dsn, "--json", "--rate", "max", "--producers", "4",
+		"--duration", "1s"}, &stdout, &stderr)
+	require.Equal(t, 0, code, "stderr:\n%s", stderr.String())
+	var res struct {
+		OK      bool                 `json:"ok"`
+		Latency *bench.LatencyResult `json:"latency"`
+	}
+	require.NoError(t, json.Unmarshal(stdout.Bytes(), &res), stdout.String())
+	require.True(t, res.OK)
+	r := res.Latency
+	require.NotNil(t, r)
+	require.True(t, r.AtCommitLimit)
+	require.Equal(t, 4, r.Producers)
+	require.Positive(t, r.Committed)
+	require.Equal(t, r.Committed, r.Received, "every committed event received")
+	require.Zero(t, r.Duplicates)
+	require.GreaterOrEqual(t, r.BacklogAtEnd, 0)
+	require.LessOrEqual(t, r.BacklogAtEnd, r.Committed)
+	require.Positive(t, r.TailMS)
+	require.Equal(t, r.Committed, r.CommitToReceive.Count)
+	require.Contains(t, stderr.String(), "as many events as the producers commit")
+	require.Contains(t, stderr.String(), "when the producers stopped")
+
+	code = bench.Main(ctx, []string{"latency", "--db", dsn, "--rate", "fast"}, &stdout, &stderr)
+	require.Equal(t, 2, code)
+	require.Contains(t, stderr.String(), `--rate: "fast" is not a number of events per second of at least 1, or max`)
+}
+
 // --rounds with latency: every run is kept, and each percentile is the
 // median and range of the runs' own.
 func TestLatencyRoundsGiveMedianAndRange(t *testing.T) {

@@ -86,7 +86,7 @@ func setup(ctx context.Context, o options, log *slog.Logger) (*env, error) {
 	var b [4]byte
 	_, _ = rand.Read(b[:])
 	e.schema = "herald_bench_" + hex.EncodeToString(b[:])
-	e.pgCfg = &heraldpg.Config{Schema: e.schema, LeaseKeys: o.leaseKeys}
+	e.pgCfg = &heraldpg.Config{Schema: e.schema, ClaimRows: o.claimRows}
 	d, err := heraldpg.New(e.admin, e.pgCfg)
 	if err != nil {
 		e.admin.Close()

@@ -60,24 +60,41 @@ type LatencyResult struct {
 	CommitToAck Percentiles `json:"commit_to_ack"`
 	TargetP99MS float64     `json:"target_p99_ms"`
 	TargetMet   bool        `json:"target_met"`
+	// AtCommitLimit is --rate max: Producers goroutines committed as fast
+	// as the database took them, and EventsPerSec is the rate they
+	// reached.
+	AtCommitLimit bool `json:"at_commit_limit,omitempty"`
+	// BacklogAtEnd is how many committed events the broker had not yet
+	// acknowledged when the producers stopped: what the relay had not
+	// caught up with.
+	BacklogAtEnd int `json:"backlog_at_end"`
+	// TailMS is how long after the producers stopped the last event
+	// arrived: about BacklogAtEnd over the relay's drain rate.
+	TailMS float64 `json:"tail_ms"`
 }
 
 func runLatency(ctx context.Context, e *env, out io.Writer) (res *LatencyResult, failures []string, err error) {
 	o := e.o
 	total := int(int64(o.rate) * int64(o.duration) / int64(time.Second))
-	if total < 1 {
-		total = 1
-	}
 	// Enough producers that a slow commit does not hold up the schedule.
 	workers := min(max(o.rate/100, 4), 32)
+	if o.rate == rateMax {
+		// Room for more than any database here commits in the time.
+		total, workers = int(o.duration/time.Second+1)*maxCommitsPerSec, o.producers
+	}
+	total = max(total, 1)
 	source := fmt.Sprintf("relay poll interval %s", o.pollInterval)
 	if o.cdc {
 		source = fmt.Sprintf("the relay reads logical replication slot %s, not the table (--cdc)", e.cdcName())
 	}
-	fmt.Fprintf(out, "\nlatency: %d events/s for %s, one event per transaction (WriteTx), %d producer goroutines; %s\n",
-		o.rate, o.duration, workers, source)
+	rate := fmt.Sprintf("%d events/s", o.rate)
+	if o.rate == rateMax {
+		rate = "as many events as the producers commit"
+	}
+	fmt.Fprintf(out, "\nlatency: %s for %s, one event per transaction (WriteTx), %d producer goroutines; %s\n",
+		rate, o.duration, workers, source)
 	res = &LatencyResult{Source: "poll", Rate: o.rate, DurationSeconds: o.duration.Seconds(), PollIntervalMS: ms(o.pollInterval),
-		Producers: workers, TargetP99MS: targetLatencyP99Milli}
+		Producers: workers, TargetP99MS: targetLatencyP99Milli, AtCommitLimit: o.rate == rateMax}
 	if err := e.truncate(ctx); err != nil {
 		return res, nil, err
 	}
@@ -185,18 +202,32 @@ func runLatency(ctx context.Context, e *env, out io.Writer) (res *LatencyResult,
 	if err != nil {
 		return res, nil, err
 	}
-	nCommitted, elapsed, err := produceAtRate(ctx, e, prodPool, w, o.rate, total, workers, committed)
+	produce := func() (int, time.Duration, error) {
+		return produceAtRate(ctx, e, prodPool, w, o.rate, total, workers, committed)
+	}
+	if o.rate == rateMax {
+		produce = func() (int, time.Duration, error) {
+			return produceMax(ctx, e, prodPool, w, o.duration, total, workers, committed)
+		}
+	}
+	nCommitted, elapsed, err := produce()
 	if err != nil {
 		return res, nil, err
 	}
+	stopped := time.Now()
 	res.Committed = nCommitted
 	res.EventsPerSec = round2(float64(nCommitted) / elapsed.Seconds())
+	res.BacklogAtEnd = nCommitted - int(nAcked.Load())
 
 	// Wait for the tail to arrive, and for its PubAcks: the broker may
 	// deliver an event to the consumer before the publisher has read the
 	// PubAck of it, so the last acknowledgements can come after the last
-	// event arrived.
-	deadline := time.Now().Add(15 * time.Second)
+	// event arrived. At the commit limit the relay may trail further.
+	wait := 15 * time.Second
+	if o.rate == rateMax {
+		wait = max(wait, 4*o.duration)
+	}
+	deadline := time.Now().Add(wait)
 	for (nReceived.Load() < int64(nCommitted) || nAcked.Load() < int64(nCommitted)) &&
 		time.Now().Before(deadline) && ctx.Err() == nil {
 		time.Sleep(10 * time.Millisecond)
@@ -204,9 +235,10 @@ func runLatency(ctx context.Context, e *env, out io.Writer) (res *LatencyResult,
 	if err := ctx.Err(); err != nil {
 		return res, nil, err
 	}
+	res.TailMS = ms(time.Since(stopped))
 	res.Received, res.Duplicates = int(nReceived.Load()), int(nDup.Load())
 	if res.Received != nCommitted {
-		failures = append(failures, fmt.Sprintf("latency: consumer received %d of %d committed events within 15s", res.Received, nCommitted))
+		failures = append(failures, fmt.Sprintf("latency: consumer received %d of %d committed events within %s", res.Received, nCommitted, wait))
 	}
 
 	var toReceive, toClaim, toAck []time.Duration
@@ -235,6 +267,8 @@ func runLatency(ctx context.Context, e *env, out io.Writer) (res *LatencyResult,
 		fmt.Fprintf(out, " (+%d duplicates)", res.Duplicates)
 	}
 	fmt.Fprintln(out)
+	fmt.Fprintf(out, "  when the producers stopped, %d events were not yet acknowledged by the broker; the last arrived %.0fms later\n",
+		res.BacklogAtEnd, res.TailMS)
 	p := res.CommitToReceive
 	fmt.Fprintf(out, "  commit-to-receive  p50 %6.2fms  p90 %6.2fms  p99 %6.2fms  max %7.2fms   (target p99 <= %.0fms): %s\n",
 		p.P50, p.P90, p.P99, p.Max, targetLatencyP99Milli, verdict(res.TargetMet))
@@ -307,7 +341,6 @@ func runLatencyRounds(ctx context.Context, e *env, out io.Writer) (*LatencyRound
 // long it took.
 func produceAtRate(ctx context.Context, e *env, pool *pgxpool.Pool, w *herald.Writer[pgx.Tx],
 	rate, total, workers int, committed []atomic.Int64) (int, time.Duration, error) {
-	insertOrder := `INSERT INTO ` + e.orders + ` (id, customer_id, amount_cents, status) VALUES ($1, $2, $3, 'placed')`
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	jobs := make(chan int, total)
@@ -325,19 +358,7 @@ func produceAtRate(ctx context.Context, e *env, pool *pgxpool.Pool, w *herald.Wr
 				if runCtx.Err() != nil {
 					return
 				}
-				id := int64(i + 1)
-				customer := "customer-" + strconv.Itoa(i%1000)
-				aggID := strconv.FormatInt(id, 10)
-				err := pgx.BeginFunc(runCtx, pool, func(tx pgx.Tx) error {
-					if _, err := tx.Exec(runCtx, insertOrder, id, customer, id%10000); err != nil {
-						return err
-					}
-					return w.WriteTx(runCtx, tx, herald.Message{
-						Topic: latencySubject, Type: eventType, AggregateType: aggregateType, AggregateID: aggID,
-						Payload: payload(id, customer),
-						Headers: map[string]string{"source": "herald-bench", seqHeader: strconv.Itoa(i)},
-					})
-				})
+				err := commitOne(runCtx, e, pool, w, i)
 				if err != nil {
 					errOnce.Do(func() { firstErr = err; cancel() })
 					return
@@ -372,6 +393,71 @@ func produceAtRate(ctx context.Context, e *env, pool *pgxpool.Pool, w *herald.Wr
 		return 0, 0, err
 	}
 	return int(n.Load()), elapsed, nil
+}
+
+// maxCommitsPerSec bounds the events a --rate max run makes room for, per
+// second of --duration.
+const maxCommitsPerSec = 40000
+
+// produceMax commits events, one per transaction, from workers goroutines
+// as fast as the database takes them, until d has passed or total are
+// committed. It records each commit time and returns how many committed
+// and how long it took.
+func produceMax(ctx context.Context, e *env, pool *pgxpool.Pool, w *herald.Writer[pgx.Tx],
+	d time.Duration, total, workers int, committed []atomic.Int64) (int, time.Duration, error) {
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var (
+		wg       sync.WaitGroup
+		next, n  atomic.Int64
+		errOnce  sync.Once
+		firstErr error
+	)
+	start := time.Now()
+	end := start.Add(d)
+	for range workers {
+		wg.Go(func() {
+			for runCtx.Err() == nil && time.Now().Before(end) {
+				i := int(next.Add(1) - 1)
+				if i >= total {
+					return
+				}
+				if err := commitOne(runCtx, e, pool, w, i); err != nil {
+					errOnce.Do(func() { firstErr = err; cancel() })
+					return
+				}
+				committed[i].Store(time.Now().UnixNano())
+				n.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	if firstErr != nil {
+		return 0, 0, firstErr
+	}
+	if err := ctx.Err(); err != nil {
+		return 0, 0, err
+	}
+	return int(n.Load()), elapsed, nil
+}
+
+// commitOne commits event i of the run with its order, in one
+// transaction.
+func commitOne(ctx context.Context, e *env, pool *pgxpool.Pool, w *herald.Writer[pgx.Tx], i int) error {
+	id := int64(i + 1)
+	customer := "customer-" + strconv.Itoa(i%1000)
+	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `INSERT INTO `+e.orders+` (id, customer_id, amount_cents, status) VALUES ($1, $2, $3, 'placed')`,
+			id, customer, id%10000); err != nil {
+			return err
+		}
+		return w.WriteTx(ctx, tx, herald.Message{
+			Topic: latencySubject, Type: eventType, AggregateType: aggregateType, AggregateID: strconv.FormatInt(id, 10),
+			Payload: payload(id, customer),
+			Headers: map[string]string{"source": "herald-bench", seqHeader: strconv.Itoa(i)},
+		})
+	})
 }
 
 // claimClock records when the relay's claims return each event.
