@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -88,11 +89,36 @@ func (p positions) check(ctx context.Context, conn *pgx.Conn, confirmed pglogrep
 }
 
 // missing is the refusal of a slot that does not exist although Herald
-// read from it.
-func (p positions) missing(r Recorded) error {
+// read from it. tl is the server's WAL timeline (0 when unknown): past the
+// first, the server was promoted from a standby (or restored from a
+// backup), and the slot most likely stayed on the old primary, since
+// PostgreSQL 15 and earlier copy no logical replication slot to a
+// standby. Either way, what committed after the record was read from no
+// slot here.
+func (p positions) missing(r Recorded, tl int) error {
+	why := "it was dropped"
+	if tl > 1 {
+		why = fmt.Sprintf("this server is on WAL timeline %d: it was promoted from a standby (a failover) or restored from a backup, "+
+			"and logical replication slots stay on the server that made them (PostgreSQL does not copy them to standbys), "+
+			"so the slot was left behind on the old primary, or it was dropped", tl)
+	}
 	return &refusal{fmt.Sprintf("heraldcdc: replication slot %s does not exist, but Herald read from it up to %s (at %s): "+
-		"it was dropped, and what committed after that was never read. %s",
-		p.slot, r.Position, r.At.UTC().Format(time.RFC3339), recovery(p.slot, r))}
+		"%s, and what committed after that was never read from it here. %s",
+		p.slot, r.Position, r.At.UTC().Format(time.RFC3339), why, recovery(p.slot, r))}
+}
+
+// timeline reads the server's current WAL timeline from the name of the
+// WAL file being written (its first 8 hex digits), or 0 when it cannot.
+func timeline(ctx context.Context, q Querier) int {
+	var name string
+	if err := q.QueryRow(ctx, `SELECT pg_walfile_name(pg_current_wal_insert_lsn())`).Scan(&name); err != nil || len(name) < 8 {
+		return 0
+	}
+	tl, err := strconv.ParseUint(name[:8], 16, 32)
+	if err != nil {
+		return 0
+	}
+	return int(tl)
 }
 
 // recovery says how to deliver the events a dropped slot never handed

@@ -345,7 +345,7 @@ func prepare(ctx context.Context, c Config) (pglogrepl.LSN, error) {
 	}
 	switch {
 	case errors.Is(err, pgx.ErrNoRows) && hasRecord:
-		return 0, pos.missing(rec)
+		return 0, pos.missing(rec, timeline(ctx, conn))
 	case errors.Is(err, pgx.ErrNoRows) && c.CreateSlot:
 		var lsn string
 		err := conn.QueryRow(ctx, `SELECT lsn::text FROM pg_create_logical_replication_slot($1, 'pgoutput')`, c.Slot).Scan(&lsn)
