@@ -150,10 +150,9 @@ func recoverSlot(ctx context.Context, inv *invocation, pg *heraldpg.Driver, q he
 	if err != nil && !errors.Is(err, heraldcdc.ErrNoSlot) {
 		return err
 	}
-	if err := pg.StreamInserts(ctx, false); err != nil {
-		return err
-	}
-	n, err := pg.RequeueStreamed(ctx, since, 10000)
+	// New events polled and the streamed rows ready, so that no key's
+	// new event is claimed before its older streamed ones are ready.
+	n, err := pg.PollStreamed(ctx, since, 10000)
 	if err != nil {
 		return err
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -34,7 +35,15 @@ func newPositions(c Config) positions {
 // Recorded is a slot's row of the record.
 type Recorded struct {
 	Position pglogrepl.LSN
-	At       time.Time // when it was last raised, by the database clock
+	// At is when the transaction that ends at Position committed, by the
+	// database clock (its updated_at column); when it was raised for a
+	// heartbeat or a keepalive, which come while nothing is left
+	// unconfirmed, when it was raised. Every transaction the slot had not
+	// confirmed committed after it, however far behind the relay was:
+	// the recovery requeues the streamed rows from there (less
+	// RecoveryMargin). The time it was raised would miss the rows of a
+	// relay that lagged by more than the margin.
+	At time.Time
 }
 
 // recorded reads the slot's row; ok is false without one.
@@ -53,11 +62,19 @@ func (p positions) recorded(ctx context.Context, q Querier) (r Recorded, ok bool
 	return r, true, err
 }
 
-// record raises the slot's recorded position to lsn (never lowers it).
-func (p positions) record(ctx context.Context, q execer, lsn pglogrepl.LSN) error {
-	_, err := q.Exec(ctx, `INSERT INTO `+p.table+` AS r (slot, position) VALUES ($1, $2::pg_lsn)
-		ON CONFLICT (slot) DO UPDATE SET position = greatest(r.position, EXCLUDED.position), updated_at = now()`,
-		p.slot, lsn.String())
+// record raises the slot's recorded position to lsn (never lowers it),
+// with the commit time of the transaction that ends there (Recorded.At);
+// a zero committed, or one past the database's clock, is now().
+func (p positions) record(ctx context.Context, q execer, lsn pglogrepl.LSN, committed time.Time) error {
+	var at *time.Time
+	if !committed.IsZero() {
+		at = &committed
+	}
+	_, err := q.Exec(ctx, `INSERT INTO `+p.table+` AS r (slot, position, updated_at)
+		VALUES ($1, $2::pg_lsn, least(now(), coalesce($3::timestamptz, now())))
+		ON CONFLICT (slot) DO UPDATE SET position = greatest(r.position, EXCLUDED.position),
+			updated_at = CASE WHEN EXCLUDED.position >= r.position THEN EXCLUDED.updated_at ELSE r.updated_at END`,
+		p.slot, lsn.String(), at)
 	if err != nil {
 		return fmt.Errorf("heraldcdc: recording the position of slot %s: %w", p.slot, err)
 	}
@@ -78,21 +95,46 @@ func (p positions) check(ctx context.Context, conn *pgx.Conn, confirmed pglogrep
 	case err != nil:
 		return err
 	case !ok:
-		return p.record(ctx, conn, confirmed)
+		return p.record(ctx, conn, confirmed, time.Time{})
 	case confirmed > r.Position:
 		return &refusal{fmt.Sprintf("heraldcdc: replication slot %s confirms %s, past %s, the furthest position Herald let it confirm "+
-			"(at %s): it was dropped and created again while no relay read it, and what committed in between was never read from it. "+
+			"(committed at %s): it was dropped and created again while no relay read it, and what committed in between was never read from it. "+
 			"%s", p.slot, confirmed, r.Position, r.At.UTC().Format(time.RFC3339), recovery(p.slot, r))}
 	}
 	return nil
 }
 
 // missing is the refusal of a slot that does not exist although Herald
-// read from it.
-func (p positions) missing(r Recorded) error {
-	return &refusal{fmt.Sprintf("heraldcdc: replication slot %s does not exist, but Herald read from it up to %s (at %s): "+
-		"it was dropped, and what committed after that was never read. %s",
-		p.slot, r.Position, r.At.UTC().Format(time.RFC3339), recovery(p.slot, r))}
+// read from it. tl is the server's WAL timeline (0 when unknown): past the
+// first, the server was promoted from a standby (or restored from a
+// backup), and the slot most likely stayed on the old primary, since
+// PostgreSQL 15 and earlier copy no logical replication slot to a
+// standby. Either way, what committed after the record was read from no
+// slot here.
+func (p positions) missing(r Recorded, tl int) error {
+	why := "it was dropped"
+	if tl > 1 {
+		why = fmt.Sprintf("this server is on WAL timeline %d: it was promoted from a standby (a failover) or restored from a backup, "+
+			"and logical replication slots stay on the server that made them (PostgreSQL does not copy them to standbys), "+
+			"so the slot was left behind on the old primary, or it was dropped", tl)
+	}
+	return &refusal{fmt.Sprintf("heraldcdc: replication slot %s does not exist, but Herald read from it up to %s (committed at %s): "+
+		"%s, and what committed after that was never read from it here. %s",
+		p.slot, r.Position, r.At.UTC().Format(time.RFC3339), why, recovery(p.slot, r))}
+}
+
+// timeline reads the server's current WAL timeline from the name of the
+// WAL file being written (its first 8 hex digits), or 0 when it cannot.
+func timeline(ctx context.Context, q Querier) int {
+	var name string
+	if err := q.QueryRow(ctx, `SELECT pg_walfile_name(pg_current_wal_insert_lsn())`).Scan(&name); err != nil || len(name) < 8 {
+		return 0
+	}
+	tl, err := strconv.ParseUint(name[:8], 16, 32)
+	if err != nil {
+		return 0
+	}
+	return int(tl)
 }
 
 // recovery says how to deliver the events a dropped slot never handed

@@ -105,8 +105,7 @@ func checkNotStreamedYet(ctx context.Context, conn *pgx.Conn, c Config) error {
 	return refuse("heraldcdc: the inserts of %s default to the streamed state, but no replication slot reads the table (slot %s does not exist): "+
 		"they were made streamed before the slot, so the rows inserted since are taken by no claim, and a slot made now would start after them. "+
 		"Let the relay make inserts streamed (herald.Relay.Start does, once its Source holds the slot). "+
-		"To recover: herald source poll --cdc-slot %s --requeue-since %s (in Go: heraldpg's Driver.StreamInserts(ctx, false), "+
-		"then Driver.RequeueStreamed from that time) makes new events polled and those rows ready for the polling relays; "+
+		"To recover: herald source poll --cdc-slot %s --requeue-since %s (in Go: heraldpg's Driver.PollStreamed from that time) makes new events polled and those rows ready for the polling relays; "+
 		"then start with Config.CreateSlot (herald relay --source cdc --cdc-create-slot)",
 		table, c.Slot, c.Slot, at)
 }

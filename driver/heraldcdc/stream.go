@@ -147,6 +147,10 @@ type Stream struct {
 	// slot is told: wanted once it is recorded.
 	wanted    pglogrepl.LSN
 	confirmed pglogrepl.LSN
+	// wantedAt is when the transaction that ends at wanted committed
+	// (Recorded.At); zero after a heartbeat or a keepalive, which the
+	// record takes as its now().
+	wantedAt  time.Time
 	recordErr error // why recording failed; it ends the stream
 	// unconfirmed are the transactions handed out (queued), even partly,
 	// and not yet confirmed, oldest first.
@@ -345,7 +349,7 @@ func prepare(ctx context.Context, c Config) (pglogrepl.LSN, error) {
 	}
 	switch {
 	case errors.Is(err, pgx.ErrNoRows) && hasRecord:
-		return 0, pos.missing(rec)
+		return 0, pos.missing(rec, timeline(ctx, conn))
 	case errors.Is(err, pgx.ErrNoRows) && c.CreateSlot:
 		var lsn string
 		err := conn.QueryRow(ctx, `SELECT lsn::text FROM pg_create_logical_replication_slot($1, 'pgoutput')`, c.Slot).Scan(&lsn)
@@ -357,7 +361,7 @@ func prepare(ctx context.Context, c Config) (pglogrepl.LSN, error) {
 		if err != nil {
 			return 0, err
 		}
-		return start, pos.record(ctx, conn, start)
+		return start, pos.record(ctx, conn, start, time.Time{})
 	case errors.Is(err, pgx.ErrNoRows):
 		return 0, refuse("heraldcdc: replication slot %s does not exist. A slot made now would start at the current WAL position "+
 			"and skip what was committed since the last one: relay that gap by polling first (herald relay without --source cdc) "+
@@ -504,6 +508,9 @@ func (s *Stream) Confirm(lsn pglogrepl.LSN) {
 	i := 0
 	for i < len(s.unconfirmed) && s.unconfirmed[i].end != 0 && s.unconfirmed[i].end <= s.wanted {
 		i++
+	}
+	if i > 0 {
+		s.wantedAt = s.unconfirmed[i-1].commitTime
 	}
 	s.unconfirmed = append(s.unconfirmed[:0], s.unconfirmed[i:]...)
 	notify(s.recordNow)
@@ -833,7 +840,7 @@ func (s *Stream) beat(lsn pglogrepl.LSN) {
 	defer s.mu.Unlock()
 	// A heartbeat at or before the start was confirmed before a restart.
 	if lsn > s.wanted && len(s.unconfirmed) == 0 {
-		s.wanted = lsn
+		s.wanted, s.wantedAt = lsn, time.Time{}
 		s.beats++
 		notify(s.recordNow)
 	}
@@ -894,7 +901,7 @@ func (s *Stream) caughtUp(sent pglogrepl.LSN) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if sent > s.wanted && len(s.unconfirmed) == 0 {
-		s.wanted = sent
+		s.wanted, s.wantedAt = sent, time.Time{}
 		notify(s.recordNow)
 	}
 }
@@ -946,7 +953,7 @@ func (s *Stream) recorder(ctx context.Context) {
 // own, for Close.
 func (s *Stream) flushRecord(ctx context.Context, conn **pgx.Conn) error {
 	s.mu.Lock()
-	want, have := s.wanted, s.confirmed
+	want, at, have := s.wanted, s.wantedAt, s.confirmed
 	s.mu.Unlock()
 	if want <= have {
 		return nil
@@ -967,7 +974,7 @@ func (s *Stream) flushRecord(ctx context.Context, conn **pgx.Conn) error {
 		}
 		*conn = c
 	}
-	if err := s.pos.record(ctx, *conn, want); err != nil {
+	if err := s.pos.record(ctx, *conn, want, at); err != nil {
 		_ = (*conn).Close(context.Background())
 		*conn = nil
 		return err

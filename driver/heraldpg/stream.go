@@ -328,6 +328,59 @@ func (d *Driver) RequeueStreamed(ctx context.Context, since time.Time, limit int
 	}
 }
 
+// PollStreamed switches the table back to polling and makes ready every
+// streamed row created at or after since, and returns how many: the
+// recovery from a replication slot the change-data-capture relay can no
+// longer read (dropped, or left behind on the old primary by a failover,
+// since PostgreSQL does not copy logical slots to its standbys). It is
+// RequeueStreamed and StreamInserts(ctx, false) done so that no key's
+// events are published out of order meanwhile: a row inserted ready
+// after the switch must not be claimed while an older streamed row of its
+// key waits to be made ready. So the rows are made ready in batches of
+// limit first, while inserts stay streamed (claims see none of them yet),
+// and the few inserted meanwhile in the transaction that switches the
+// default, which holds the table's lock (ACCESS EXCLUSIVE, waited for at
+// most 10s) until they are ready: producers wait that long, and a row
+// inserted after it is newer than every row made ready.
+func (d *Driver) PollStreamed(ctx context.Context, since time.Time, limit int) (int, error) {
+	total, err := d.RequeueStreamed(ctx, since, limit)
+	if err != nil {
+		return total, err
+	}
+	v, err := d.schemaVersion(ctx, d.db)
+	if err != nil {
+		return total, err
+	}
+	if v < streamedVersion {
+		return total, fmt.Errorf("heraldpg: outbox table %s is at schema version %d, streamed inserts need %d: run `herald migrate`",
+			d.names.Qualified, v, streamedVersion)
+	}
+	last := 0
+	err = d.db.inTx(ctx, func(tx conn) error {
+		last = 0
+		if _, err := tx.exec(ctx, `SET LOCAL lock_timeout = '10s'`); err != nil {
+			return err
+		}
+		if _, err := tx.exec(ctx, d.q.streamOff); err != nil {
+			return fmt.Errorf("making inserts ready: %w", err)
+		}
+		for {
+			n, err := tx.exec(ctx, d.q.requeueStreamed, since, limit)
+			if err != nil {
+				return fmt.Errorf("making streamed rows ready: %w", err)
+			}
+			last += int(n)
+			if n < int64(limit) {
+				return nil
+			}
+		}
+	})
+	if err != nil {
+		return total, fmt.Errorf("heraldpg: switching to polling: %w", err)
+	}
+	return total + last, nil
+}
+
 // ForgetSlot deletes the record of positions of a change-data-capture
 // slot (migration 009, read by heraldcdc): the next relay that creates a
 // slot of that name starts a new record instead of refusing it as a slot
