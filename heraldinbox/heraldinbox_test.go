@@ -41,15 +41,23 @@ type backend struct {
 
 	// advance handles one delivery of eventID for consumer with the
 	// version check: the handler advances a's version, then writes
-	// (event id, version) to an "applied" table, then fails if told to.
-	advance func(ctx context.Context, consumer, eventID string, a heraldinbox.Aggregate, fail bool) (bool, error)
+	// (event id, version) to an "applied" table, then returns what then
+	// returns (nil: commit), if then is not nil.
+	advance func(ctx context.Context, consumer, eventID string, a heraldinbox.Aggregate, then func() error) (bool, error)
 	// applied lists the versions of the applied table in insert order.
 	applied func(t *testing.T) []int64
 	// version reads the version recorded for consumer and a (false: none).
 	version func(t *testing.T, consumer string, a heraldinbox.Aggregate) (int64, bool)
+	// lockWaiters counts the sessions waiting for a row lock in a
+	// statement on the test's tables; nil on SQLite, whose transactions
+	// wait for the database's lock before their first statement.
+	lockWaiters func(t *testing.T) int
 }
 
 var errHandler = errors.New("handler failed")
+
+// fail is a handler's end that fails.
+func fail() error { return errHandler }
 
 // readVersion reads a version through row, for backend.version.
 func readVersion(t *testing.T, row interface{ Scan(...any) error }) (int64, bool) {
@@ -75,7 +83,8 @@ func pgxBackend(t *testing.T) *backend {
 	_, err = pool.Exec(ctx, `CREATE TABLE `+schema+`.applied (seq bigserial PRIMARY KEY, event_id text NOT NULL, version bigint NOT NULL)`)
 	require.NoError(t, err)
 	return &backend{
-		ib: ib,
+		ib:          ib,
+		lockWaiters: func(t *testing.T) int { return lockWaiters(t, pool, schema) },
 		process: func(ctx context.Context, consumer, id string, fail bool) (bool, error) {
 			return ib.ProcessPgx(ctx, pool, consumer, id, func(ctx context.Context, tx pgx.Tx) error {
 				if _, err := tx.Exec(ctx, `INSERT INTO `+schema+`.effects VALUES ($1)`, id); err != nil {
@@ -99,7 +108,7 @@ func pgxBackend(t *testing.T) *backend {
 			_, err := pool.Exec(ctx, `UPDATE `+ib.Table()+` SET processed_at = processed_at - $1 * interval '1 microsecond'`, d.Microseconds())
 			require.NoError(t, err)
 		},
-		advance: func(ctx context.Context, consumer, id string, a heraldinbox.Aggregate, fail bool) (bool, error) {
+		advance: func(ctx context.Context, consumer, id string, a heraldinbox.Aggregate, then func() error) (bool, error) {
 			return ib.ProcessPgx(ctx, pool, consumer, id, func(ctx context.Context, tx pgx.Tx) error {
 				if err := ib.AdvancePgx(ctx, tx, consumer, a); err != nil {
 					return err
@@ -107,8 +116,8 @@ func pgxBackend(t *testing.T) *backend {
 				if _, err := tx.Exec(ctx, `INSERT INTO `+schema+`.applied (event_id, version) VALUES ($1, $2)`, id, a.Version); err != nil {
 					return err
 				}
-				if fail {
-					return errHandler
+				if then != nil {
+					return then()
 				}
 				return nil
 			})
@@ -173,7 +182,7 @@ func sqlBackend(t *testing.T, s sqlDB) *backend {
 			_, err := db.ExecContext(ctx, fmt.Sprintf(s.backdateSQL, ib.Table()), d.Microseconds())
 			require.NoError(t, err)
 		},
-		advance: func(ctx context.Context, consumer, id string, a heraldinbox.Aggregate, fail bool) (bool, error) {
+		advance: func(ctx context.Context, consumer, id string, a heraldinbox.Aggregate, then func() error) (bool, error) {
 			return ib.ProcessSQL(ctx, db, consumer, id, func(ctx context.Context, tx *sql.Tx) error {
 				if err := ib.AdvanceSQL(ctx, tx, consumer, a); err != nil {
 					return err
@@ -181,8 +190,8 @@ func sqlBackend(t *testing.T, s sqlDB) *backend {
 				if _, err := tx.ExecContext(ctx, `INSERT INTO `+applied+` (event_id, version) VALUES (`+s.ph[0]+`, `+s.ph[1]+`)`, id, a.Version); err != nil {
 					return err
 				}
-				if fail {
-					return errHandler
+				if then != nil {
+					return then()
 				}
 				return nil
 			})
@@ -212,16 +221,19 @@ func sqlBackend(t *testing.T, s sqlDB) *backend {
 }
 
 func pgStdlibBackend(t *testing.T) *backend {
-	db := stdlib.OpenDBFromPool(testenv.PostgresPool(t))
+	pool := testenv.PostgresPool(t)
+	db := stdlib.OpenDBFromPool(pool)
 	t.Cleanup(func() { db.Close() })
 	schema := testenv.Schema(t)
 	ib, err := heraldinbox.NewPostgres(&heraldinbox.Config{Schema: schema})
 	require.NoError(t, err)
-	return sqlBackend(t, sqlDB{
+	b := sqlBackend(t, sqlDB{
 		db: db, ib: ib, qualified: func(table string) string { return schema + "." + table }, ph: [2]string{"$1", "$2"},
 		appliedDDL:  `seq bigserial PRIMARY KEY, event_id text NOT NULL, version bigint NOT NULL`,
 		backdateSQL: `UPDATE %s SET processed_at = processed_at - $1 * interval '1 microsecond'`,
 	})
+	b.lockWaiters = func(t *testing.T) int { return lockWaiters(t, pool, schema) }
+	return b
 }
 
 func sqliteBackend(t *testing.T) *backend {
@@ -249,11 +261,18 @@ func mysqlBackend(t *testing.T) *backend {
 	db, database := mysqlDB(t)
 	ib, err := heraldinbox.NewMySQL(&heraldinbox.Config{Schema: database})
 	require.NoError(t, err)
-	return sqlBackend(t, sqlDB{
+	b := sqlBackend(t, sqlDB{
 		db: db, ib: ib, qualified: func(table string) string { return database + "." + table }, ph: [2]string{"?", "?"},
 		appliedDDL:  `seq BIGINT AUTO_INCREMENT PRIMARY KEY, event_id TEXT NOT NULL, version BIGINT NOT NULL`,
 		backdateSQL: `UPDATE %s SET processed_at = processed_at - INTERVAL ? MICROSECOND`,
 	})
+	b.lockWaiters = func(t *testing.T) int {
+		var n int
+		require.NoError(t, db.QueryRowContext(context.Background(), `SELECT COUNT(*) FROM information_schema.INNODB_TRX
+			WHERE trx_state = 'LOCK WAIT' AND trx_query LIKE CONCAT('%', ?, '%')`, database).Scan(&n))
+		return n
+	}
+	return b
 }
 
 var backends = map[string]func(t *testing.T) *backend{
