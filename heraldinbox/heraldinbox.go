@@ -16,6 +16,12 @@
 // database/sql on SQLite (heraldsqlite.Open) and on MySQL 8 or MariaDB
 // 10.6+ (github.com/go-sql-driver/mysql).
 //
+// Order: the inbox stops duplicates, not an old event that arrives after a
+// newer one. Where producers set herald.Message.AggregateVersion, a handler
+// calls AdvancePgx or AdvanceSQL in its transaction: it records the last
+// version the consumer handled per aggregate and refuses, with ErrStale,
+// an event whose version is not newer. Events without a version pass.
+//
 // Retention: inbox rows may be deleted once the broker can no longer
 // redeliver the event. Keep them at least as long as the longest
 // redelivery window of the source (the stream's retention, a consumer's
