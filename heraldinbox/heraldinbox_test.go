@@ -52,6 +52,9 @@ type backend struct {
 	// statement on the test's tables; nil on SQLite, whose transactions
 	// wait for the database's lock before their first statement.
 	lockWaiters func(t *testing.T) int
+	// migrate runs the inbox's migrations again; exec runs a statement.
+	migrate func(ctx context.Context) error
+	exec    func(t *testing.T, query string)
 }
 
 var errHandler = errors.New("handler failed")
@@ -85,6 +88,11 @@ func pgxBackend(t *testing.T) *backend {
 	return &backend{
 		ib:          ib,
 		lockWaiters: func(t *testing.T) int { return lockWaiters(t, pool, schema) },
+		migrate:     func(ctx context.Context) error { return ib.MigratePgx(ctx, pool) },
+		exec: func(t *testing.T, query string) {
+			_, err := pool.Exec(ctx, query)
+			require.NoError(t, err)
+		},
 		process: func(ctx context.Context, consumer, id string, fail bool) (bool, error) {
 			return ib.ProcessPgx(ctx, pool, consumer, id, func(ctx context.Context, tx pgx.Tx) error {
 				if _, err := tx.Exec(ctx, `INSERT INTO `+schema+`.effects VALUES ($1)`, id); err != nil {
@@ -158,7 +166,12 @@ func sqlBackend(t *testing.T, s sqlDB) *backend {
 	_, err = db.ExecContext(ctx, `CREATE TABLE `+applied+` (`+s.appliedDDL+`)`)
 	require.NoError(t, err)
 	return &backend{
-		ib: ib,
+		ib:      ib,
+		migrate: func(ctx context.Context) error { return ib.MigrateSQL(ctx, db) },
+		exec: func(t *testing.T, query string) {
+			_, err := db.ExecContext(ctx, query)
+			require.NoError(t, err)
+		},
 		process: func(ctx context.Context, consumer, id string, fail bool) (bool, error) {
 			return ib.ProcessSQL(ctx, db, consumer, id, func(ctx context.Context, tx *sql.Tx) error {
 				if _, err := tx.ExecContext(ctx, `INSERT INTO `+effects+` VALUES (`+s.ph[0]+`)`, id); err != nil {

@@ -142,6 +142,27 @@ func TestEventsWithoutVersionPassThrough(t *testing.T) {
 	})
 }
 
+// An inbox made before the version check (its migration 001 only) takes
+// the next migration and keeps its records.
+func TestInboxWithoutVersionTableIsMigrated(t *testing.T) {
+	t.Parallel()
+	eachBackend(t, func(t *testing.T, b *backend) {
+		ctx := context.Background()
+		id := herald.NewID()
+		_, err := b.process(ctx, "billing", id, false)
+		require.NoError(t, err)
+		b.exec(t, `DROP TABLE `+b.ib.VersionTable())
+		_, err = b.advance(ctx, "billing", herald.NewID(), order("o-1", 1), nil)
+		require.Error(t, err, "no version table")
+		require.NoError(t, b.migrate(ctx))
+		_, err = b.advance(ctx, "billing", herald.NewID(), order("o-1", 1), nil)
+		require.NoError(t, err)
+		ok, err := b.process(ctx, "billing", id, false)
+		require.NoError(t, err)
+		require.False(t, ok, "the inbox's record was kept")
+	})
+}
+
 func TestAggregateOfReadsTheMessage(t *testing.T) {
 	t.Parallel()
 	m := herald.Message{AggregateType: "order", AggregateID: "o-1", AggregateVersion: 7, Key: "k"}
