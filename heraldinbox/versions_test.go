@@ -284,8 +284,9 @@ func TestRacingAdvancesMeetAtTheAggregatesRow(t *testing.T) {
 						ok, err := b.advance(ctx, "billing", herald.NewID(), order(agg, c.second), nil)
 						second <- result{ok, err}
 					}()
-					// The second is now blocked on the first's row lock.
-					require.Eventually(t, func() bool { return b.lockWaiters(t) > 0 }, 30*time.Second, 5*time.Millisecond,
+					// The second is now blocked on the first's row lock;
+					// it must not end before the first does.
+					require.Eventually(t, func() bool { return len(second) > 0 || b.lockWaiters(t) > 0 }, 30*time.Second, 5*time.Millisecond,
 						"the second delivery never waited for the first")
 					select {
 					case r := <-second:
