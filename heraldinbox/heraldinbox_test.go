@@ -44,8 +44,9 @@ type backend struct {
 	// (event id, version) to an "applied" table, then returns what then
 	// returns (nil: commit), if then is not nil.
 	advance func(ctx context.Context, consumer, eventID string, a heraldinbox.Aggregate, then func() error) (bool, error)
-	// applied lists the versions of the applied table in insert order.
-	applied func(t *testing.T) []int64
+	// applied lists the versions applied to aggregateID (all: "") in the
+	// order their effects were written.
+	applied func(t *testing.T, aggregateID string) []int64
 	// version reads the version recorded for consumer and a (false: none).
 	version func(t *testing.T, consumer string, a heraldinbox.Aggregate) (int64, bool)
 	// lockWaiters counts the sessions waiting for a row lock in a
@@ -83,7 +84,7 @@ func pgxBackend(t *testing.T) *backend {
 	require.NoError(t, ib.MigratePgx(ctx, pool), "migrate is idempotent")
 	_, err = pool.Exec(ctx, `CREATE TABLE `+schema+`.effects (event_id text NOT NULL)`)
 	require.NoError(t, err)
-	_, err = pool.Exec(ctx, `CREATE TABLE `+schema+`.applied (seq bigserial PRIMARY KEY, event_id text NOT NULL, version bigint NOT NULL)`)
+	_, err = pool.Exec(ctx, `CREATE TABLE `+schema+`.applied (seq bigserial PRIMARY KEY, event_id text NOT NULL, aggregate_id text NOT NULL, version bigint NOT NULL)`)
 	require.NoError(t, err)
 	return &backend{
 		ib:          ib,
@@ -121,7 +122,7 @@ func pgxBackend(t *testing.T) *backend {
 				if err := ib.AdvancePgx(ctx, tx, consumer, a); err != nil {
 					return err
 				}
-				if _, err := tx.Exec(ctx, `INSERT INTO `+schema+`.applied (event_id, version) VALUES ($1, $2)`, id, a.Version); err != nil {
+				if _, err := tx.Exec(ctx, `INSERT INTO `+schema+`.applied (event_id, aggregate_id, version) VALUES ($1, $2, $3)`, id, a.ID, a.Version); err != nil {
 					return err
 				}
 				if then != nil {
@@ -130,8 +131,8 @@ func pgxBackend(t *testing.T) *backend {
 				return nil
 			})
 		},
-		applied: func(t *testing.T) []int64 {
-			rows, err := pool.Query(ctx, `SELECT version FROM `+schema+`.applied ORDER BY seq`)
+		applied: func(t *testing.T, aggregateID string) []int64 {
+			rows, err := pool.Query(ctx, `SELECT version FROM `+schema+`.applied WHERE aggregate_id = $1 OR $1 = '' ORDER BY seq`, aggregateID)
 			require.NoError(t, err)
 			vs, err := pgx.CollectRows(rows, pgx.RowTo[int64])
 			require.NoError(t, err)
@@ -150,7 +151,7 @@ type sqlDB struct {
 	db          *sql.DB
 	ib          *heraldinbox.Inbox
 	qualified   func(table string) string
-	ph          [2]string // the first two placeholders
+	ph          [3]string // the first three placeholders
 	appliedDDL  string    // the applied table's columns
 	backdateSQL string    // %s: the inbox table
 }
@@ -200,7 +201,7 @@ func sqlBackend(t *testing.T, s sqlDB) *backend {
 				if err := ib.AdvanceSQL(ctx, tx, consumer, a); err != nil {
 					return err
 				}
-				if _, err := tx.ExecContext(ctx, `INSERT INTO `+applied+` (event_id, version) VALUES (`+s.ph[0]+`, `+s.ph[1]+`)`, id, a.Version); err != nil {
+				if _, err := tx.ExecContext(ctx, `INSERT INTO `+applied+` (event_id, aggregate_id, version) VALUES (`+s.ph[0]+`, `+s.ph[1]+`, `+s.ph[2]+`)`, id, a.ID, a.Version); err != nil {
 					return err
 				}
 				if then != nil {
@@ -209,8 +210,9 @@ func sqlBackend(t *testing.T, s sqlDB) *backend {
 				return nil
 			})
 		},
-		applied: func(t *testing.T) []int64 {
-			rows, err := db.QueryContext(ctx, `SELECT version FROM `+applied+` ORDER BY seq`)
+		applied: func(t *testing.T, aggregateID string) []int64 {
+			rows, err := db.QueryContext(ctx, `SELECT version FROM `+applied+` WHERE aggregate_id = `+s.ph[0]+` OR `+s.ph[1]+` = '' ORDER BY seq`,
+				aggregateID, aggregateID)
 			require.NoError(t, err)
 			defer rows.Close()
 			var vs []int64
@@ -241,8 +243,8 @@ func pgStdlibBackend(t *testing.T) *backend {
 	ib, err := heraldinbox.NewPostgres(&heraldinbox.Config{Schema: schema})
 	require.NoError(t, err)
 	b := sqlBackend(t, sqlDB{
-		db: db, ib: ib, qualified: func(table string) string { return schema + "." + table }, ph: [2]string{"$1", "$2"},
-		appliedDDL:  `seq bigserial PRIMARY KEY, event_id text NOT NULL, version bigint NOT NULL`,
+		db: db, ib: ib, qualified: func(table string) string { return schema + "." + table }, ph: [3]string{"$1", "$2", "$3"},
+		appliedDDL:  `seq bigserial PRIMARY KEY, event_id text NOT NULL, aggregate_id text NOT NULL, version bigint NOT NULL`,
 		backdateSQL: `UPDATE %s SET processed_at = processed_at - $1 * interval '1 microsecond'`,
 	})
 	b.lockWaiters = func(t *testing.T) int { return lockWaiters(t, pool, schema) }
@@ -256,8 +258,8 @@ func sqliteBackend(t *testing.T) *backend {
 	ib, err := heraldinbox.NewSQLite(nil)
 	require.NoError(t, err)
 	return sqlBackend(t, sqlDB{
-		db: db, ib: ib, qualified: func(table string) string { return table }, ph: [2]string{"?", "?"},
-		appliedDDL:  `seq INTEGER PRIMARY KEY AUTOINCREMENT, event_id TEXT NOT NULL, version INTEGER NOT NULL`,
+		db: db, ib: ib, qualified: func(table string) string { return table }, ph: [3]string{"?", "?", "?"},
+		appliedDDL:  `seq INTEGER PRIMARY KEY AUTOINCREMENT, event_id TEXT NOT NULL, aggregate_id TEXT NOT NULL, version INTEGER NOT NULL`,
 		backdateSQL: `UPDATE %s SET processed_at = processed_at - ?`,
 	})
 }
@@ -275,8 +277,8 @@ func mysqlBackend(t *testing.T) *backend {
 	ib, err := heraldinbox.NewMySQL(&heraldinbox.Config{Schema: database})
 	require.NoError(t, err)
 	b := sqlBackend(t, sqlDB{
-		db: db, ib: ib, qualified: func(table string) string { return database + "." + table }, ph: [2]string{"?", "?"},
-		appliedDDL:  `seq BIGINT AUTO_INCREMENT PRIMARY KEY, event_id TEXT NOT NULL, version BIGINT NOT NULL`,
+		db: db, ib: ib, qualified: func(table string) string { return database + "." + table }, ph: [3]string{"?", "?", "?"},
+		appliedDDL:  `seq BIGINT AUTO_INCREMENT PRIMARY KEY, event_id TEXT NOT NULL, aggregate_id TEXT NOT NULL, version BIGINT NOT NULL`,
 		backdateSQL: `UPDATE %s SET processed_at = processed_at - INTERVAL ? MICROSECOND`,
 	})
 	// A transaction waiting for a row lock, as InnoDB lists it, or a
