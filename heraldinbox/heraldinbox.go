@@ -76,7 +76,7 @@ type dialect struct {
 	// The aggregate versions (versions.go): ensure, when set, makes sure
 	// the aggregate's row exists and locks it; advance raises its version
 	// and affects one row when the event's version was newer; last reads
-	// it. Each statement's arguments are listed by args.
+	// it. advanceArgs gives advance's arguments; the others take keyArgs.
 	ensure, advance, last string
 	advanceArgs           func(consumer string, a Aggregate) []any
 }
@@ -176,11 +176,15 @@ func NewPostgres(cfg *Config) (*Inbox, error) {
 
 // NewSQLite returns an inbox on SQLite.
 func NewSQLite(cfg *Config) (*Inbox, error) {
+	if cfg != nil {
+		c := *cfg
+		c.Schema = "" // SQLite has no schemas: ignored, as documented
+		cfg = &c
+	}
 	n, err := names(cfg, "")
 	if err != nil {
 		return nil, err
 	}
-	n.schema = "" // SQLite has no schemas
 	const now = `CAST((julianday('now') - 2440587.5) * 86400000000.0 AS INTEGER)`
 	r, q, v := n.replacer(`"`, "{{.Now}}", now)
 	return &Inbox{table: q, versions: v, d: dialect{

@@ -510,12 +510,26 @@ func lockWaiters(t *testing.T, pool *pgxpool.Pool, schema string) int {
 
 func TestBadInputIsRefused(t *testing.T) {
 	t.Parallel()
-	for _, cfg := range []heraldinbox.Config{{Table: "Bad"}, {Schema: "x-y"}, {Table: `a"b`}} {
-		_, err := heraldinbox.NewPostgres(&cfg)
-		require.Error(t, err, "%+v", cfg)
+	for _, cfg := range []heraldinbox.Config{
+		{Table: "Bad"}, {Schema: "x-y"}, {Table: `a"b`},
+		{VersionTable: "Bad"}, {VersionTable: "a`b"}, {Table: "x", VersionTable: "x"}, {VersionTable: "herald_inbox"},
+	} {
+		for _, mk := range []func(*heraldinbox.Config) (*heraldinbox.Inbox, error){heraldinbox.NewPostgres, heraldinbox.NewMySQL} {
+			_, err := mk(&cfg)
+			require.Error(t, err, "%+v", cfg)
+		}
 	}
 	_, err := heraldinbox.NewSQLite(&heraldinbox.Config{Table: "1x"})
 	require.Error(t, err)
+	_, err = heraldinbox.NewSQLite(&heraldinbox.Config{VersionTable: "1x"})
+	require.Error(t, err)
+	ib, err := heraldinbox.NewSQLite(&heraldinbox.Config{Schema: "Ignored-On-SQLite"})
+	require.NoError(t, err)
+	require.Equal(t, `"herald_inbox_versions"`, ib.VersionTable())
+	ib, err = heraldinbox.NewMySQL(&heraldinbox.Config{Schema: "app", Table: "inbox"})
+	require.NoError(t, err)
+	require.Equal(t, "`app`.`inbox`", ib.Table())
+	require.Equal(t, "`app`.`inbox_versions`", ib.VersionTable())
 	b := sqliteBackend(t)
 	for _, k := range [][2]string{{"", "id"}, {"c", ""}, {"c\x00", "id"}, {"c", string(make([]byte, 300))}} {
 		_, err := b.process(context.Background(), k[0], k[1], false)
