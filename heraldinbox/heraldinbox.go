@@ -13,7 +13,14 @@
 //
 // The database's unique constraint is the whole mechanism; nothing is kept
 // in memory. Works with pgx v5 and database/sql on PostgreSQL, and with
-// database/sql on SQLite (heraldsqlite.Open).
+// database/sql on SQLite (heraldsqlite.Open) and on MySQL 8 or MariaDB
+// 10.6+ (github.com/go-sql-driver/mysql).
+//
+// Order: the inbox stops duplicates, not an old event that arrives after a
+// newer one. Where producers set herald.Message.AggregateVersion, a handler
+// calls AdvancePgx or AdvanceSQL in its transaction: it records the last
+// version the consumer handled per aggregate and refuses, with ErrStale,
+// an event whose version is not newer. Events without a version pass.
 //
 // Retention: inbox rows may be deleted once the broker can no longer
 // redeliver the event. Keep them at least as long as the longest
@@ -25,7 +32,6 @@ package heraldinbox
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"regexp"
 	"strings"
@@ -35,13 +41,18 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
-// Config names the inbox table. A nil *Config means the defaults.
+// Config names the inbox's tables. A nil *Config means the defaults.
 type Config struct {
-	// Schema holds the table on PostgreSQL; ignored on SQLite. Defaults to
-	// "public".
+	// Schema holds the tables: the schema on PostgreSQL, the database on
+	// MySQL and MariaDB; ignored on SQLite. Defaults to "public" on
+	// PostgreSQL and to the connection's current database on MySQL.
 	Schema string
 	// Table is the inbox table's name. Defaults to "herald_inbox".
 	Table string
+	// VersionTable is the table of the last aggregate version each
+	// consumer handled (AdvancePgx, AdvanceSQL). Defaults to Table with
+	// "_versions" appended.
+	VersionTable string
 }
 
 var identifier = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,39}$`)
@@ -49,96 +60,215 @@ var identifier = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,39}$`)
 // MaxKeyLen caps a consumer name and an event id.
 const MaxKeyLen = 255
 
+// The dialects, as named in errors and in migrations/.
+const (
+	postgres = "postgres"
+	sqlite   = "sqlite"
+	mysql    = "mysql"
+)
+
 type dialect struct {
+	name    string
 	create  []string
-	insert  string // returns one row when the key was new
+	ddlInTx bool   // false on MySQL, which commits every DDL statement on its own
+	insert  string // affects one row when the key was new
 	cleanup string
+	// The aggregate versions (versions.go): ensure, when set, makes sure
+	// the aggregate's row exists and locks it; advance raises its version
+	// and affects one row when the event's version was newer; last reads
+	// it. advanceArgs gives advance's arguments; the others take keyArgs.
+	ensure, advance, last string
+	advanceArgs           func(consumer string, a Aggregate) []any
 }
 
-// Inbox is an inbox table on one database.
+// Inbox is an inbox table, and its table of aggregate versions, on one
+// database.
 type Inbox struct {
-	d     dialect
-	table string
+	d        dialect
+	table    string
+	versions string
 }
 
-func names(cfg *Config, withSchema bool) (schema, table string, err error) {
-	schema, table = "public", "herald_inbox"
+type tableNames struct {
+	schema, table, versions string
+}
+
+func names(cfg *Config, defaultSchema string) (n tableNames, err error) {
+	n = tableNames{schema: defaultSchema, table: "herald_inbox"}
 	if cfg != nil {
 		if cfg.Schema != "" {
-			schema = cfg.Schema
+			n.schema = cfg.Schema
 		}
 		if cfg.Table != "" {
-			table = cfg.Table
+			n.table = cfg.Table
 		}
+		n.versions = cfg.VersionTable
 	}
-	if withSchema && !identifier.MatchString(schema) {
-		return "", "", fmt.Errorf("heraldinbox: Config.Schema %q must match %s", schema, identifier)
+	if n.versions == "" {
+		n.versions = n.table + "_versions"
 	}
-	if !identifier.MatchString(table) {
-		return "", "", fmt.Errorf("heraldinbox: Config.Table %q must match %s", table, identifier)
+	if n.schema != "" && !identifier.MatchString(n.schema) {
+		return n, fmt.Errorf("heraldinbox: Config.Schema %q must match %s", n.schema, identifier)
 	}
-	return schema, table, nil
+	if !identifier.MatchString(n.table) {
+		return n, fmt.Errorf("heraldinbox: Config.Table %q must match %s", n.table, identifier)
+	}
+	// The default is the table's name and 9 bytes more: within every
+	// database's limit on identifiers (63 bytes on PostgreSQL).
+	if cfg != nil && cfg.VersionTable != "" && !identifier.MatchString(n.versions) {
+		return n, fmt.Errorf("heraldinbox: Config.VersionTable %q must match %s", n.versions, identifier)
+	}
+	if n.versions == n.table {
+		return n, fmt.Errorf("heraldinbox: Config.VersionTable %q is the inbox table", n.versions)
+	}
+	return n, nil
+}
+
+// replacer fills a migration's {{.Schema}}, {{.Table}}, {{.Versions}} and
+// {{.Name}} (the inbox table's bare name, for its index), quoted with q,
+// and the dialect's own placeholders given as old, new pairs.
+func (n tableNames) replacer(q string, extra ...string) (r *strings.Replacer, table, versions string) {
+	prefix := ""
+	if n.schema != "" {
+		prefix = q + n.schema + q + "."
+	}
+	table, versions = prefix+q+n.table+q, prefix+q+n.versions+q
+	return strings.NewReplacer(append([]string{
+		"{{.Schema}}", q + n.schema + q,
+		"{{.Table}}", table,
+		"{{.Versions}}", versions,
+		"{{.Name}}", n.table,
+	}, extra...)...), table, versions
+}
+
+// keyArgs are the arguments of a statement on one aggregate's row.
+func keyArgs(consumer string, a Aggregate) []any {
+	return []any{consumer, a.Type, a.ID}
 }
 
 // NewPostgres returns an inbox on PostgreSQL.
 func NewPostgres(cfg *Config) (*Inbox, error) {
-	schema, table, err := names(cfg, true)
+	n, err := names(cfg, "public")
 	if err != nil {
 		return nil, err
 	}
-	q := `"` + schema + `"."` + table + `"`
-	return &Inbox{table: q, d: dialect{
-		create: []string{
-			`CREATE SCHEMA IF NOT EXISTS "` + schema + `"`,
-			`CREATE TABLE IF NOT EXISTS ` + q + ` (
-				consumer     text        NOT NULL,
-				event_id     text        NOT NULL,
-				processed_at timestamptz NOT NULL DEFAULT now(),
-				PRIMARY KEY (consumer, event_id))`,
-			`CREATE INDEX IF NOT EXISTS "` + table + `_processed_idx" ON ` + q + ` (processed_at)`,
-		},
-		insert: `INSERT INTO ` + q + ` (consumer, event_id) VALUES ($1, $2) ON CONFLICT DO NOTHING RETURNING 1`,
+	r, q, v := n.replacer(`"`)
+	return &Inbox{table: q, versions: v, d: dialect{
+		name:    postgres,
+		create:  migrationStatements(postgres, r),
+		ddlInTx: true,
+		insert:  `INSERT INTO ` + q + ` (consumer, event_id) VALUES ($1, $2) ON CONFLICT DO NOTHING`,
 		cleanup: `DELETE FROM ` + q + ` WHERE ctid IN (SELECT ctid FROM ` + q + `
 			WHERE processed_at < now() - $1 * interval '1 microsecond' LIMIT $2)`,
+		// One statement: a delivery racing this one on the same new
+		// aggregate waits at the primary key for this transaction, then
+		// (READ COMMITTED) takes the update path against the version it
+		// committed, or inserts if it rolled back.
+		advance: `INSERT INTO ` + v + ` AS v (consumer, aggregate_type, aggregate_id, version)
+			VALUES ($1, $2, $3, $4)
+			ON CONFLICT (consumer, aggregate_type, aggregate_id)
+			DO UPDATE SET version = EXCLUDED.version, updated_at = now()
+			WHERE v.version < EXCLUDED.version`,
+		advanceArgs: func(consumer string, a Aggregate) []any { return append(keyArgs(consumer, a), a.Version) },
+		last:        `SELECT version FROM ` + v + ` WHERE consumer = $1 AND aggregate_type = $2 AND aggregate_id = $3`,
 	}}, nil
 }
 
 // NewSQLite returns an inbox on SQLite.
 func NewSQLite(cfg *Config) (*Inbox, error) {
-	_, table, err := names(cfg, false)
+	if cfg != nil {
+		c := *cfg
+		c.Schema = "" // SQLite has no schemas: ignored, as documented
+		cfg = &c
+	}
+	n, err := names(cfg, "")
 	if err != nil {
 		return nil, err
 	}
-	q := `"` + table + `"`
 	const now = `CAST((julianday('now') - 2440587.5) * 86400000000.0 AS INTEGER)`
-	return &Inbox{table: q, d: dialect{
-		create: []string{
-			`CREATE TABLE IF NOT EXISTS ` + q + ` (
-				consumer     TEXT    NOT NULL,
-				event_id     TEXT    NOT NULL,
-				processed_at INTEGER NOT NULL DEFAULT (` + now + `),
-				PRIMARY KEY (consumer, event_id)) WITHOUT ROWID`,
-			`CREATE INDEX IF NOT EXISTS "` + table + `_processed_idx" ON ` + q + ` (processed_at)`,
-		},
-		insert: `INSERT INTO ` + q + ` (consumer, event_id) VALUES (?, ?) ON CONFLICT DO NOTHING RETURNING 1`,
+	r, q, v := n.replacer(`"`, "{{.Now}}", now)
+	return &Inbox{table: q, versions: v, d: dialect{
+		name:    sqlite,
+		create:  migrationStatements(sqlite, r),
+		ddlInTx: true,
+		insert:  `INSERT INTO ` + q + ` (consumer, event_id) VALUES (?, ?) ON CONFLICT DO NOTHING`,
 		cleanup: `DELETE FROM ` + q + ` WHERE (consumer, event_id) IN (SELECT consumer, event_id FROM ` + q + `
 			WHERE processed_at < ` + now + ` - ? LIMIT ?)`,
+		// SQLite runs one writer at a time: the statement reads and raises
+		// the version under the database's write lock.
+		advance: `INSERT INTO ` + v + ` (consumer, aggregate_type, aggregate_id, version)
+			VALUES (?, ?, ?, ?)
+			ON CONFLICT (consumer, aggregate_type, aggregate_id)
+			DO UPDATE SET version = excluded.version, updated_at = ` + now + `
+			WHERE ` + v + `.version < excluded.version`,
+		advanceArgs: func(consumer string, a Aggregate) []any { return append(keyArgs(consumer, a), a.Version) },
+		last:        `SELECT version FROM ` + v + ` WHERE consumer = ? AND aggregate_type = ? AND aggregate_id = ?`,
+	}}, nil
+}
+
+// NewMySQL returns an inbox on MySQL 8 or MariaDB 10.6+, through
+// database/sql and github.com/go-sql-driver/mysql.
+func NewMySQL(cfg *Config) (*Inbox, error) {
+	n, err := names(cfg, "")
+	if err != nil {
+		return nil, err
+	}
+	r, q, v := n.replacer("`")
+	return &Inbox{table: q, versions: v, d: dialect{
+		name:   mysql,
+		create: migrationStatements(mysql, r),
+		// INSERT IGNORE, not ON DUPLICATE KEY UPDATE: its count of
+		// affected rows for a duplicate does not depend on the
+		// connection's clientFoundRows. It ignores only the duplicate
+		// here: the keys were checked against the columns' sizes.
+		insert:  `INSERT IGNORE INTO ` + q + ` (consumer, event_id) VALUES (?, ?)`,
+		cleanup: `DELETE FROM ` + q + ` WHERE processed_at < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND LIMIT ?`,
+		// Two statements (see mysqlAdvance in versions.go).
+		ensure: `INSERT INTO ` + v + ` (consumer, aggregate_type, aggregate_id, version)
+			VALUES (?, ?, ?, 0) ON DUPLICATE KEY UPDATE version = version`,
+		advance: `UPDATE ` + v + ` SET version = ?, updated_at = UTC_TIMESTAMP(6)
+			WHERE consumer = ? AND aggregate_type = ? AND aggregate_id = ? AND version < ?`,
+		advanceArgs: func(consumer string, a Aggregate) []any {
+			return []any{a.Version, consumer, a.Type, a.ID, a.Version}
+		},
+		// A locking read, which sees the latest version whatever the
+		// transaction's snapshot: the row is this transaction's already.
+		last: `SELECT version FROM ` + v + ` WHERE consumer = ? AND aggregate_type = ? AND aggregate_id = ? FOR UPDATE`,
 	}}, nil
 }
 
 // Table returns the quoted inbox table name.
 func (ib *Inbox) Table() string { return ib.table }
 
+// VersionTable returns the quoted name of the table of aggregate versions.
+func (ib *Inbox) VersionTable() string { return ib.versions }
+
 func checkKey(consumer, eventID string) error {
 	for _, f := range [...]struct{ name, v string }{{"consumer", consumer}, {"event id", eventID}} {
-		switch {
-		case f.v == "":
-			return fmt.Errorf("heraldinbox: empty %s", f.name)
-		case len(f.v) > MaxKeyLen:
-			return fmt.Errorf("heraldinbox: %s longer than %d bytes", f.name, MaxKeyLen)
-		case strings.IndexByte(f.v, 0) >= 0:
-			return fmt.Errorf("heraldinbox: %s contains a NUL byte", f.name)
+		if err := checkText(f.name, f.v, MaxKeyLen); err != nil {
+			return err
 		}
+	}
+	return nil
+}
+
+func checkText(name, v string, maxLen int) error {
+	switch {
+	case v == "":
+		return fmt.Errorf("heraldinbox: empty %s", name)
+	case len(v) > maxLen:
+		return fmt.Errorf("heraldinbox: %s longer than %d bytes", name, maxLen)
+	case strings.IndexByte(v, 0) >= 0:
+		return fmt.Errorf("heraldinbox: %s contains a NUL byte", name)
+	}
+	return nil
+}
+
+// pgxOnly refuses a pgx call on an inbox of another database: its SQL
+// would not parse there.
+func (ib *Inbox) pgxOnly(method string) error {
+	if ib.d.name != postgres {
+		return fmt.Errorf("heraldinbox: %s needs an inbox of NewPostgres, not of %s; use the SQL methods", method, ib.d.name)
 	}
 	return nil
 }
@@ -148,8 +278,12 @@ type PgxBeginner interface {
 	Begin(ctx context.Context) (pgx.Tx, error)
 }
 
-// MigratePgx creates the inbox table if it does not exist.
+// MigratePgx creates the inbox's tables, or brings them to this version's
+// schema. It can run any number of times.
 func (ib *Inbox) MigratePgx(ctx context.Context, db PgxBeginner) error {
+	if err := ib.pgxOnly("MigratePgx"); err != nil {
+		return err
+	}
 	return pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
 		for _, s := range ib.d.create {
 			if _, err := tx.Exec(ctx, s); err != nil {
@@ -160,16 +294,22 @@ func (ib *Inbox) MigratePgx(ctx context.Context, db PgxBeginner) error {
 	})
 }
 
-// MigrateSQL creates the inbox table if it does not exist.
+// MigrateSQL creates the inbox's tables, or brings them to this version's
+// schema. It can run any number of times. On MySQL every statement
+// commits on its own; a migration cut short is finished by the next call.
 func (ib *Inbox) MigrateSQL(ctx context.Context, db *sql.DB) error {
-	return inSQLTx(ctx, db, func(tx *sql.Tx) error {
+	run := func(exec func(ctx context.Context, query string, args ...any) (sql.Result, error)) error {
 		for _, s := range ib.d.create {
-			if _, err := tx.ExecContext(ctx, s); err != nil {
+			if _, err := exec(ctx, s); err != nil {
 				return fmt.Errorf("heraldinbox: migrate: %w", err)
 			}
 		}
 		return nil
-	})
+	}
+	if !ib.d.ddlInTx {
+		return run(db.ExecContext)
+	}
+	return inSQLTx(ctx, db, func(tx *sql.Tx) error { return run(tx.ExecContext) })
 }
 
 // ProcessPgx runs fn exactly once per (consumer, eventID), in one pgx
@@ -178,17 +318,19 @@ func (ib *Inbox) MigrateSQL(ctx context.Context, db *sql.DB) error {
 // back the transaction and is returned as it is.
 func (ib *Inbox) ProcessPgx(ctx context.Context, db PgxBeginner, consumer, eventID string,
 	fn func(ctx context.Context, tx pgx.Tx) error) (processed bool, err error) {
+	if err := ib.pgxOnly("ProcessPgx"); err != nil {
+		return false, err
+	}
 	if err := checkKey(consumer, eventID); err != nil {
 		return false, err
 	}
 	err = pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
-		var one int
-		err := tx.QueryRow(ctx, ib.d.insert, consumer, eventID).Scan(&one)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return nil // a duplicate: committed as a no-op
-		}
+		tag, err := tx.Exec(ctx, ib.d.insert, consumer, eventID)
 		if err != nil {
 			return fmt.Errorf("heraldinbox: recording %s/%s: %w", consumer, eventID, err)
+		}
+		if tag.RowsAffected() == 0 {
+			return nil // a duplicate: committed as a no-op
 		}
 		processed = true
 		return fn(ctx, tx)
@@ -200,20 +342,23 @@ func (ib *Inbox) ProcessPgx(ctx context.Context, db PgxBeginner, consumer, event
 }
 
 // ProcessSQL is ProcessPgx for database/sql: PostgreSQL through pgx's
-// stdlib, or SQLite.
+// stdlib, SQLite, MySQL or MariaDB.
 func (ib *Inbox) ProcessSQL(ctx context.Context, db *sql.DB, consumer, eventID string,
 	fn func(ctx context.Context, tx *sql.Tx) error) (processed bool, err error) {
 	if err := checkKey(consumer, eventID); err != nil {
 		return false, err
 	}
 	err = inSQLTx(ctx, db, func(tx *sql.Tx) error {
-		var one int
-		err := tx.QueryRowContext(ctx, ib.d.insert, consumer, eventID).Scan(&one)
-		if errors.Is(err, sql.ErrNoRows) {
-			return nil
-		}
+		res, err := tx.ExecContext(ctx, ib.d.insert, consumer, eventID)
 		if err != nil {
 			return fmt.Errorf("heraldinbox: recording %s/%s: %w", consumer, eventID, err)
+		}
+		n, err := res.RowsAffected()
+		if err != nil {
+			return fmt.Errorf("heraldinbox: recording %s/%s: %w", consumer, eventID, err)
+		}
+		if n == 0 {
+			return nil // a duplicate: committed as a no-op
 		}
 		processed = true
 		return fn(ctx, tx)
@@ -249,8 +394,12 @@ type PgxExecer interface {
 
 // CleanupPgx deletes up to limit inbox rows processed more than olderThan
 // ago and returns how many. Call it again while it returns limit: small
-// statements never hold locks for long.
+// statements never hold locks for long. It leaves the aggregate versions:
+// they are needed as long as events of the aggregate may come.
 func (ib *Inbox) CleanupPgx(ctx context.Context, db PgxExecer, olderThan time.Duration, limit int) (int, error) {
+	if err := ib.pgxOnly("CleanupPgx"); err != nil {
+		return 0, err
+	}
 	tag, err := db.Exec(ctx, ib.d.cleanup, olderThan.Microseconds(), limit)
 	if err != nil {
 		return 0, fmt.Errorf("heraldinbox: cleanup: %w", err)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -37,9 +38,41 @@ type backend struct {
 	effects  func(t *testing.T) (rows, distinct int)
 	cleanup  func(ctx context.Context, olderThan time.Duration, limit int) (int, error)
 	backdate func(t *testing.T, d time.Duration)
+
+	// advance handles one delivery of eventID for consumer with the
+	// version check: the handler advances a's version, then writes
+	// (event id, version) to an "applied" table, then returns what then
+	// returns (nil: commit), if then is not nil.
+	advance func(ctx context.Context, consumer, eventID string, a heraldinbox.Aggregate, then func() error) (bool, error)
+	// applied lists the versions applied to aggregateID (all: "") in the
+	// order their effects were written.
+	applied func(t *testing.T, aggregateID string) []int64
+	// version reads the version recorded for consumer and a (false: none).
+	version func(t *testing.T, consumer string, a heraldinbox.Aggregate) (int64, bool)
+	// lockWaiters counts the sessions waiting for a row lock in a
+	// statement on the test's tables; nil on SQLite, whose transactions
+	// wait for the database's lock before their first statement.
+	lockWaiters func(t *testing.T) int
+	// migrate runs the inbox's migrations again; exec runs a statement.
+	migrate func(ctx context.Context) error
+	exec    func(t *testing.T, query string)
 }
 
 var errHandler = errors.New("handler failed")
+
+// fail is a handler's end that fails.
+func fail() error { return errHandler }
+
+// readVersion reads a version through row, for backend.version.
+func readVersion(t *testing.T, row interface{ Scan(...any) error }) (int64, bool) {
+	var v int64
+	err := row.Scan(&v)
+	if errors.Is(err, sql.ErrNoRows) || errors.Is(err, pgx.ErrNoRows) {
+		return 0, false
+	}
+	require.NoError(t, err)
+	return v, true
+}
 
 func pgxBackend(t *testing.T) *backend {
 	ctx := context.Background()
@@ -51,8 +84,16 @@ func pgxBackend(t *testing.T) *backend {
 	require.NoError(t, ib.MigratePgx(ctx, pool), "migrate is idempotent")
 	_, err = pool.Exec(ctx, `CREATE TABLE `+schema+`.effects (event_id text NOT NULL)`)
 	require.NoError(t, err)
+	_, err = pool.Exec(ctx, `CREATE TABLE `+schema+`.applied (seq bigserial PRIMARY KEY, event_id text NOT NULL, aggregate_id text NOT NULL, version bigint NOT NULL)`)
+	require.NoError(t, err)
 	return &backend{
-		ib: ib,
+		ib:          ib,
+		lockWaiters: func(t *testing.T) int { return lockWaiters(t, pool, schema) },
+		migrate:     func(ctx context.Context) error { return ib.MigratePgx(ctx, pool) },
+		exec: func(t *testing.T, query string) {
+			_, err := pool.Exec(ctx, query)
+			require.NoError(t, err)
+		},
 		process: func(ctx context.Context, consumer, id string, fail bool) (bool, error) {
 			return ib.ProcessPgx(ctx, pool, consumer, id, func(ctx context.Context, tx pgx.Tx) error {
 				if _, err := tx.Exec(ctx, `INSERT INTO `+schema+`.effects VALUES ($1)`, id); err != nil {
@@ -76,20 +117,65 @@ func pgxBackend(t *testing.T) *backend {
 			_, err := pool.Exec(ctx, `UPDATE `+ib.Table()+` SET processed_at = processed_at - $1 * interval '1 microsecond'`, d.Microseconds())
 			require.NoError(t, err)
 		},
+		advance: func(ctx context.Context, consumer, id string, a heraldinbox.Aggregate, then func() error) (bool, error) {
+			return ib.ProcessPgx(ctx, pool, consumer, id, func(ctx context.Context, tx pgx.Tx) error {
+				if err := ib.AdvancePgx(ctx, tx, consumer, a); err != nil {
+					return err
+				}
+				if _, err := tx.Exec(ctx, `INSERT INTO `+schema+`.applied (event_id, aggregate_id, version) VALUES ($1, $2, $3)`, id, a.ID, a.Version); err != nil {
+					return err
+				}
+				if then != nil {
+					return then()
+				}
+				return nil
+			})
+		},
+		applied: func(t *testing.T, aggregateID string) []int64 {
+			rows, err := pool.Query(ctx, `SELECT version FROM `+schema+`.applied WHERE aggregate_id = $1 OR $1 = '' ORDER BY seq`, aggregateID)
+			require.NoError(t, err)
+			vs, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+			require.NoError(t, err)
+			return vs
+		},
+		version: func(t *testing.T, consumer string, a heraldinbox.Aggregate) (int64, bool) {
+			return readVersion(t, pool.QueryRow(ctx, `SELECT version FROM `+ib.VersionTable()+
+				` WHERE consumer = $1 AND aggregate_type = $2 AND aggregate_id = $3`, consumer, a.Type, a.ID))
+		},
 	}
 }
 
-func sqlBackend(t *testing.T, db *sql.DB, ib *heraldinbox.Inbox, effects, ph string, backdateSQL string) *backend {
+// sqlDB is a database/sql database under test: qualified names its test
+// tables, ph is its first placeholder, and the rest is its dialect's SQL.
+type sqlDB struct {
+	db          *sql.DB
+	ib          *heraldinbox.Inbox
+	qualified   func(table string) string
+	ph          [3]string // the first three placeholders
+	appliedDDL  string    // the applied table's columns
+	backdateSQL string    // %s: the inbox table
+}
+
+func sqlBackend(t *testing.T, s sqlDB) *backend {
 	ctx := context.Background()
+	db, ib := s.db, s.ib
 	require.NoError(t, ib.MigrateSQL(ctx, db))
 	require.NoError(t, ib.MigrateSQL(ctx, db), "migrate is idempotent")
+	effects, applied := s.qualified("effects"), s.qualified("applied")
 	_, err := db.ExecContext(ctx, `CREATE TABLE `+effects+` (event_id text NOT NULL)`)
 	require.NoError(t, err)
+	_, err = db.ExecContext(ctx, `CREATE TABLE `+applied+` (`+s.appliedDDL+`)`)
+	require.NoError(t, err)
 	return &backend{
-		ib: ib,
+		ib:      ib,
+		migrate: func(ctx context.Context) error { return ib.MigrateSQL(ctx, db) },
+		exec: func(t *testing.T, query string) {
+			_, err := db.ExecContext(ctx, query)
+			require.NoError(t, err)
+		},
 		process: func(ctx context.Context, consumer, id string, fail bool) (bool, error) {
 			return ib.ProcessSQL(ctx, db, consumer, id, func(ctx context.Context, tx *sql.Tx) error {
-				if _, err := tx.ExecContext(ctx, `INSERT INTO `+effects+` VALUES (`+ph+`)`, id); err != nil {
+				if _, err := tx.ExecContext(ctx, `INSERT INTO `+effects+` VALUES (`+s.ph[0]+`)`, id); err != nil {
 					return err
 				}
 				if fail {
@@ -107,20 +193,62 @@ func sqlBackend(t *testing.T, db *sql.DB, ib *heraldinbox.Inbox, effects, ph str
 			return ib.CleanupSQL(ctx, db, olderThan, limit)
 		},
 		backdate: func(t *testing.T, d time.Duration) {
-			_, err := db.ExecContext(ctx, fmt.Sprintf(backdateSQL, ib.Table()), d.Microseconds())
+			_, err := db.ExecContext(ctx, fmt.Sprintf(s.backdateSQL, ib.Table()), d.Microseconds())
 			require.NoError(t, err)
+		},
+		advance: func(ctx context.Context, consumer, id string, a heraldinbox.Aggregate, then func() error) (bool, error) {
+			return ib.ProcessSQL(ctx, db, consumer, id, func(ctx context.Context, tx *sql.Tx) error {
+				if err := ib.AdvanceSQL(ctx, tx, consumer, a); err != nil {
+					return err
+				}
+				if _, err := tx.ExecContext(ctx, `INSERT INTO `+applied+` (event_id, aggregate_id, version) VALUES (`+s.ph[0]+`, `+s.ph[1]+`, `+s.ph[2]+`)`, id, a.ID, a.Version); err != nil {
+					return err
+				}
+				if then != nil {
+					return then()
+				}
+				return nil
+			})
+		},
+		applied: func(t *testing.T, aggregateID string) []int64 {
+			rows, err := db.QueryContext(ctx, `SELECT version FROM `+applied+` WHERE aggregate_id = `+s.ph[0]+` OR `+s.ph[1]+` = '' ORDER BY seq`,
+				aggregateID, aggregateID)
+			require.NoError(t, err)
+			defer rows.Close()
+			var vs []int64
+			for rows.Next() {
+				var v int64
+				require.NoError(t, rows.Scan(&v))
+				vs = append(vs, v)
+			}
+			require.NoError(t, rows.Err())
+			return vs
+		},
+		version: func(t *testing.T, consumer string, a heraldinbox.Aggregate) (int64, bool) {
+			q := strings.NewReplacer("$1", "?", "$2", "?", "$3", "?")
+			if s.ph[0] == "$1" {
+				q = strings.NewReplacer()
+			}
+			return readVersion(t, db.QueryRowContext(ctx, q.Replace(`SELECT version FROM `+ib.VersionTable()+
+				` WHERE consumer = $1 AND aggregate_type = $2 AND aggregate_id = $3`), consumer, a.Type, a.ID))
 		},
 	}
 }
 
 func pgStdlibBackend(t *testing.T) *backend {
-	db := stdlib.OpenDBFromPool(testenv.PostgresPool(t))
+	pool := testenv.PostgresPool(t)
+	db := stdlib.OpenDBFromPool(pool)
 	t.Cleanup(func() { db.Close() })
 	schema := testenv.Schema(t)
 	ib, err := heraldinbox.NewPostgres(&heraldinbox.Config{Schema: schema})
 	require.NoError(t, err)
-	return sqlBackend(t, db, ib, schema+".effects", "$1",
-		`UPDATE %s SET processed_at = processed_at - $1 * interval '1 microsecond'`)
+	b := sqlBackend(t, sqlDB{
+		db: db, ib: ib, qualified: func(table string) string { return schema + "." + table }, ph: [3]string{"$1", "$2", "$3"},
+		appliedDDL:  `seq bigserial PRIMARY KEY, event_id text NOT NULL, aggregate_id text NOT NULL, version bigint NOT NULL`,
+		backdateSQL: `UPDATE %s SET processed_at = processed_at - $1 * interval '1 microsecond'`,
+	})
+	b.lockWaiters = func(t *testing.T) int { return lockWaiters(t, pool, schema) }
+	return b
 }
 
 func sqliteBackend(t *testing.T) *backend {
@@ -129,13 +257,53 @@ func sqliteBackend(t *testing.T) *backend {
 	t.Cleanup(func() { db.Close() })
 	ib, err := heraldinbox.NewSQLite(nil)
 	require.NoError(t, err)
-	return sqlBackend(t, db, ib, "effects", "?", `UPDATE %s SET processed_at = processed_at - ?`)
+	return sqlBackend(t, sqlDB{
+		db: db, ib: ib, qualified: func(table string) string { return table }, ph: [3]string{"?", "?", "?"},
+		appliedDDL:  `seq INTEGER PRIMARY KEY AUTOINCREMENT, event_id TEXT NOT NULL, aggregate_id TEXT NOT NULL, version INTEGER NOT NULL`,
+		backdateSQL: `UPDATE %s SET processed_at = processed_at - ?`,
+	})
+}
+
+// mysqlDB opens the test server and makes a database of the test's own.
+func mysqlDB(t *testing.T) (*sql.DB, string) {
+	db, err := sql.Open("mysql", testenv.MySQL(t))
+	require.NoError(t, err)
+	t.Cleanup(func() { db.Close() })
+	return db, testenv.MySQLDatabase(t, db)
+}
+
+func mysqlBackend(t *testing.T) *backend {
+	db, database := mysqlDB(t)
+	ib, err := heraldinbox.NewMySQL(&heraldinbox.Config{Schema: database})
+	require.NoError(t, err)
+	b := sqlBackend(t, sqlDB{
+		db: db, ib: ib, qualified: func(table string) string { return database + "." + table }, ph: [3]string{"?", "?", "?"},
+		appliedDDL:  `seq BIGINT AUTO_INCREMENT PRIMARY KEY, event_id TEXT NOT NULL, aggregate_id TEXT NOT NULL, version BIGINT NOT NULL`,
+		backdateSQL: `UPDATE %s SET processed_at = processed_at - INTERVAL ? MICROSECOND`,
+	})
+	// A transaction waiting for a row lock, as InnoDB lists it, or a
+	// statement on the test's database that has been running for a second
+	// at least: MariaDB does not always list a statement that waits at a
+	// duplicate key as LOCK WAIT (seen on 10.11 with an INSERT ... ON
+	// DUPLICATE KEY UPDATE waiting 30 s), and a statement of these tests
+	// runs that long only when it waits.
+	b.lockWaiters = func(t *testing.T) int {
+		var n int
+		require.NoError(t, db.QueryRowContext(context.Background(), `SELECT
+			(SELECT COUNT(*) FROM information_schema.INNODB_TRX
+			 WHERE trx_state = 'LOCK WAIT' AND trx_query LIKE CONCAT('%', ?, '%')) +
+			(SELECT COUNT(*) FROM information_schema.PROCESSLIST
+			 WHERE TIME >= 1 AND INFO LIKE CONCAT('%', ?, '%'))`, database, database).Scan(&n))
+		return n
+	}
+	return b
 }
 
 var backends = map[string]func(t *testing.T) *backend{
 	"PostgreSQLOverPgx":         pgxBackend,
 	"PostgreSQLOverDatabaseSQL": pgStdlibBackend,
 	"SQLite":                    sqliteBackend,
+	"MySQL":                     mysqlBackend,
 }
 
 func eachBackend(t *testing.T, fn func(t *testing.T, b *backend)) {
@@ -342,12 +510,26 @@ func lockWaiters(t *testing.T, pool *pgxpool.Pool, schema string) int {
 
 func TestBadInputIsRefused(t *testing.T) {
 	t.Parallel()
-	for _, cfg := range []heraldinbox.Config{{Table: "Bad"}, {Schema: "x-y"}, {Table: `a"b`}} {
-		_, err := heraldinbox.NewPostgres(&cfg)
-		require.Error(t, err, "%+v", cfg)
+	for _, cfg := range []heraldinbox.Config{
+		{Table: "Bad"}, {Schema: "x-y"}, {Table: `a"b`},
+		{VersionTable: "Bad"}, {VersionTable: "a`b"}, {Table: "x", VersionTable: "x"}, {VersionTable: "herald_inbox"},
+	} {
+		for _, mk := range []func(*heraldinbox.Config) (*heraldinbox.Inbox, error){heraldinbox.NewPostgres, heraldinbox.NewMySQL} {
+			_, err := mk(&cfg)
+			require.Error(t, err, "%+v", cfg)
+		}
 	}
 	_, err := heraldinbox.NewSQLite(&heraldinbox.Config{Table: "1x"})
 	require.Error(t, err)
+	_, err = heraldinbox.NewSQLite(&heraldinbox.Config{VersionTable: "1x"})
+	require.Error(t, err)
+	ib, err := heraldinbox.NewSQLite(&heraldinbox.Config{Schema: "Ignored-On-SQLite"})
+	require.NoError(t, err)
+	require.Equal(t, `"herald_inbox_versions"`, ib.VersionTable())
+	ib, err = heraldinbox.NewMySQL(&heraldinbox.Config{Schema: "app", Table: "inbox"})
+	require.NoError(t, err)
+	require.Equal(t, "`app`.`inbox`", ib.Table())
+	require.Equal(t, "`app`.`inbox_versions`", ib.VersionTable())
 	b := sqliteBackend(t)
 	for _, k := range [][2]string{{"", "id"}, {"c", ""}, {"c\x00", "id"}, {"c", string(make([]byte, 300))}} {
 		_, err := b.process(context.Background(), k[0], k[1], false)
