@@ -35,8 +35,15 @@
 //     missing binding is often a deployment race (the consumer that
 //     declares the queue starts later) rather than a permanent mistake.
 //     Config.UnroutablePermanent sends it to the dead letters at once.
-//   - A nacked message (a queue refusing it, such as one with
-//     x-overflow=reject-publish that is full) is a failure, retried.
+//   - A nacked message is marked herald.Unavailable: the relay retries it
+//     after a pause without spending an attempt, and the later events of
+//     its key wait behind it. RabbitMQ nacks what it cannot take at the
+//     moment, not a message at fault: a queue with x-overflow=reject-publish
+//     that is full, a quorum queue electing a leader after losing its
+//     node. When the broker nacked every event of a batch it confirmed
+//     none of, Publish returns a plain error, which the relay takes as an
+//     outage. The publisher logs a warning when the broker starts nacking,
+//     and when it takes messages again.
 //   - A message whose channel or connection closed before the broker
 //     answered is marked herald.Unavailable: the relay retries it without
 //     spending an attempt. When nothing in the batch got an answer, Publish
@@ -97,6 +104,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -168,6 +176,7 @@ type Publisher struct {
 	ce          *heraldce.Config // nil: CloudEvents off
 	conns       *connector
 	log         *slog.Logger
+	nacking     atomic.Bool // the broker nacked since the last batch that went through whole
 }
 
 var _ herald.Publisher = (*Publisher)(nil)
@@ -288,14 +297,15 @@ func (p *Publisher) Publish(ctx context.Context, batch []herald.Envelope) error 
 		p.conns.release(c)
 	}
 	result := herald.BatchResult(errs)
+	p.noteNacks(s.nacked, len(batch), result == nil)
 	switch {
 	case result == nil:
 		p.log.Debug("published batch", "batch_size", len(batch), "rounds", s.rounds)
 		return nil
 	case s.answered == 0:
-		// Nothing reached the broker and came back: the broker or the
-		// channel is at fault, not the events, and the relay takes a plain
-		// error as an outage.
+		// Nothing reached the broker and came back but nacks: the broker
+		// or the channel is at fault, not the events, and the relay takes
+		// a plain error as an outage.
 		cause := s.stopped
 		if cause == nil {
 			cause = firstError(errs)
@@ -303,6 +313,18 @@ func (p *Publisher) Publish(ctx context.Context, batch []herald.Envelope) error 
 		return fmt.Errorf("heraldrabbit: no event of %d confirmed: %w", len(batch), cause)
 	}
 	return result
+}
+
+// noteNacks logs when the broker starts nacking (a warning, with the
+// batch's count) and when a batch went through whole after that.
+func (p *Publisher) noteNacks(nacked, size int, whole bool) {
+	switch {
+	case nacked > 0 && p.nacking.CompareAndSwap(false, true):
+		p.log.Warn("RabbitMQ refused messages (basic.nack: a queue is full, or has no leader); they are retried without spending attempts",
+			"nacked", nacked, "batch_size", size)
+	case whole && p.nacking.CompareAndSwap(true, false):
+		p.log.Info("RabbitMQ takes messages again")
+	}
 }
 
 func firstError(errs []error) error {
@@ -319,11 +341,13 @@ type sending struct {
 	p     *Publisher
 	c     *channel
 	batch []herald.Envelope
-	// answered counts the events the broker answered for (an ack, a nack,
-	// a return), and those refused before sending: with none, the batch
+	// answered counts the events the broker answered for (an ack, a
+	// return), and those refused before sending: with none, the batch
 	// failed as a whole.
 	answered int
-	rounds   int
+	// nacked counts the events the broker nacked.
+	nacked int
+	rounds int
 	// stopped is why c can take no further round: the channel failed, or
 	// ctx ended while it waited for the broker. c was discarded.
 	stopped error
@@ -348,8 +372,9 @@ func (s *sending) round(ctx context.Context, idx []int, errs []error) error {
 		return nil
 	}
 	s.rounds++
-	n, stopped := s.p.round(ctx, s.c, s.batch, send, msgs, keys, errs)
+	n, nacked, stopped := s.p.round(ctx, s.c, s.batch, send, msgs, keys, errs)
 	s.answered += n
+	s.nacked += nacked
 	if stopped == nil {
 		return nil
 	}
@@ -493,7 +518,7 @@ type sent struct {
 // events the broker answered for and, when c can take no further round,
 // why; c is then discarded.
 func (p *Publisher) round(ctx context.Context, c *channel, batch []herald.Envelope, idx []int,
-	msgs []amqp.Publishing, keys []string, errs []error) (answered int, stopped error) {
+	msgs []amqp.Publishing, keys []string, errs []error) (answered, nacked int, stopped error) {
 	// Sending happens in its own goroutine: a write blocks while the
 	// broker does not read (a resource alarm blocks publishing
 	// connections), and Publish must still return when ctx ends.
@@ -568,11 +593,14 @@ func (p *Publisher) round(ctx context.Context, c *channel, batch []herald.Envelo
 			s := queue[0]
 			queue = queue[1:]
 			i := idx[s.j]
-			err, answer := p.outcome(c, &batch[i], keys[s.j], s.dc, returned)
+			err, verdict := p.outcome(c, &batch[i], keys[s.j], s.dc, returned)
 			errs[i] = err
-			if answer {
+			switch {
+			case verdict == answerGiven:
 				answered++
-			} else if broken == nil {
+			case verdict == answerNack:
+				nacked++
+			case broken == nil:
 				broken = p.channelError(c, nil)
 			}
 		case <-ctx.Done():
@@ -600,27 +628,36 @@ func (p *Publisher) round(ctx context.Context, c *channel, batch []herald.Envelo
 			broken = p.channelError(c, nil)
 		}
 		p.conns.discard(c, senderDone)
-		return answered, broken
+		return answered, nacked, broken
 	}
-	return answered, nil
+	return answered, nacked, nil
 }
 
+// answer is what became of one sent event, for the batch as a whole.
+type answer int
+
+const (
+	answerNone  answer = iota // the channel closed before the broker answered
+	answerGiven               // an ack, a return, or the channel closed over the message
+	answerNack                // basic.nack: the broker cannot take it now
+)
+
 // outcome is the result of one sent event whose confirmation is done, and
-// whether the broker answered for it (as opposed to the channel closing).
+// what the broker answered for it.
 func (p *Publisher) outcome(c *channel, env *herald.Envelope, rk string, dc *amqp.DeferredConfirmation,
-	returned map[string]amqp.Return) (error, bool) {
+	returned map[string]amqp.Return) (error, answer) {
 	if r, ok := returned[env.ID]; ok {
 		err := fmt.Errorf("heraldrabbit: event %s returned unroutable by the broker (exchange %q, routing key %q): %d %s",
 			env.ID, p.exchange, rk, r.ReplyCode, r.ReplyText)
 		if p.unroutable {
 			err = herald.Permanent(err)
 		}
-		return err, true
+		return err, answerGiven
 	}
 	// The client completes a confirmation with a nack when its channel
 	// closes, after marking the channel closed.
 	if dc.Acked() {
-		return nil, true
+		return nil, answerGiven
 	}
 	if c.ch.IsClosed() {
 		cause := p.channelError(c, nil)
@@ -629,11 +666,13 @@ func (p *Publisher) outcome(c *channel, env *herald.Envelope, rk string, dc *amq
 			// The broker closed the channel over a message (one over its
 			// max_message_size): retrying as an outage would never end,
 			// so the event spends its attempts.
-			return err, true
+			return err, answerGiven
 		}
-		return herald.Unavailable(err), false
+		return herald.Unavailable(err), answerNone
 	}
-	return fmt.Errorf("heraldrabbit: event %s refused by the broker (basic.nack; a queue may be full)", env.ID), true
+	// The broker could not take the message now (see the package
+	// documentation): not the event's fault.
+	return herald.Unavailable(fmt.Errorf("heraldrabbit: event %s refused by the broker (basic.nack: a queue is full, or has no leader)", env.ID)), answerNack
 }
 
 // channelError describes why c failed.
