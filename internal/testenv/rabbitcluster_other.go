@@ -3,6 +3,7 @@
 package testenv
 
 import (
+	"errors"
 	"runtime"
 	"testing"
 )
@@ -39,8 +40,10 @@ func (c *RabbitClusterT) Node(string) *RabbitClusterNode { return nil }
 // WaitRunning does nothing: no node runs here.
 func (c *RabbitClusterT) WaitRunning(testing.TB) {}
 
-// Ctl returns nothing: no node runs here.
-func (c *RabbitClusterT) Ctl(testing.TB, *RabbitClusterNode, ...string) string { return "" }
+// Ctl fails: no node runs here.
+func (c *RabbitClusterT) Ctl(*RabbitClusterNode, ...string) (string, error) {
+	return "", errors.New("testenv: no private RabbitMQ cluster on " + runtime.GOOS)
+}
 
 // RabbitCluster skips the test, or fails it with CI=true: the helper
 // starts RabbitMQ nodes on Linux and macOS only.
