@@ -71,7 +71,8 @@
 // # Connection
 //
 // The Publisher owns its connection, made by the DialFunc given to New
-// (Dialer makes one from an AMQP URI), and a pool of channels on it, one
+// (Dialer makes one from an AMQP URI; ClusterDialer from the URIs of a
+// cluster's nodes, trying them in turn), and a pool of channels on it, one
 // per Publish in progress. The DialFunc is the user's: it owns TLS,
 // authentication and tuning. When the connection closes (a broker restart,
 // a network failure, an operator closing it), Publish fails with an
@@ -82,10 +83,13 @@
 // # URL form
 //
 // Importing the package registers amqp:// and amqps:// with heraldspec,
-// which opens a destination from its URL (ParseURL, URLConfig.Open):
+// which opens a destination from its URL (ParseURLs, URLConfig.Open):
 //
-//	amqp[s]://[user[:password]@]host[:port][/vhost][?options]
+//	amqp[s]://[user[:password]@]host[:port][/vhost][,amqp[s]://host[:port]...][?options]
 //
+// A list names the nodes of one cluster, dialled in turn (ClusterDialer);
+// its user information, vhost and options are written once, or alike on
+// every URL.
 // Herald's options: exchange (Config.Exchange) and, for amqps:// only,
 // the TLS files ca_file (the CAs to trust instead of the system's roots),
 // cert_file and key_file (a client certificate and its key). The client's
