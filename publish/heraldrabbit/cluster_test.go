@@ -351,6 +351,12 @@ func TestRelayDrainsToAQuorumQueueAcrossNodeLossAndRestarts(t *testing.T) {
 	for i := range relays {
 		require.Regexp(t, `msg="connection to RabbitMQ lost" relay=`+strconv.Itoa(i), out, "relay %d's connection was cut", i)
 	}
+	if obs.nacked() {
+		// A node that has not yet learnt of the queue's new leader nacks
+		// for some seconds: the publisher says so.
+		require.Contains(t, out, "level=WARN msg=\"RabbitMQ refused messages (basic.nack")
+		require.Contains(t, out, "RabbitMQ takes messages again")
+	}
 	require.NotEqual(t, cluster.Node(oldLeader).Addr, connectedTo(t, out, 0), "relay 0 connected to another node after its node was lost")
 	t.Logf("relay logs:\n%s", rabbitLogs(out))
 }
@@ -390,6 +396,20 @@ func (o *outcomes) counts() map[herald.Outcome]int {
 		out[k] = v
 	}
 	return out
+}
+
+// nacked reports whether the broker nacked an event.
+func (o *outcomes) nacked() bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for _, m := range o.errs {
+		for e := range m {
+			if strings.Contains(e, "basic.nack") {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // didFail reports whether a publish of event id failed.

@@ -43,7 +43,8 @@
 //     node. When the broker nacked every event of a batch it confirmed
 //     none of, Publish returns a plain error, which the relay takes as an
 //     outage. The publisher logs a warning when the broker starts nacking,
-//     and when it takes messages again.
+//     and a line when it takes messages again, at most once per 30 seconds
+//     (at Debug in between).
 //   - A message whose channel or connection closed before the broker
 //     answered is marked herald.Unavailable: the relay retries it without
 //     spending an attempt. When nothing in the batch got an answer, Publish
@@ -108,7 +109,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync/atomic"
+	"sync"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -180,7 +181,11 @@ type Publisher struct {
 	ce          *heraldce.Config // nil: CloudEvents off
 	conns       *connector
 	log         *slog.Logger
-	nacking     atomic.Bool // the broker nacked since the last batch that went through whole
+
+	nackMu       sync.Mutex
+	nacking      bool      // the broker nacked since the last batch that went through whole
+	nackWarned   bool      // and that was logged at Warn
+	nackWarnedAt time.Time // when the last warning was logged
 }
 
 var _ herald.Publisher = (*Publisher)(nil)
@@ -319,15 +324,35 @@ func (p *Publisher) Publish(ctx context.Context, batch []herald.Envelope) error 
 	return result
 }
 
+// nackWarnEvery is the least time between two warnings that the broker
+// nacks: a broker that nacks on and off (a quorum queue electing its
+// leader) would otherwise log a pair of lines per batch.
+const nackWarnEvery = 30 * time.Second
+
 // noteNacks logs when the broker starts nacking (a warning, with the
-// batch's count) and when a batch went through whole after that.
+// batch's count) and when a batch went through whole after that: at Warn
+// and Info at most once per nackWarnEvery, at Debug in between.
 func (p *Publisher) noteNacks(nacked, size int, whole bool) {
+	p.nackMu.Lock()
+	defer p.nackMu.Unlock()
 	switch {
-	case nacked > 0 && p.nacking.CompareAndSwap(false, true):
-		p.log.Warn("RabbitMQ refused messages (basic.nack: a queue is full, or has no leader); they are retried without spending attempts",
+	case nacked > 0 && !p.nacking:
+		p.nacking = true
+		now := time.Now()
+		p.nackWarned = p.nackWarnedAt.IsZero() || now.Sub(p.nackWarnedAt) >= nackWarnEvery
+		level := slog.LevelDebug
+		if p.nackWarned {
+			level, p.nackWarnedAt = slog.LevelWarn, now
+		}
+		p.log.Log(context.Background(), level, "RabbitMQ refused messages (basic.nack: a queue is full, or has no leader); they are retried without spending attempts",
 			"nacked", nacked, "batch_size", size)
-	case whole && p.nacking.CompareAndSwap(true, false):
-		p.log.Info("RabbitMQ takes messages again")
+	case whole && p.nacking:
+		p.nacking = false
+		level := slog.LevelDebug
+		if p.nackWarned {
+			level = slog.LevelInfo
+		}
+		p.log.Log(context.Background(), level, "RabbitMQ takes messages again")
 	}
 }
 
