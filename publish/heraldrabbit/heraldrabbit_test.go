@@ -391,6 +391,9 @@ func TestPublish(t *testing.T) {
 		require.Equal(t, envIDs(batch[0]), parsedIDs(t, b.read(t, q, 1)))
 		require.NoError(t, p.Publish(t.Context(), again[:1]), "the queue has room again")
 		require.Contains(t, logs.String(), "RabbitMQ takes messages again")
+		// Full again at once: said at Debug, not warned about again.
+		require.Error(t, p.Publish(t.Context(), again[1:]))
+		require.Equal(t, 1, strings.Count(logs.String(), "RabbitMQ refused messages"), "one warning per 30 seconds")
 	})
 
 	t.Run("OversizedEventsArePermanentAndTheConnectionSurvives", func(t *testing.T) {
