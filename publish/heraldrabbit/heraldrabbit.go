@@ -622,7 +622,7 @@ func (p *Publisher) round(ctx context.Context, c *channel, batch []herald.Envelo
 			s := queue[0]
 			queue = queue[1:]
 			i := idx[s.j]
-			err, verdict := p.outcome(c, &batch[i], keys[s.j], s.dc, returned)
+			verdict, err := p.outcome(c, &batch[i], keys[s.j], s.dc, returned)
 			errs[i] = err
 			switch {
 			case verdict == answerGiven:
@@ -671,22 +671,22 @@ const (
 	answerNack                // basic.nack: the broker cannot take it now
 )
 
-// outcome is the result of one sent event whose confirmation is done, and
-// what the broker answered for it.
+// outcome is what the broker answered for one sent event whose
+// confirmation is done, and the event's result.
 func (p *Publisher) outcome(c *channel, env *herald.Envelope, rk string, dc *amqp.DeferredConfirmation,
-	returned map[string]amqp.Return) (error, answer) {
+	returned map[string]amqp.Return) (answer, error) {
 	if r, ok := returned[env.ID]; ok {
 		err := fmt.Errorf("heraldrabbit: event %s returned unroutable by the broker (exchange %q, routing key %q): %d %s",
 			env.ID, p.exchange, rk, r.ReplyCode, r.ReplyText)
 		if p.unroutable {
 			err = herald.Permanent(err)
 		}
-		return err, answerGiven
+		return answerGiven, err
 	}
 	// The client completes a confirmation with a nack when its channel
 	// closes, after marking the channel closed.
 	if dc.Acked() {
-		return nil, answerGiven
+		return answerGiven, nil
 	}
 	if c.ch.IsClosed() {
 		cause := p.channelError(c, nil)
@@ -695,13 +695,13 @@ func (p *Publisher) outcome(c *channel, env *herald.Envelope, rk string, dc *amq
 			// The broker closed the channel over a message (one over its
 			// max_message_size): retrying as an outage would never end,
 			// so the event spends its attempts.
-			return err, answerGiven
+			return answerGiven, err
 		}
-		return herald.Unavailable(err), answerNone
+		return answerNone, herald.Unavailable(err)
 	}
 	// The broker could not take the message now (see the package
 	// documentation): not the event's fault.
-	return herald.Unavailable(fmt.Errorf("heraldrabbit: event %s refused by the broker (basic.nack: a queue is full, or has no leader)", env.ID)), answerNack
+	return answerNack, herald.Unavailable(fmt.Errorf("heraldrabbit: event %s refused by the broker (basic.nack: a queue is full, or has no leader)", env.ID))
 }
 
 // channelError describes why c failed.
