@@ -38,7 +38,7 @@ func addRelayFlags(f *flagSet) *relayFlags {
 	retry := herald.DefaultRetryPolicy()
 	return &relayFlags{
 		publisher: f.String("publisher", "", "the destination `URL` of every topic: nats://[user:password@]host:4222, kafka://host:9092 "+
-			"or redis://[:password@]host:6379/0; a comma-separated list for a NATS or Kafka cluster (or use --destination)"),
+			"or redis://[:password@]host:6379/0; a comma-separated list for a NATS, Kafka or RabbitMQ cluster (or use --destination)"),
 		batchSize:        f.Int("batch-size", 1000, "claim, publish and acknowledge up to `N` events together"),
 		maxInFlight:      f.Int("max-in-flight", 4, "publish up to `N` claimed batches at once"),
 		claimConcurrency: f.Int("claim-concurrency", 0, "run up to `N` claims at once, sharing the --max-in-flight slots; 0 means 2, or --max-in-flight when lower"),

@@ -8,6 +8,8 @@ import (
 	"net"
 	"net/url"
 	"strconv"
+	"strings"
+	"sync"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -39,18 +41,35 @@ const DefaultConnectionName = "herald"
 // It checks uri at once. Neither its errors nor those of the DialFunc
 // contain uri's password.
 func Dialer(uri string, cfg amqp.Config) (DialFunc, error) {
-	parsed, err := amqp.ParseURI(uri)
-	if err != nil {
-		// The parser's error can quote the URI, password included.
-		return nil, fmt.Errorf("heraldrabbit: not an AMQP URI: %s", herald.Scrub(err.Error()))
+	return ClusterDialer([]string{uri}, cfg)
+}
+
+// ClusterDialer is Dialer for the nodes of one RabbitMQ cluster, one URI
+// each: a dial tries them in turn until one connects, starting with the
+// node after the one it last connected to, so that a Publisher whose node
+// went away (a restart, a lost machine) connects to another. Each node's
+// connect and handshake take at most its URI's connection_timeout, or
+// DefaultDialTimeout; the DialFunc fails when every node failed, with
+// each node's error. With cfg.TLSClientConfig and no ServerName in it,
+// each node's certificate is verified for its own host.
+func ClusterDialer(uris []string, cfg amqp.Config) (DialFunc, error) {
+	if len(uris) == 0 {
+		return nil, errors.New("heraldrabbit: no AMQP URI")
 	}
 	if cfg.Recovery != nil {
 		return nil, errors.New("heraldrabbit: amqp.Config.Recovery must be nil: the Publisher reconnects by itself")
 	}
-	where := redact(parsed)
-	timeout := DefaultDialTimeout
-	if parsed.ConnectionTimeout > 0 {
-		timeout = time.Duration(parsed.ConnectionTimeout) * time.Millisecond
+	nodes := make([]node, len(uris))
+	for i, uri := range uris {
+		parsed, err := amqp.ParseURI(uri)
+		if err != nil {
+			// The parser's error can quote the URI, password included.
+			return nil, fmt.Errorf("heraldrabbit: not an AMQP URI: %s", herald.Scrub(err.Error()))
+		}
+		nodes[i] = node{uri: uri, where: redact(parsed), timeout: DefaultDialTimeout}
+		if parsed.ConnectionTimeout > 0 {
+			nodes[i].timeout = time.Duration(parsed.ConnectionTimeout) * time.Millisecond
+		}
 	}
 	// A copy: the caller's table stays as it was, and every dial sends the
 	// same properties.
@@ -62,24 +81,66 @@ func Dialer(uri string, cfg amqp.Config) (DialFunc, error) {
 		props.SetClientConnectionName(DefaultConnectionName)
 	}
 	cfg.Properties = props
-	// DialConfig fills in ServerName on the tls.Config it is given: let it
-	// write to a copy of the caller's.
-	cfg.TLSClientConfig = cfg.TLSClientConfig.Clone()
+	// DialConfig fills in ServerName on the tls.Config it is given (the
+	// host it dials, unless set): each dial writes to a copy of the
+	// caller's.
+	tlsConfig := cfg.TLSClientConfig.Clone()
 	userDial := cfg.Dial
+	var (
+		mu   sync.Mutex
+		next int // the node the next dial tries first
+	)
 	return func(ctx context.Context) (*amqp.Connection, error) {
-		if err := ctx.Err(); err != nil {
-			return nil, fmt.Errorf("dialing %s: %w", where, err)
+		mu.Lock()
+		first := next
+		mu.Unlock()
+		var errs []error
+		for k := range nodes {
+			i := (first + k) % len(nodes)
+			n := nodes[i]
+			if err := ctx.Err(); err != nil {
+				errs = append(errs, fmt.Errorf("dialing %s: %w", n.where, err))
+				break
+			}
+			c := cfg
+			c.TLSClientConfig = tlsConfig.Clone()
+			if userDial == nil {
+				c.Dial = contextDial(ctx, n.timeout)
+			}
+			conn, err := amqp.DialConfig(n.uri, c)
+			if err == nil {
+				mu.Lock()
+				next = (i + 1) % len(nodes)
+				mu.Unlock()
+				return conn, nil
+			}
+			errs = append(errs, &scrubbedError{prefix: "dialing " + n.where, err: err})
 		}
-		c := cfg
-		if userDial == nil {
-			c.Dial = contextDial(ctx, timeout)
+		if len(errs) == 1 {
+			return nil, errs[0]
 		}
-		conn, err := amqp.DialConfig(uri, c)
-		if err != nil {
-			return nil, &scrubbedError{prefix: "dialing " + where, err: err}
-		}
-		return conn, nil
+		return nil, dialErrors(errs)
 	}, nil
+}
+
+// dialErrors are the errors of a dial that tried several nodes, said on
+// one line; errors.As and errors.Is look into each.
+type dialErrors []error
+
+func (e dialErrors) Error() string {
+	msgs := make([]string, len(e))
+	for i, err := range e {
+		msgs[i] = err.Error()
+	}
+	return strings.Join(msgs, "; ")
+}
+
+func (e dialErrors) Unwrap() []error { return e }
+
+// node is one URI of a ClusterDialer.
+type node struct {
+	uri, where string // where: the URI without its password
+	timeout    time.Duration
 }
 
 // scrubbedError is an error whose text goes through herald.Scrub (the

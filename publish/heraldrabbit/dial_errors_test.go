@@ -41,3 +41,40 @@ func TestDialErrorsKeepTheClientsErrorBehindTheirScrubbedText(t *testing.T) {
 		require.NotContains(t, text, password)
 	}
 }
+
+// A dial of a cluster's nodes skips a node that is down, and the next dial
+// starts with the node after the one it connected to; with every node
+// down it fails with each node's error, without the password.
+func TestClusterDialerTriesTheNodesInTurn(t *testing.T) {
+	t.Parallel()
+	adminConn(t) // skips without RabbitMQ
+	px := startProxy(t)
+	dial, err := heraldrabbit.ClusterDialer([]string{
+		"amqp://guest:guest@127.0.0.1:1/", // nothing listens on port 1
+		brokerURL,
+		"amqp://guest:guest@" + px.addr + "/",
+	}, amqp.Config{})
+	require.NoError(t, err)
+	var got []string
+	for range 3 {
+		conn, err := dial(t.Context())
+		require.NoError(t, err)
+		got = append(got, conn.RemoteAddr().String())
+		require.NoError(t, conn.Close())
+	}
+	require.Equal(t, []string{"127.0.0.1:5672", px.addr, "127.0.0.1:5672"}, got)
+
+	const password = "n0t-The-Passw0rd"
+	dial, err = heraldrabbit.ClusterDialer([]string{
+		"amqp://guest:" + password + "@127.0.0.1:1/",
+		"amqp://guest:" + password + "@127.0.0.1:2/",
+	}, amqp.Config{})
+	require.NoError(t, err)
+	_, err = dial(t.Context())
+	require.ErrorContains(t, err, "dialing amqp://guest@127.0.0.1:1/: ")
+	require.ErrorContains(t, err, "; dialing amqp://guest@127.0.0.1:2/: ")
+	require.NotContains(t, err.Error(), password)
+
+	_, err = heraldrabbit.ClusterDialer(nil, amqp.Config{})
+	require.EqualError(t, err, "heraldrabbit: no AMQP URI")
+}

@@ -35,8 +35,16 @@
 //     missing binding is often a deployment race (the consumer that
 //     declares the queue starts later) rather than a permanent mistake.
 //     Config.UnroutablePermanent sends it to the dead letters at once.
-//   - A nacked message (a queue refusing it, such as one with
-//     x-overflow=reject-publish that is full) is a failure, retried.
+//   - A nacked message is marked herald.Unavailable: the relay retries it
+//     after a pause without spending an attempt, and the later events of
+//     its key wait behind it. RabbitMQ nacks what it cannot take at the
+//     moment, not a message at fault: a queue with x-overflow=reject-publish
+//     that is full, a quorum queue electing a leader after losing its
+//     node. When the broker nacked every event of a batch it confirmed
+//     none of, Publish returns a plain error, which the relay takes as an
+//     outage. The publisher logs a warning when the broker starts nacking,
+//     and a line when it takes messages again, at most once per 30 seconds
+//     (at Debug in between).
 //   - A message whose channel or connection closed before the broker
 //     answered is marked herald.Unavailable: the relay retries it without
 //     spending an attempt. When nothing in the batch got an answer, Publish
@@ -64,7 +72,8 @@
 // # Connection
 //
 // The Publisher owns its connection, made by the DialFunc given to New
-// (Dialer makes one from an AMQP URI), and a pool of channels on it, one
+// (Dialer makes one from an AMQP URI; ClusterDialer from the URIs of a
+// cluster's nodes, trying them in turn), and a pool of channels on it, one
 // per Publish in progress. The DialFunc is the user's: it owns TLS,
 // authentication and tuning. When the connection closes (a broker restart,
 // a network failure, an operator closing it), Publish fails with an
@@ -75,10 +84,13 @@
 // # URL form
 //
 // Importing the package registers amqp:// and amqps:// with heraldspec,
-// which opens a destination from its URL (ParseURL, URLConfig.Open):
+// which opens a destination from its URL (ParseURLs, URLConfig.Open):
 //
-//	amqp[s]://[user[:password]@]host[:port][/vhost][?options]
+//	amqp[s]://[user[:password]@]host[:port][/vhost][,amqp[s]://host[:port]...][?options]
 //
+// A list names the nodes of one cluster, dialled in turn (ClusterDialer);
+// its user information, vhost and options are written once, or alike on
+// every URL.
 // Herald's options: exchange (Config.Exchange) and, for amqps:// only,
 // the TLS files ca_file (the CAs to trust instead of the system's roots),
 // cert_file and key_file (a client certificate and its key). The client's
@@ -97,6 +109,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -168,6 +181,11 @@ type Publisher struct {
 	ce          *heraldce.Config // nil: CloudEvents off
 	conns       *connector
 	log         *slog.Logger
+
+	nackMu       sync.Mutex
+	nacking      bool      // the broker nacked since the last batch that went through whole
+	nackWarned   bool      // and that was logged at Warn
+	nackWarnedAt time.Time // when the last warning was logged
 }
 
 var _ herald.Publisher = (*Publisher)(nil)
@@ -288,14 +306,15 @@ func (p *Publisher) Publish(ctx context.Context, batch []herald.Envelope) error 
 		p.conns.release(c)
 	}
 	result := herald.BatchResult(errs)
+	p.noteNacks(s.nacked, len(batch), result == nil)
 	switch {
 	case result == nil:
 		p.log.Debug("published batch", "batch_size", len(batch), "rounds", s.rounds)
 		return nil
 	case s.answered == 0:
-		// Nothing reached the broker and came back: the broker or the
-		// channel is at fault, not the events, and the relay takes a plain
-		// error as an outage.
+		// Nothing reached the broker and came back but nacks: the broker
+		// or the channel is at fault, not the events, and the relay takes
+		// a plain error as an outage.
 		cause := s.stopped
 		if cause == nil {
 			cause = firstError(errs)
@@ -303,6 +322,38 @@ func (p *Publisher) Publish(ctx context.Context, batch []herald.Envelope) error 
 		return fmt.Errorf("heraldrabbit: no event of %d confirmed: %w", len(batch), cause)
 	}
 	return result
+}
+
+// nackWarnEvery is the least time between two warnings that the broker
+// nacks: a broker that nacks on and off (a quorum queue electing its
+// leader) would otherwise log a pair of lines per batch.
+const nackWarnEvery = 30 * time.Second
+
+// noteNacks logs when the broker starts nacking (a warning, with the
+// batch's count) and when a batch went through whole after that: at Warn
+// and Info at most once per nackWarnEvery, at Debug in between.
+func (p *Publisher) noteNacks(nacked, size int, whole bool) {
+	p.nackMu.Lock()
+	defer p.nackMu.Unlock()
+	switch {
+	case nacked > 0 && !p.nacking:
+		p.nacking = true
+		now := time.Now()
+		p.nackWarned = p.nackWarnedAt.IsZero() || now.Sub(p.nackWarnedAt) >= nackWarnEvery
+		level := slog.LevelDebug
+		if p.nackWarned {
+			level, p.nackWarnedAt = slog.LevelWarn, now
+		}
+		p.log.Log(context.Background(), level, "RabbitMQ refused messages (basic.nack: a queue is full, or has no leader); they are retried without spending attempts",
+			"nacked", nacked, "batch_size", size)
+	case whole && p.nacking:
+		p.nacking = false
+		level := slog.LevelDebug
+		if p.nackWarned {
+			level = slog.LevelInfo
+		}
+		p.log.Log(context.Background(), level, "RabbitMQ takes messages again")
+	}
 }
 
 func firstError(errs []error) error {
@@ -319,11 +370,13 @@ type sending struct {
 	p     *Publisher
 	c     *channel
 	batch []herald.Envelope
-	// answered counts the events the broker answered for (an ack, a nack,
-	// a return), and those refused before sending: with none, the batch
+	// answered counts the events the broker answered for (an ack, a
+	// return), and those refused before sending: with none, the batch
 	// failed as a whole.
 	answered int
-	rounds   int
+	// nacked counts the events the broker nacked.
+	nacked int
+	rounds int
 	// stopped is why c can take no further round: the channel failed, or
 	// ctx ended while it waited for the broker. c was discarded.
 	stopped error
@@ -348,8 +401,9 @@ func (s *sending) round(ctx context.Context, idx []int, errs []error) error {
 		return nil
 	}
 	s.rounds++
-	n, stopped := s.p.round(ctx, s.c, s.batch, send, msgs, keys, errs)
+	n, nacked, stopped := s.p.round(ctx, s.c, s.batch, send, msgs, keys, errs)
 	s.answered += n
+	s.nacked += nacked
 	if stopped == nil {
 		return nil
 	}
@@ -493,7 +547,7 @@ type sent struct {
 // events the broker answered for and, when c can take no further round,
 // why; c is then discarded.
 func (p *Publisher) round(ctx context.Context, c *channel, batch []herald.Envelope, idx []int,
-	msgs []amqp.Publishing, keys []string, errs []error) (answered int, stopped error) {
+	msgs []amqp.Publishing, keys []string, errs []error) (answered, nacked int, stopped error) {
 	// Sending happens in its own goroutine: a write blocks while the
 	// broker does not read (a resource alarm blocks publishing
 	// connections), and Publish must still return when ctx ends.
@@ -568,11 +622,14 @@ func (p *Publisher) round(ctx context.Context, c *channel, batch []herald.Envelo
 			s := queue[0]
 			queue = queue[1:]
 			i := idx[s.j]
-			err, answer := p.outcome(c, &batch[i], keys[s.j], s.dc, returned)
+			verdict, err := p.outcome(c, &batch[i], keys[s.j], s.dc, returned)
 			errs[i] = err
-			if answer {
+			switch {
+			case verdict == answerGiven:
 				answered++
-			} else if broken == nil {
+			case verdict == answerNack:
+				nacked++
+			case broken == nil:
 				broken = p.channelError(c, nil)
 			}
 		case <-ctx.Done():
@@ -600,27 +657,36 @@ func (p *Publisher) round(ctx context.Context, c *channel, batch []herald.Envelo
 			broken = p.channelError(c, nil)
 		}
 		p.conns.discard(c, senderDone)
-		return answered, broken
+		return answered, nacked, broken
 	}
-	return answered, nil
+	return answered, nacked, nil
 }
 
-// outcome is the result of one sent event whose confirmation is done, and
-// whether the broker answered for it (as opposed to the channel closing).
+// answer is what became of one sent event, for the batch as a whole.
+type answer int
+
+const (
+	answerNone  answer = iota // the channel closed before the broker answered
+	answerGiven               // an ack, a return, or the channel closed over the message
+	answerNack                // basic.nack: the broker cannot take it now
+)
+
+// outcome is what the broker answered for one sent event whose
+// confirmation is done, and the event's result.
 func (p *Publisher) outcome(c *channel, env *herald.Envelope, rk string, dc *amqp.DeferredConfirmation,
-	returned map[string]amqp.Return) (error, bool) {
+	returned map[string]amqp.Return) (answer, error) {
 	if r, ok := returned[env.ID]; ok {
 		err := fmt.Errorf("heraldrabbit: event %s returned unroutable by the broker (exchange %q, routing key %q): %d %s",
 			env.ID, p.exchange, rk, r.ReplyCode, r.ReplyText)
 		if p.unroutable {
 			err = herald.Permanent(err)
 		}
-		return err, true
+		return answerGiven, err
 	}
 	// The client completes a confirmation with a nack when its channel
 	// closes, after marking the channel closed.
 	if dc.Acked() {
-		return nil, true
+		return answerGiven, nil
 	}
 	if c.ch.IsClosed() {
 		cause := p.channelError(c, nil)
@@ -629,11 +695,13 @@ func (p *Publisher) outcome(c *channel, env *herald.Envelope, rk string, dc *amq
 			// The broker closed the channel over a message (one over its
 			// max_message_size): retrying as an outage would never end,
 			// so the event spends its attempts.
-			return err, true
+			return answerGiven, err
 		}
-		return herald.Unavailable(err), false
+		return answerNone, herald.Unavailable(err)
 	}
-	return fmt.Errorf("heraldrabbit: event %s refused by the broker (basic.nack; a queue may be full)", env.ID), true
+	// The broker could not take the message now (see the package
+	// documentation): not the event's fault.
+	return answerNack, herald.Unavailable(fmt.Errorf("heraldrabbit: event %s refused by the broker (basic.nack: a queue is full, or has no leader)", env.ID))
 }
 
 // channelError describes why c failed.

@@ -361,21 +361,39 @@ func TestPublish(t *testing.T) {
 		}
 	})
 
-	t.Run("NackedEventFailsAndHoldsBackItsKey", func(t *testing.T) {
+	t.Run("NackedEventWaitsWithoutSpendingAnAttemptAndHoldsBackItsKey", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
 		// A queue that holds one message and refuses more with a nack.
 		q := b.queue(t, "full", amqp.Table{"x-max-length": int32(1), "x-overflow": "reject-publish"})
-		p := b.publisher(t, nil)
+		var logs testenv.LogBuffer
+		p := b.publisher(t, &heraldrabbit.Config{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 		batch := []herald.Envelope{envelope("full", "k"), envelope("full", "k"), envelope("full", "k"), envelope("full", "j")}
 		errs := batchErrors(t, p.Publish(t.Context(), batch), len(batch))
 		require.NoError(t, errs[0])
 		require.ErrorContains(t, errs[1], "basic.nack")
 		require.False(t, herald.IsPermanent(errs[1]))
-		require.False(t, herald.IsUnavailable(errs[1]))
+		require.True(t, herald.IsUnavailable(errs[1]), "a nack is the broker's state, not the event's fault")
 		require.ErrorIs(t, errs[2], herald.ErrHeldBack)
 		require.ErrorContains(t, errs[3], "basic.nack", "the queue was full for key j too")
+		require.True(t, herald.IsUnavailable(errs[3]))
+		require.Contains(t, logs.String(), "RabbitMQ refused messages (basic.nack")
+
+		// A batch the broker nacked whole is an outage.
+		again := []herald.Envelope{envelope("full", "k"), envelope("full", "j")}
+		err := p.Publish(t.Context(), again)
+		require.ErrorContains(t, err, "no event of 2 confirmed")
+		require.ErrorContains(t, err, "basic.nack")
+		var be *herald.BatchError
+		require.False(t, errors.As(err, &be), "a plain error: %v", err)
+		require.Equal(t, 1, strings.Count(logs.String(), "RabbitMQ refused messages"), "one warning while the broker nacks")
+
 		require.Equal(t, envIDs(batch[0]), parsedIDs(t, b.read(t, q, 1)))
+		require.NoError(t, p.Publish(t.Context(), again[:1]), "the queue has room again")
+		require.Contains(t, logs.String(), "RabbitMQ takes messages again")
+		// Full again at once: said at Debug, not warned about again.
+		require.Error(t, p.Publish(t.Context(), again[1:]))
+		require.Equal(t, 1, strings.Count(logs.String(), "RabbitMQ refused messages"), "one warning per 30 seconds")
 	})
 
 	t.Run("OversizedEventsArePermanentAndTheConnectionSurvives", func(t *testing.T) {

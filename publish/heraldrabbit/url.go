@@ -18,10 +18,11 @@ import (
 // URL form).
 func init() {
 	heraldspec.Register(heraldspec.Scheme{
-		Kind:    "amqp",
-		Schemes: []string{"amqp", "amqps"},
+		Kind:     "amqp",
+		Schemes:  []string{"amqp", "amqps"},
+		ManyURLs: true,
 		Parse: func(d *heraldspec.Destination, urls []*url.URL) (heraldspec.Target, error) {
-			return ParseURL(d, urls[0])
+			return ParseURLs(d, urls)
 		},
 	})
 }
@@ -48,8 +49,12 @@ var urlOptions = heraldspec.ClientOptions{
 // dials, the client's configuration and the publisher's Config. Open
 // connects it.
 type URLConfig struct {
-	// URI is the URL without Herald's options, as Dialer takes it.
+	// URI is the URL without Herald's options, as Dialer takes it; of a
+	// list, the first node's.
 	URI string
+	// URIs are every node's URI, in the list's order, as ClusterDialer
+	// takes them; one URL gives one.
+	URIs []string
 	// Client is the amqp091 client's configuration: SASL when the
 	// password comes from the destination's secrets, and for amqps:// the
 	// TLS configuration. Open adds the connection name.
@@ -64,16 +69,39 @@ type URLConfig struct {
 // builds the client's configuration: the TLS files are read, nothing is
 // dialled. Errors name the option that is wrong, never a secret.
 func ParseURL(d *heraldspec.Destination, u *url.URL) (*URLConfig, error) {
+	return ParseURLs(d, []*url.URL{u})
+}
+
+// ParseURLs is ParseURL for a destination whose URL lists the nodes of one
+// cluster, comma-separated. The options, the user information and the
+// vhost are written on one URL of the list or on each alike, and hold for
+// every node; the URLs are all amqp:// or all amqps://.
+func ParseURLs(d *heraldspec.Destination, urls []*url.URL) (*URLConfig, error) {
+	if len(urls) == 0 {
+		return nil, errors.New("no URL")
+	}
 	c := &URLConfig{d: d}
 	if base, ok := d.Config.(*Config); ok && base != nil {
 		c.Config = *base
 	} else if d.Config != nil {
 		return nil, fmt.Errorf("Config is a %T, not a *heraldrabbit.Config", d.Config)
 	}
-	tlsScheme := strings.EqualFold(u.Scheme, "amqps")
-	q := u.Query()
-	if err := urlOptions.Check(q); err != nil {
-		return nil, err
+	tlsScheme := strings.EqualFold(urls[0].Scheme, "amqps")
+	q := url.Values{}
+	for _, u := range urls {
+		if strings.EqualFold(u.Scheme, "amqps") != tlsScheme {
+			return nil, errors.New("the URLs of one destination are all amqp:// or all amqps://")
+		}
+		uq := u.Query()
+		if err := urlOptions.Check(uq); err != nil {
+			return nil, err
+		}
+		for name, vs := range uq {
+			if prev, ok := q[name]; ok && prev[0] != vs[0] {
+				return nil, fmt.Errorf("option %s differs between the URLs of one destination", name)
+			}
+			q[name] = vs
+		}
 	}
 	if q.Has("exchange") {
 		// New would refuse it too, but naming its Config field.
@@ -88,21 +116,35 @@ func ParseURL(d *heraldspec.Destination, u *url.URL) (*URLConfig, error) {
 	if heraldspec.HasTLSOption(files) && !tlsScheme {
 		return nil, fmt.Errorf("%s, %s and %s are for amqps:// (TLS) only", heraldspec.OptCAFile, heraldspec.OptCertFile, heraldspec.OptKeyFile)
 	}
-	c.URI = urlOptions.ForClient(u)
-	parsed, err := amqp.ParseURI(c.URI)
-	if err != nil {
-		msg := err.Error()
-		if p, ok := u.User.Password(); ok && p != "" {
-			msg = strings.ReplaceAll(msg, p, heraldspec.Redacted)
+	nodes := urls
+	if len(urls) > 1 {
+		var err error
+		if nodes, err = spread(urls, q); err != nil {
+			return nil, err
 		}
-		return nil, errors.New(herald.Scrub(msg))
+	}
+	var parsed amqp.URI
+	for i, u := range nodes {
+		uri := urlOptions.ForClient(u)
+		p, err := amqp.ParseURI(uri)
+		if err != nil {
+			msg := err.Error()
+			if p, ok := u.User.Password(); ok && p != "" {
+				msg = strings.ReplaceAll(msg, p, heraldspec.Redacted)
+			}
+			return nil, errors.New(herald.Scrub(msg))
+		}
+		if i == 0 {
+			c.URI, parsed = uri, p
+		}
+		c.URIs = append(c.URIs, uri)
 	}
 	password, err := d.Secret(heraldspec.Password)
 	if err != nil {
 		return nil, err
 	}
 	if password != "" {
-		if _, inURL := u.User.Password(); inURL {
+		if _, inURL := nodes[0].User.Password(); inURL {
 			return nil, fmt.Errorf("the URL holds a password and %s is set; give one", d.SecretWhere(heraldspec.Password))
 		}
 		// The user is the URL's, or the client's default (guest).
@@ -110,12 +152,47 @@ func ParseURL(d *heraldspec.Destination, u *url.URL) (*URLConfig, error) {
 	}
 	if tlsScheme {
 		// Always a configuration of Herald's own: given one, the client
-		// ignores its own TLS options of the URL.
-		if c.Client.TLSClientConfig, err = heraldspec.TLSConfig(files, parsed.Host); err != nil {
+		// ignores its own TLS options of the URL. Of a list, each node is
+		// verified for its own host (ClusterDialer).
+		serverName := parsed.Host
+		if len(nodes) > 1 {
+			serverName = ""
+		}
+		if c.Client.TLSClientConfig, err = heraldspec.TLSConfig(files, serverName); err != nil {
 			return nil, err
 		}
 	}
 	return c, nil
+}
+
+// spread returns the URLs of a list each with the list's options q, user
+// information and vhost, which the list gives on one URL or on each alike.
+func spread(urls []*url.URL, q url.Values) ([]*url.URL, error) {
+	user, err := heraldspec.User(urls)
+	if err != nil {
+		return nil, err
+	}
+	// A path of "" or "/" names no vhost: the default one.
+	var vhost *url.URL
+	for _, u := range urls {
+		switch {
+		case u.Path == "" || u.Path == "/":
+		case vhost == nil:
+			vhost = u
+		case vhost.EscapedPath() != u.EscapedPath():
+			return nil, errors.New("the URLs of one destination name different vhosts: give it once")
+		}
+	}
+	out := make([]*url.URL, len(urls))
+	for i, u := range urls {
+		n := *u
+		n.User, n.RawQuery, n.ForceQuery = user, q.Encode(), false
+		if vhost != nil {
+			n.Path, n.RawPath = vhost.Path, vhost.RawPath
+		}
+		out[i] = &n
+	}
+	return out, nil
 }
 
 // Open connects to the broker, named by the destination's ClientName,
@@ -130,7 +207,11 @@ func (c *URLConfig) Open(ctx context.Context) (herald.Publisher, func(), error) 
 		cfg.Properties = amqp.NewConnectionProperties()
 	}
 	cfg.Properties.SetClientConnectionName(d.Client())
-	dial, err := Dialer(c.URI, cfg)
+	uris := c.URIs
+	if len(uris) < 2 {
+		uris = []string{c.URI}
+	}
+	dial, err := ClusterDialer(uris, cfg)
 	if err != nil { // ParseURL checked the URI
 		return nil, nil, heraldspec.Failed(d, false, err, "destination "+d.Name+": "+err.Error())
 	}

@@ -76,6 +76,7 @@ func TestURLsTheRabbitPublisherTakes(t *testing.T) {
 	}{
 		{"Plain", "amqp://127.0.0.1:5672/", nil, nil, func(t *testing.T, c *heraldrabbit.URLConfig) {
 			require.Equal(t, "amqp://127.0.0.1:5672/", c.URI)
+			require.Equal(t, []string{c.URI}, c.URIs)
 			require.Empty(t, c.Client.SASL, "the client takes the URL's user and password")
 			require.Nil(t, c.Client.TLSClientConfig)
 			require.Empty(t, c.Config.Exchange, "the default exchange")
@@ -102,6 +103,20 @@ func TestURLsTheRabbitPublisherTakes(t *testing.T) {
 			require.Equal(t, "amqps://h:5671/", c.URI)
 			require.NotNil(t, c.Client.TLSClientConfig.RootCAs)
 			require.Len(t, c.Client.TLSClientConfig.Certificates, 1)
+		}},
+		{"ClusterNodes", "amqp://u:pw@h1:5672/orders?exchange=events&heartbeat=5,amqp://h2:5673,amqp://h3", nil, nil, func(t *testing.T, c *heraldrabbit.URLConfig) {
+			require.Equal(t, []string{
+				"amqp://u:pw@h1:5672/orders?heartbeat=5",
+				"amqp://u:pw@h2:5673/orders?heartbeat=5",
+				"amqp://u:pw@h3/orders?heartbeat=5",
+			}, c.URIs, "the user, vhost and options of the list hold for every node")
+			require.Equal(t, c.URIs[0], c.URI)
+			require.Equal(t, "events", c.Config.Exchange)
+		}},
+		{"ClusterNodesOverTLS", "amqps://h1/," + "amqps://h2/?" + files, nil, nil, func(t *testing.T, c *heraldrabbit.URLConfig) {
+			require.Equal(t, []string{"amqps://h1/", "amqps://h2/"}, c.URIs)
+			require.Empty(t, c.Client.TLSClientConfig.ServerName, "each node verified for its own host")
+			require.NotNil(t, c.Client.TLSClientConfig.RootCAs)
 		}},
 		{"TheURLOverridesTheDestinationsConfig", "amqp://h/?exchange=events", nil,
 			&heraldrabbit.Config{Exchange: "base", ContentType: "application/json"}, func(t *testing.T, c *heraldrabbit.URLConfig) {
@@ -145,7 +160,10 @@ func TestURLsTheRabbitPublisherRefuses(t *testing.T) {
 		{"CertWithoutKey", base + "cert_file=" + url.QueryEscape(cert), nil, nil, "cert_file and key_file go together"},
 		{"BadHeartbeat", base + "heartbeat=often", nil, nil, "heartbeat is not an uint16"},
 		{"TwoPasswords", base, secrets{heraldspec.Password: "other-0042"}, nil, "the URL holds a password and ORDERS_PASSWORD is set; give one"},
-		{"TwoURLs", "amqp://a/,amqp://b/", nil, nil, "a amqp destination takes one URL"},
+		{"TLSAndPlainNodes", "amqps://a/,amqp://b/", nil, nil, "the URLs of one destination are all amqp:// or all amqps://"},
+		{"NodesWithOtherOptions", "amqp://a/?exchange=x,amqp://b/?exchange=y", nil, nil, "option exchange differs between the URLs of one destination"},
+		{"NodesWithOtherVhosts", "amqp://a/orders,amqp://b/billing", nil, nil, "the URLs of one destination name different vhosts: give it once"},
+		{"NodesWithOtherUsers", "amqp://relay:hunter2@a/,amqp://other@b/", nil, nil, "the URLs of one destination give different user information"},
 		{"AConfigOfAnotherPublisher", base, nil, &struct{ Exchange string }{}, "Config is a *struct { Exchange string }, not a *heraldrabbit.Config"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
