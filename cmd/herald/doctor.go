@@ -147,7 +147,7 @@ func setupDoctor(f *flagSet) func(context.Context, *invocation) error {
 func diagnoseDB(ctx context.Context, db *database, p heraldspec.DiagnoseParams) []heraldspec.Finding {
 	fail := func(err error) []heraldspec.Finding {
 		return []heraldspec.Finding{{Severity: heraldspec.SeverityError, Check: checkDatabase,
-			Message: fmt.Sprintf("%s: %s", db.where, err),
+			Message: err.Error(),
 			Fix:     "start the database, or check the DSN, the credentials and the network between this host and it"}}
 	}
 	pool, store, err := db.connect(ctx)

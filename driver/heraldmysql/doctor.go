@@ -32,14 +32,15 @@ const (
 const (
 	// doctorTransactionsSQL finds the server's transactions, other than
 	// this session's, open for longer than ? microseconds: each holds back
-	// InnoDB's purge of every row version that died after it began.
+	// InnoDB's purge of every row version that died after it began. Its
+	// databases are the server's (purge is), so the oldest 25 are shown.
 	doctorTransactionsSQL = `SELECT t.trx_mysql_thread_id, COALESCE(p.USER, ''), COALESCE(p.HOST, ''), COALESCE(p.DB, ''), t.trx_state,
 	TIMESTAMPDIFF(MICROSECOND, t.trx_started, NOW(6)), COALESCE(t.trx_query, '')
 FROM information_schema.INNODB_TRX t
 LEFT JOIN information_schema.PROCESSLIST p ON p.ID = t.trx_mysql_thread_id
 WHERE t.trx_mysql_thread_id <> CONNECTION_ID() AND t.trx_started < NOW(6) - INTERVAL ? MICROSECOND
 ORDER BY t.trx_started
-LIMIT 10`
+LIMIT 25`
 	// doctorHistorySQL reads InnoDB's history list length (0 when the
 	// counter is disabled: it is enabled by default on MySQL and MariaDB).
 	doctorHistorySQL = `SELECT COALESCE(MAX(COUNT), 0) FROM information_schema.INNODB_METRICS WHERE NAME = 'trx_rseg_history_len'`
