@@ -190,7 +190,11 @@ func checkDestinations(ctx context.Context, inv *invocation, log *slog.Logger, p
 		if err != nil {
 			fix := "check the destination's credentials, TLS files and options"
 			var ue *unreachableError
-			if errors.As(err, &ue) {
+			switch {
+			case errors.As(err, &ue) && (ep.kind == "sqs" || ep.kind == "sns"):
+				// Opening looks the queue or topic up: the broker is AWS.
+				fix = "create the queue or topic the error names, or check the region, the endpoint and the network between this host and AWS"
+			case errors.As(err, &ue):
 				fix = "start the broker, or check the address and the network between this host and it"
 			}
 			add(heraldspec.SeverityError, checkDestination, fmt.Sprintf("destination %s: %s", ep.name, err), fix)
