@@ -292,3 +292,22 @@ func TestDoctorRefusesBadInput(t *testing.T) {
 		require.Contains(t, r.stderr, tc.message)
 	}
 }
+
+// The config file's databases are each checked, by name.
+func TestDoctorChecksTheDatabasesOfAConfigFile(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	shop, stock := filepath.Join(dir, "shop.db"), filepath.Join(dir, "stock.db")
+	require.Equal(t, 0, cli(t, nil, "migrate", "--db", "sqlite:"+shop).code)
+	require.Equal(t, 0, cli(t, nil, "migrate", "--db", "sqlite:"+stock, "--table", "other").code)
+	path := writeConfig(t, fmt.Sprintf("databases:\n  shop: sqlite:%s\n  stock: sqlite:%s\n", shop, stock))
+	r, found := doctorJSON(t, "--config", path)
+	require.Equal(t, 1, r.code, r)
+	schemas := ofCheck(found, "schema")
+	require.Len(t, schemas, 2)
+	require.Equal(t, "shop", schemas[0].Database)
+	require.Equal(t, heraldspec.SeverityOK, schemas[0].Severity)
+	require.Equal(t, "stock", schemas[1].Database)
+	require.Equal(t, heraldspec.SeverityError, schemas[1].Severity, "stock has no herald_outbox table")
+	require.Equal(t, "herald migrate --table herald_outbox", schemas[1].Fix)
+}
