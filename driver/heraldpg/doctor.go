@@ -4,37 +4,27 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"strings"
 	"time"
-	"unicode/utf8"
 
-	"github.com/herald-outbox/herald"
+	"github.com/herald-outbox/herald/driver/internal/doctor"
+	"github.com/herald-outbox/herald/heraldspec"
 )
 
 // Severity is how much a Finding of Diagnose matters.
-type Severity string
+type Severity = heraldspec.Severity
 
 // The severities of a Finding, worst first.
 const (
-	// SeverityError is a state that breaks relaying or grows without
-	// bound: act on it.
-	SeverityError Severity = "error"
-	// SeverityWarning is a state that costs the relay, or will.
-	SeverityWarning Severity = "warning"
-	// SeverityOK is a check that found nothing wrong.
-	SeverityOK Severity = "ok"
+	SeverityError   = heraldspec.SeverityError
+	SeverityWarning = heraldspec.SeverityWarning
+	SeverityOK      = heraldspec.SeverityOK
 )
 
 // Finding is one thing Diagnose found: how much it matters, which check
 // found it, what it is (one line) and how to fix it (the SQL or command
 // to run; empty when there is nothing to do).
-type Finding struct {
-	Severity Severity `json:"severity"`
-	Check    string   `json:"check"`
-	Message  string   `json:"message"`
-	Fix      string   `json:"fix"`
-}
+type Finding = heraldspec.Finding
 
 // The checks of Diagnose, in the order it reports them.
 const (
@@ -44,30 +34,21 @@ const (
 	CheckSlots       = "replication_slots"
 	CheckWALLevel    = "wal_level"
 	CheckReplication = "replication_role"
+	CheckCDCSlot     = "cdc_slot"
+	CheckCDCPub      = "cdc_publication"
 	CheckPartitions  = "partitions"
 	CheckClock       = "clock"
 )
 
-// DiagnoseParams are what Diagnose checks the database against.
-type DiagnoseParams struct {
-	// Lease is the relay's lease: a transaction that holds the xmin
-	// horizon longer is reported. Defaults to 1m.
-	Lease time.Duration
-	// CDC says the table is relayed by change-data-capture (--source
-	// cdc), so that logical replication must be possible. Diagnose also
-	// checks it when the table's inserts are streamed. Defaults to false.
-	CDC bool
-	// Now is the relay's clock, compared with the database's. Defaults to
-	// time.Now.
-	Now func() time.Time
-}
+// DiagnoseParams are what Diagnose checks the database against; Slot
+// and Publication are read when CDC is set, or the table's inserts are
+// streamed.
+type DiagnoseParams = heraldspec.DiagnoseParams
+
+var _ heraldspec.Diagnoser = (*Driver)(nil)
 
 // The thresholds of Diagnose's checks.
 const (
-	// clockSkewLimit is the difference between the relay's clock and the
-	// database's above which Diagnose warns: leases run on the database's
-	// clock, but the relay's logs, backoff and ages read its own.
-	clockSkewLimit = time.Second
 	// slotWALLimit is the write-ahead log a slot may retain before it is
 	// reported.
 	slotWALLimit = 1 << 30
@@ -78,8 +59,6 @@ const (
 	// vacuumStale is how long without a vacuum, while dead rows pass
 	// autovacuum's own threshold, counts as autovacuum falling behind.
 	vacuumStale = 24 * time.Hour
-	// queryShown is how much of a query a finding quotes.
-	queryShown = 60
 )
 
 // The doctor's SQL: catalog and statistics reads only, no lock on the
@@ -90,7 +69,7 @@ const (
 	doctorSettingsSQL = `SELECT current_setting('wal_level'), current_setting('max_slot_wal_keep_size'),
 	current_setting('autovacuum')::bool, current_setting('track_counts')::bool,
 	current_setting('autovacuum_vacuum_threshold')::float8, current_setting('autovacuum_vacuum_scale_factor')::float8,
-	r.rolname, r.rolreplication OR r.rolsuper, clock_timestamp()
+	r.rolname, r.rolreplication OR r.rolsuper, clock_timestamp(), current_database()
 FROM pg_roles r WHERE r.rolname = current_user`
 
 	// doctorHoldersSQL finds the client sessions of this database whose
@@ -131,7 +110,16 @@ ORDER BY 1`
 	// doctorSlotsSQL reads every replication slot of the server: whether
 	// a reader holds it, the horizons it holds and the write-ahead log it
 	// keeps.
-	doctorSlotsSQL = `SELECT slot_name, slot_type, coalesce(database, ''), active,
+	// doctorPublicationSQL reads publication $1: whether it publishes
+	// inserts and the table $2, or a partition of it (a publication
+	// without publish_via_partition_root lists the partitions;
+	// pg_partition_tree returns nothing for a plain table).
+	doctorPublicationSQL = `SELECT p.pubinsert, EXISTS (SELECT 1 FROM pg_publication_tables t
+	WHERE t.pubname = p.pubname
+		AND format('%I.%I', t.schemaname, t.tablename)::regclass IN (SELECT relid FROM pg_partition_tree($2::regclass) UNION SELECT $2::regclass))
+FROM pg_publication p WHERE p.pubname = $1`
+
+	doctorSlotsSQL = `SELECT slot_name, slot_type, coalesce(plugin, ''), coalesce(database, ''), active,
 	xmin IS NOT NULL, coalesce(age(xmin), 0), catalog_xmin IS NOT NULL, coalesce(age(catalog_xmin), 0),
 	coalesce(pg_wal_lsn_diff(CASE WHEN pg_is_in_recovery() THEN pg_last_wal_receive_lsn() ELSE pg_current_wal_lsn() END,
 		restart_lsn), 0)::int8
@@ -152,7 +140,7 @@ type diagnosis struct {
 	walLevel, maxSlotWALKeep string
 	autovacuum, trackCounts  bool
 	avThreshold, avScale     float64
-	role                     string
+	role, database           string
 	canReplicate             bool
 
 	// dbNow is the database's clock, read between before and after on
@@ -166,6 +154,18 @@ type diagnosis struct {
 
 	// parts is the partitioned table's layout; nil for a plain table.
 	parts *partitionFacts
+
+	// slot and publication are change-data-capture's (DiagnoseParams.CDC
+	// only); pub is nil when the publication does not exist, or was not
+	// read (no table).
+	slot, publication string
+	pub               *publicationFacts
+}
+
+// publicationFacts are change-data-capture's publication.
+type publicationFacts struct {
+	inserts bool // it publishes inserts
+	covers  bool // it publishes the outbox table (or each of its partitions)
 }
 
 // partitionFacts are a partitioned outbox's settings and how far its
@@ -213,11 +213,11 @@ type vacuumFacts struct {
 }
 
 type slotFacts struct {
-	name, kind, database string
-	active               bool
-	hasXmin, hasCatalog  bool
-	xminAge, catalogAge  int64
-	retained             int64
+	name, kind, plugin, database string
+	active                       bool
+	hasXmin, hasCatalog          bool
+	xminAge, catalogAge          int64
+	retained                     int64
 }
 
 // Diagnose reads the database's settings and the outbox's state and
@@ -246,7 +246,7 @@ func (d *Driver) Diagnose(ctx context.Context, p DiagnoseParams) ([]Finding, err
 	g.latest = latestVersion()
 	g.before = p.Now()
 	if err := queryRow(ctx, d.db, doctorSettingsSQL, nil, &g.walLevel, &g.maxSlotWALKeep, &g.autovacuum, &g.trackCounts,
-		&g.avThreshold, &g.avScale, &g.role, &g.canReplicate, &g.dbNow); err != nil {
+		&g.avThreshold, &g.avScale, &g.role, &g.canReplicate, &g.dbNow, &g.database); err != nil {
 		return nil, fmt.Errorf("heraldpg: doctor: reading settings: %w", err)
 	}
 	g.after = p.Now()
@@ -316,9 +316,27 @@ func (d *Driver) Diagnose(ctx context.Context, p DiagnoseParams) ([]Finding, err
 				covered: partitionCoverage(parts, cur)}
 		}
 	}
+	if p.CDC {
+		g.slot, g.publication = p.Slot, p.Publication
+		if g.slot == "" {
+			g.slot = d.names.Table
+		}
+		if g.publication == "" {
+			g.publication = d.names.Table
+		}
+		if g.version > 0 {
+			err = d.db.query(ctx, doctorPublicationSQL, []any{g.publication, d.names.Qualified}, func(scan func(...any) error) error {
+				g.pub = &publicationFacts{}
+				return scan(&g.pub.inserts, &g.pub.covers)
+			})
+			if err != nil {
+				return nil, fmt.Errorf("heraldpg: doctor: reading publication %s: %w", g.publication, err)
+			}
+		}
+	}
 	err = d.db.query(ctx, doctorSlotsSQL, nil, func(scan func(...any) error) error {
 		var s slotFacts
-		if err := scan(&s.name, &s.kind, &s.database, &s.active, &s.hasXmin, &s.xminAge, &s.hasCatalog, &s.catalogAge, &s.retained); err != nil {
+		if err := scan(&s.name, &s.kind, &s.plugin, &s.database, &s.active, &s.hasXmin, &s.xminAge, &s.hasCatalog, &s.catalogAge, &s.retained); err != nil {
 			return err
 		}
 		g.slots = append(g.slots, s)
@@ -340,26 +358,11 @@ func (g diagnosis) findings(p DiagnoseParams) []Finding {
 	migrate := fmt.Sprintf("herald migrate --schema %s --table %s", g.schema, g.name)
 
 	// 1. The migration version.
-	switch {
-	case g.version == 0:
-		add(SeverityError, CheckSchema, fmt.Sprintf("outbox table %s does not exist (no migration applied)", g.table), migrate)
-	case g.version < g.latest:
-		add(SeverityError, CheckSchema, fmt.Sprintf("outbox table %s is at schema version %d; this herald needs %d", g.table, g.version, g.latest), migrate)
-	case g.version > g.latest:
-		add(SeverityError, CheckSchema, fmt.Sprintf("outbox table %s is at schema version %d, newer than this herald knows (%d)", g.table, g.version, g.latest),
-			"run a herald as new as the one that migrated the table")
-	default:
-		add(SeverityOK, CheckSchema, fmt.Sprintf("outbox table %s is at schema version %d, this herald's", g.table, g.version), "")
-	}
+	out = append(out, doctor.Schema(g.table, g.version, g.latest, migrate))
 
 	// 2. Transactions holding the xmin horizon.
 	for _, h := range g.holders {
-		// A holder ten leases old has kept every dead row version of the
-		// outbox for that long: the claims' index scans wade through them.
-		sev := SeverityWarning
-		if h.age > 10*p.Lease {
-			sev = SeverityError
-		}
+		sev := doctor.HeldSeverity(h.age, p.Lease)
 		who := fmt.Sprintf("pid %d", h.pid)
 		if h.user != "" || h.app != "" {
 			who += fmt.Sprintf(" (user %s, application %q)", h.user, h.app)
@@ -369,10 +372,7 @@ func (g diagnosis) findings(p DiagnoseParams) []Finding {
 			fmt.Sprintf("SELECT pg_terminate_backend(%d); or make the application end its transactions", h.pid))
 	}
 	for _, x := range g.prepared {
-		sev := SeverityWarning
-		if x.age > 10*p.Lease {
-			sev = SeverityError
-		}
+		sev := doctor.HeldSeverity(x.age, p.Lease)
 		add(sev, CheckXmin, fmt.Sprintf("prepared transaction %q (owner %s) has held the xmin horizon for %s, longer than the lease (%s)",
 			x.gid, x.owner, roundAge(x.age), leaseText(p.Lease)),
 			fmt.Sprintf("COMMIT PREPARED %s; or ROLLBACK PREPARED %s;", quoteLiteral(x.gid), quoteLiteral(x.gid)))
@@ -470,6 +470,9 @@ func (g diagnosis) findings(p DiagnoseParams) []Finding {
 			add(SeverityOK, CheckReplication, fmt.Sprintf("role %s may replicate, as change-data-capture needs", g.role), "")
 		}
 	}
+	if p.CDC {
+		out = append(out, g.cdcFindings()...)
+	}
 
 	// 5. A partitioned table's partitions: the one holding now, and Ahead
 	// past it, which the relay's maintenance creates. Rows with no
@@ -491,21 +494,8 @@ func (g diagnosis) findings(p DiagnoseParams) []Finding {
 		}
 	}
 
-	// 6. The clocks. The database's was read between before and after on
-	// the relay's: the skew is known to within half that round trip.
-	mid := g.before.Add(g.after.Sub(g.before) / 2)
-	skew := g.dbNow.Sub(mid)
-	slack := g.after.Sub(g.before) / 2
-	if math.Abs(float64(skew)) > float64(clockSkewLimit+slack) {
-		ahead := "ahead of"
-		if skew < 0 {
-			ahead, skew = "behind", -skew
-		}
-		add(SeverityWarning, CheckClock, fmt.Sprintf("the database's clock is %s %s this host's (more than %s)", roundAge(skew), ahead, clockSkewLimit),
-			"synchronise both hosts' clocks with NTP (chrony, systemd-timesyncd)")
-	} else {
-		add(SeverityOK, CheckClock, fmt.Sprintf("the database's clock is within %s of this host's", clockSkewLimit), "")
-	}
+	// 6. The clocks.
+	out = append(out, doctor.Clock(g.before, g.dbNow, g.after))
 	return out
 }
 
@@ -526,55 +516,10 @@ func autovacuumDisabled(options []string) bool {
 	return false
 }
 
-// quoteQuery is the first characters of another session's query, its
-// secrets scrubbed (before cutting, so that no half of one survives) and
-// its lines joined.
-func quoteQuery(q string) string {
-	q = strings.Join(strings.Fields(herald.Scrub(q)), " ")
-	if q == "" {
-		return "(none)"
-	}
-	if utf8.RuneCountInString(q) > queryShown {
-		r := []rune(q)
-		q = string(r[:queryShown]) + "..."
-	}
-	return q
-}
-
-// leaseText prints the lease as the flag takes it: 1m, not 1m0s.
-func leaseText(d time.Duration) string {
-	s := d.String()
-	if strings.HasSuffix(s, "m0s") {
-		s = strings.TrimSuffix(s, "0s")
-	}
-	if strings.HasSuffix(s, "h0m") {
-		s = strings.TrimSuffix(s, "0m")
-	}
-	return s
-}
-
-// roundAge prints an age an operator can read.
-func roundAge(d time.Duration) string {
-	switch {
-	case d < time.Minute:
-		return d.Round(100 * time.Millisecond).String()
-	case d < time.Hour:
-		return d.Round(time.Second).String()
-	}
-	return d.Round(time.Minute).String()
-}
-
-func bytesText(n int64) string {
-	switch {
-	case n >= 1<<30:
-		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
-	case n >= 1<<20:
-		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
-	case n >= 1<<10:
-		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
-	}
-	return fmt.Sprintf("%d bytes", n)
-}
+func quoteQuery(q string) string       { return doctor.QuoteQuery(q) }
+func leaseText(d time.Duration) string { return doctor.LeaseText(d) }
+func roundAge(d time.Duration) string  { return doctor.RoundAge(d) }
+func bytesText(n int64) string         { return doctor.BytesText(n) }
 
 func onOff(b bool) string {
 	if b {
@@ -588,3 +533,53 @@ func quoteIdent(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`)
 
 // quoteLiteral quotes a string for the fix's SQL.
 func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
+
+// cdcFindings judges change-data-capture's slot and publication, which
+// herald relay --source cdc reads: the slot's age and the write-ahead log
+// it keeps are the replication_slots check's.
+func (g diagnosis) cdcFindings() []Finding {
+	var out []Finding
+	add := func(s Severity, check, msg, fix string) {
+		out = append(out, Finding{Severity: s, Check: check, Message: msg, Fix: fix})
+	}
+	var slot *slotFacts
+	for i := range g.slots {
+		if g.slots[i].name == g.slot {
+			slot = &g.slots[i]
+		}
+	}
+	switch {
+	case slot == nil:
+		add(SeverityError, CheckCDCSlot, fmt.Sprintf("replication slot %s does not exist: herald relay --source cdc cannot start", g.slot),
+			fmt.Sprintf("herald relay --source cdc --cdc-slot %s --cdc-create-slot, for the table's first change-data-capture only "+
+				"(a slot made later skips what was committed before it)", g.slot))
+	case slot.kind != "logical" || slot.plugin != "pgoutput" || slot.database != g.database:
+		what := slot.kind + " slot"
+		if slot.kind == "logical" {
+			what = fmt.Sprintf("logical slot of plugin %s on database %s", slot.plugin, slot.database)
+		}
+		add(SeverityError, CheckCDCSlot, fmt.Sprintf("replication slot %s is a %s; change-data-capture needs a logical slot of plugin pgoutput on database %s",
+			g.slot, what, g.database),
+			fmt.Sprintf("name another slot with --cdc-slot, or drop this one if nothing reads it: SELECT pg_drop_replication_slot(%s);", quoteLiteral(g.slot)))
+	default:
+		add(SeverityOK, CheckCDCSlot, fmt.Sprintf("replication slot %s is a logical slot of plugin pgoutput on database %s", g.slot, g.database), "")
+	}
+	if g.tables == nil {
+		return out // no table: the schema finding says to migrate
+	}
+	create := fmt.Sprintf("CREATE PUBLICATION %s FOR TABLE %s WITH (publish = 'insert');", quoteIdent(g.publication), g.table)
+	switch {
+	case g.pub == nil:
+		add(SeverityError, CheckCDCPub, fmt.Sprintf("publication %s does not exist: herald relay --source cdc cannot start", g.publication),
+			create+" or start the relay once with --cdc-create-slot")
+	case !g.pub.covers:
+		add(SeverityError, CheckCDCPub, fmt.Sprintf("publication %s does not publish %s: the slot reads none of its events", g.publication, g.table),
+			fmt.Sprintf("ALTER PUBLICATION %s ADD TABLE %s;", quoteIdent(g.publication), g.table))
+	case !g.pub.inserts:
+		add(SeverityError, CheckCDCPub, fmt.Sprintf("publication %s does not publish inserts: the slot reads none of the events of %s", g.publication, g.table),
+			fmt.Sprintf("ALTER PUBLICATION %s SET (publish = 'insert');", quoteIdent(g.publication)))
+	default:
+		add(SeverityOK, CheckCDCPub, fmt.Sprintf("publication %s publishes the inserts of %s", g.publication, g.table), "")
+	}
+	return out
+}

@@ -272,3 +272,90 @@ func TestDiagnoseFindsSlotsAndReplicationRights(t *testing.T) {
 	got = diagnose(t, ad, heraldpg.DiagnoseParams{CDC: true}, heraldpg.CheckReplication)
 	require.Equal(t, heraldpg.SeverityOK, got[0].Severity, got[0])
 }
+
+// TestDiagnoseChecksTheCDCSlotAndPublication puts change-data-capture's
+// slot and publication into each bad state on a cluster of its own (with
+// wal_level=logical), and applies the fixes the findings name.
+func TestDiagnoseChecksTheCDCSlotAndPublication(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	c := testenv.PrivateCluster(t)
+	admin, err := pgxpool.New(ctx, c.DSN)
+	require.NoError(t, err)
+	t.Cleanup(admin.Close)
+	d, err := heraldpg.New(admin, nil)
+	require.NoError(t, err)
+	exec := func(sql string) {
+		t.Helper()
+		_, err := admin.Exec(ctx, sql)
+		require.NoError(t, err, sql)
+	}
+	cdc := heraldpg.DiagnoseParams{CDC: true}
+
+	require.Empty(t, diagnose(t, d, heraldpg.DiagnoseParams{}, heraldpg.CheckCDCSlot), "polling needs no slot")
+	// No table: the slot is checked, the publication (of a table that does
+	// not exist) is not.
+	got := diagnose(t, d, cdc, heraldpg.CheckCDCSlot)
+	require.Len(t, got, 1)
+	require.Equal(t, heraldpg.SeverityError, got[0].Severity)
+	require.Equal(t, "replication slot herald_outbox does not exist: herald relay --source cdc cannot start", got[0].Message)
+	require.Contains(t, got[0].Fix, "herald relay --source cdc --cdc-slot herald_outbox --cdc-create-slot")
+	require.Empty(t, diagnose(t, d, cdc, heraldpg.CheckCDCPub))
+
+	require.NoError(t, d.Migrate(ctx))
+	t.Run("MissingPublication", func(t *testing.T) {
+		got := diagnose(t, d, cdc, heraldpg.CheckCDCPub)
+		require.Len(t, got, 1)
+		require.Equal(t, heraldpg.SeverityError, got[0].Severity)
+		require.Equal(t, "publication herald_outbox does not exist: herald relay --source cdc cannot start", got[0].Message)
+		require.Equal(t, `CREATE PUBLICATION "herald_outbox" FOR TABLE public.herald_outbox WITH (publish = 'insert'); or start the relay once with --cdc-create-slot`, got[0].Fix)
+	})
+	t.Run("APublicationOfAnotherTable", func(t *testing.T) {
+		exec("CREATE TABLE other (id int)")
+		exec("CREATE PUBLICATION elsewhere FOR TABLE other")
+		got := diagnose(t, d, heraldpg.DiagnoseParams{CDC: true, Publication: "elsewhere"}, heraldpg.CheckCDCPub)
+		require.Len(t, got, 1)
+		require.Equal(t, heraldpg.SeverityError, got[0].Severity)
+		require.Equal(t, "publication elsewhere does not publish public.herald_outbox: the slot reads none of its events", got[0].Message)
+		exec(got[0].Fix)
+		got = diagnose(t, d, heraldpg.DiagnoseParams{CDC: true, Publication: "elsewhere"}, heraldpg.CheckCDCPub)
+		require.Equal(t, heraldpg.SeverityOK, got[0].Severity, got[0])
+	})
+	t.Run("APublicationWithoutInserts", func(t *testing.T) {
+		exec("CREATE PUBLICATION herald_outbox FOR TABLE public.herald_outbox WITH (publish = 'update, delete')")
+		got := diagnose(t, d, cdc, heraldpg.CheckCDCPub)
+		require.Len(t, got, 1)
+		require.Equal(t, heraldpg.SeverityError, got[0].Severity)
+		require.Contains(t, got[0].Message, "publication herald_outbox does not publish inserts")
+		exec(got[0].Fix)
+		got = diagnose(t, d, cdc, heraldpg.CheckCDCPub)
+		require.Equal(t, heraldpg.SeverityOK, got[0].Severity, got[0])
+		require.Equal(t, "publication herald_outbox publishes the inserts of public.herald_outbox", got[0].Message)
+	})
+	t.Run("APhysicalSlotOfTheName", func(t *testing.T) {
+		exec("SELECT pg_create_physical_replication_slot('herald_outbox')")
+		got := diagnose(t, d, cdc, heraldpg.CheckCDCSlot)
+		require.Len(t, got, 1)
+		require.Equal(t, heraldpg.SeverityError, got[0].Severity)
+		require.Contains(t, got[0].Message, "replication slot herald_outbox is a physical slot; change-data-capture needs a logical slot of plugin pgoutput on database")
+		exec("SELECT pg_drop_replication_slot('herald_outbox')")
+	})
+	t.Run("TheSlotOfAnotherPlugin", func(t *testing.T) {
+		exec("SELECT pg_create_logical_replication_slot('herald_outbox', 'test_decoding')")
+		got := diagnose(t, d, cdc, heraldpg.CheckCDCSlot)
+		require.Len(t, got, 1)
+		require.Equal(t, heraldpg.SeverityError, got[0].Severity)
+		require.Contains(t, got[0].Message, "is a logical slot of plugin test_decoding on database")
+		exec("SELECT pg_drop_replication_slot('herald_outbox')")
+	})
+	t.Run("AnInactiveSlotIsAWarningOfTheSlotsCheck", func(t *testing.T) {
+		exec("SELECT pg_create_logical_replication_slot('herald_outbox', 'pgoutput')")
+		got := diagnose(t, d, cdc, heraldpg.CheckCDCSlot)
+		require.Len(t, got, 1)
+		require.Equal(t, heraldpg.SeverityOK, got[0].Severity, got[0])
+		slots := diagnose(t, d, cdc, heraldpg.CheckSlots)
+		require.Contains(t, slots[0].Message, "logical slot herald_outbox is inactive")
+		require.Equal(t, heraldpg.SeverityWarning, slots[0].Severity)
+		require.Contains(t, slots[len(slots)-1].Message, "max_slot_wal_keep_size is -1")
+	})
+}
