@@ -15,8 +15,9 @@ import (
 // readOnlyRecheck is how long a connection to a server that took writes
 // is reused before the server's read_only is read again: a primary
 // demoted in a switchover turns read-only without dropping its clients,
-// and MariaDB lets an account with SUPER (or READ_ONLY ADMIN) write on a
-// read-only server, so that errors alone would not tell.
+// and an account allowed to ignore read_only (root; READ_ONLY ADMIN on
+// MariaDB, CONNECTION_ADMIN or SUPER on MySQL) writes on a read-only
+// server without an error, so that errors alone would not tell.
 const readOnlyRecheck = time.Second
 
 // Connector returns the database/sql connector of c, for sql.OpenDB: for

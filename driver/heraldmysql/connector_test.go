@@ -40,6 +40,9 @@ func TestReadWritePoolLeavesAServerThatTurnedReadOnly(t *testing.T) {
 	t.Cleanup(func() { _ = primary.Close() })
 	_, err = primary.ExecContext(ctx, `SET GLOBAL read_only = ON`)
 	require.NoError(t, err)
+	// root ignores read_only: no error on a write would tell the pool.
+	_, err = primary.ExecContext(ctx, `CREATE TABLE written_while_read_only (id INT PRIMARY KEY)`)
+	require.NoError(t, err, "root writes on a read-only server")
 
 	_, _, err = heraldspec.OpenDatabase(ctx, heraldspec.Database{DSN: pair.URL})
 	var oe *heraldspec.DatabaseOpenError
