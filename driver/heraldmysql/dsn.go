@@ -128,7 +128,10 @@ func ParseDSN(d *heraldspec.Database) (*DSNConfig, error) {
 		return nil, &heraldspec.DatabaseError{Field: "Schema",
 			Err: errors.New("on MySQL the database is the schema: name it in the DSN's path (mysql://host:3306/dbname)")}
 	}
-	addr := net.JoinHostPort(host, port)
+	addr := hostAddr(host, port)
+	if addr == "" {
+		return nil, fmt.Errorf("mysql:// host %s is not host or host:port", heraldspec.Clean(host))
+	}
 	if addrs == nil {
 		addrs = []string{addr}
 	}

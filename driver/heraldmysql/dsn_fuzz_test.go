@@ -35,7 +35,9 @@ func FuzzParseDSNHosts(f *testing.F) {
 		}
 		require.NotEmpty(t, c.Addrs)
 		require.Equal(t, c.Addrs[0], c.MySQL.Addr)
-		require.Equal(t, "hunter2", c.MySQL.Passwd)
+		if !strings.Contains(hosts, "@") { // else the password ends at the host's '@'
+			require.Equal(t, "hunter2", c.MySQL.Passwd)
+		}
 		require.NotContains(t, c.MySQL.Params, "target_session_attrs")
 		_, err = c.Connector()
 		require.NoError(t, err)

@@ -45,16 +45,30 @@ func parseHostList(list []string) ([]string, error) {
 			return nil, fmt.Errorf("mysql:// host %d of %d is empty: name them host1:3306,host2:3306", i+1, len(list))
 		}
 		u, err := url.Parse("mysql://" + h)
-		if err != nil || u.Host != h || u.Hostname() == "" {
+		var addr string
+		if err == nil && u.Host == h {
+			addr = hostAddr(u.Hostname(), u.Port())
+		}
+		if addr == "" {
 			return nil, fmt.Errorf("mysql:// host %d of %d (%s) is not host or host:port", i+1, len(list), heraldspec.Clean(h))
 		}
-		port := u.Port()
-		if port == "" {
-			port = "3306"
-		}
-		addrs = append(addrs, net.JoinHostPort(u.Hostname(), port))
+		addrs = append(addrs, addr)
 	}
 	return addrs, nil
+}
+
+// hostAddr returns host:port, the port defaulting to 3306, or "" when
+// host is not one that go-sql-driver can read back from it (url.Parse
+// takes a host such as "]").
+func hostAddr(host, port string) string {
+	if port == "" {
+		port = "3306"
+	}
+	addr := net.JoinHostPort(host, port)
+	if h, p, err := net.SplitHostPort(addr); err != nil || h != host || p != port || host == "" {
+		return ""
+	}
+	return addr
 }
 
 // cutOption returns the raw query without option name, and the option's

@@ -109,6 +109,7 @@ func TestDSNsRefusedThroughHeraldspec(t *testing.T) {
 		{"UnencodedSlashInThePassword", heraldspec.Database{DSN: "mysql://u:pw0rd/hunter2@127.0.0.1:1/db"}, "DSN",
 			"the password holds a '/', '?' or '#' that is not percent-encoded: write them %2F, %3F and %23"},
 		{"BadPort", heraldspec.Database{DSN: "mysql://u:hunter2@127.0.0.1:port/db"}, "DSN", "not a mysql:// URL"},
+		{"ABadHost", heraldspec.Database{DSN: "mysql://u:hunter2@]/db"}, "DSN", "mysql:// host ] is not host or host:port"},
 		{"AnEmptyHostInTheList", heraldspec.Database{DSN: "mysql://u:hunter2@h1,,h3/db"}, "DSN", "mysql:// host 2 of 3 is empty"},
 		{"AnEmptyFirstHost", heraldspec.Database{DSN: "mysql://u:hunter2@,h2/db"}, "DSN", "mysql:// host 1 of 2 is empty"},
 		{"ABadPortInTheList", heraldspec.Database{DSN: "mysql://u:hunter2@h1:3306,h2:port/db"}, "DSN",
