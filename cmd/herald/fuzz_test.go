@@ -152,6 +152,8 @@ func FuzzParseDB(f *testing.F) {
 		{"herald", "p@", "@s", "db", "/outbox?timeout=soon", 3},
 		{"herald", "p/", "", "db", "/outbox", 3},
 		{"herald", "p%", "", "db:x", "/", 3},
+		{"herald", "p,w", "", "db1:3306,db2", "/outbox?target_session_attrs=bogus", 3},
+		{"herald", "pw", "", "db1,,db2:x", "/outbox?target_session_attrs=read-write", 3},
 	} {
 		f.Add(s.user, s.before, s.after, s.host, s.rest, s.form)
 	}

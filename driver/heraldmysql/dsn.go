@@ -33,8 +33,16 @@ func init() {
 // DSNConfig is a checked MySQL database: go-sql-driver's configuration
 // and the driver's Config. Open opens it.
 type DSNConfig struct {
-	// MySQL is go-sql-driver's configuration, password included.
+	// MySQL is go-sql-driver's configuration, password included, of the
+	// first server the DSN names.
 	MySQL *mysql.Config
+	// Addrs are the servers the DSN names, host:port, in the order they
+	// are tried: MySQL.Addr first.
+	Addrs []string
+	// ReadWrite is target_session_attrs=read-write: a connection is kept
+	// only to a server whose read_only is off, and dropped once that
+	// server turns read-only (see Connector).
+	ReadWrite bool
 	// Config is the driver's: the outbox table's name. It may still be
 	// changed before Open.
 	Config Config
@@ -48,9 +56,14 @@ type DSNConfig struct {
 //
 // The DSN form:
 //
-//	mysql://[user[:password]@]host[:port]/dbname[?param=value...]
+//	mysql://[user[:password]@]host[:port][,host[:port]...]/dbname[?param=value...]
 //
-// The port defaults to 3306 and the database is required. The options
+// The port defaults to 3306 and the database is required. Several hosts
+// are tried in order, each connection on its own; with the option
+// target_session_attrs=read-write (as PostgreSQL's URLs say it), only a
+// server whose read_only is off will do, so that a client follows a
+// failover to a promoted replica (see Connector). target_session_attrs=any,
+// the default, keeps the first server that answers. The other options
 // are go-sql-driver's DSN parameters (tls=true, timeout=5s, ...), checked
 // by it; interpolateParams is set unless the URL sets it or picks a
 // character set (charset, collation), some of which forbid it (see the
@@ -81,6 +94,14 @@ func ParseDSN(d *heraldspec.Database) (*DSNConfig, error) {
 		}
 		return herald.Scrub(s)
 	}
+	raw, hostList := cutHostList(raw)
+	var addrs []string
+	if hostList != nil {
+		var err error
+		if addrs, err = parseHostList(hostList); err != nil {
+			return nil, err
+		}
+	}
 	u, err := url.Parse(raw)
 	if err != nil {
 		// Its error quotes the whole URL, password included: only the
@@ -107,13 +128,29 @@ func ParseDSN(d *heraldspec.Database) (*DSNConfig, error) {
 		return nil, &heraldspec.DatabaseError{Field: "Schema",
 			Err: errors.New("on MySQL the database is the schema: name it in the DSN's path (mysql://host:3306/dbname)")}
 	}
-	addr := net.JoinHostPort(host, port)
+	addr := hostAddr(host, port)
+	if addr == "" {
+		return nil, fmt.Errorf("mysql:// host %s is not host or host:port", heraldspec.Clean(host))
+	}
+	if addrs == nil {
+		addrs = []string{addr}
+	}
+	query, attrs, err := cutOption(u.RawQuery, targetSessionAttrs)
+	if err != nil {
+		return nil, err
+	}
+	switch attrs {
+	case "", "any", "read-write":
+	default:
+		return nil, fmt.Errorf("option %s=%s: want read-write or any", targetSessionAttrs, heraldspec.Clean(attrs))
+	}
 	// go-sql-driver checks the options; its DSN form has no password here.
 	base := "tcp(" + addr + ")/" + url.PathEscape(dbName) + "?"
-	cfg, err := mysql.ParseDSN(base + u.RawQuery)
+	cfg, err := mysql.ParseDSN(base + query)
 	if err != nil {
 		// go-sql-driver does not say which option it refused: find it.
-		for name, values := range u.Query() {
+		options, _ := url.ParseQuery(query)
+		for name, values := range options {
 			for _, v := range values {
 				if _, one := mysql.ParseDSN(base + url.Values{name: {v}}.Encode()); one != nil {
 					return nil, fmt.Errorf("option %s=%s: %s", heraldspec.Clean(name), heraldspec.Clean(v), scrub(one.Error()))
@@ -129,7 +166,7 @@ func ParseDSN(d *heraldspec.Database) (*DSNConfig, error) {
 		// character set, some of which forbid it.
 		cfg.InterpolateParams = true
 	}
-	c.MySQL = cfg
+	c.MySQL, c.Addrs, c.ReadWrite = cfg, addrs, attrs == "read-write"
 	if d.Table != "" {
 		c.Config.Table = d.Table
 	}
@@ -143,8 +180,10 @@ func ParseDSN(d *heraldspec.Database) (*DSNConfig, error) {
 	return c, nil
 }
 
-// Display is user@host:port/dbname.
-func (c *DSNConfig) Display() string { return c.MySQL.User + "@" + c.MySQL.Addr + "/" + c.MySQL.DBName }
+// Display is user@host:port/dbname, with every host:port of the DSN.
+func (c *DSNConfig) Display() string {
+	return c.MySQL.User + "@" + strings.Join(c.Addrs, ",") + "/" + c.MySQL.DBName
+}
 
 // Secrets is the password.
 func (c *DSNConfig) Secrets() []string {
@@ -157,7 +196,7 @@ func (c *DSNConfig) Secrets() []string {
 // Open makes the pool, which connects on first use, and the driver and
 // the writer of c.Config on it.
 func (c *DSNConfig) Open(context.Context) (*heraldspec.Outbox, error) {
-	connector, err := mysql.NewConnector(c.MySQL)
+	connector, err := c.Connector()
 	if err != nil {
 		return nil, err
 	}
@@ -180,7 +219,8 @@ func (c *DSNConfig) Open(context.Context) (*heraldspec.Outbox, error) {
 
 // unreachable reports whether a ping's error means the server could not
 // be reached: an error the server sent (refused credentials, an unknown
-// database) is configuration.
+// database) is configuration. With target_session_attrs=read-write, only
+// read-only servers answering is a failover under way, not configuration.
 func unreachable(err error) bool {
 	var (
 		myErr  *mysql.MySQLError
@@ -189,6 +229,6 @@ func unreachable(err error) bool {
 	if errors.As(err, &myErr) {
 		return false
 	}
-	return errors.As(err, &netErr) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, io.EOF) ||
+	return errors.As(err, &netErr) || errors.Is(err, errReadOnly) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, io.EOF) ||
 		errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, driver.ErrBadConn) || errors.Is(err, mysql.ErrInvalidConn)
 }

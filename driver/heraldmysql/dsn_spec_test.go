@@ -42,6 +42,34 @@ func TestDSNsAcceptedThroughHeraldspec(t *testing.T) {
 			func(t *testing.T, c *heraldmysql.DSNConfig) { require.False(t, c.MySQL.InterpolateParams) }},
 		{"ACharacterSetOfItsOwn", heraldspec.Database{DSN: "mysql://app@h/shop?charset=utf8mb4"}, "app@h:3306/shop",
 			func(t *testing.T, c *heraldmysql.DSNConfig) { require.False(t, c.MySQL.InterpolateParams) }},
+		{"OneHostIsTheFirstOfItsList", heraldspec.Database{DSN: "mysql://app:hunter2@db.example:3307/shop"}, "app@db.example:3307/shop",
+			func(t *testing.T, c *heraldmysql.DSNConfig) {
+				require.Equal(t, []string{"db.example:3307"}, c.Addrs)
+				require.False(t, c.ReadWrite)
+			}},
+		{"SeveralHostsTriedInOrder", heraldspec.Database{DSN: "mysql://app:hunter2@db1:3307,db2,[::1]:3309/shop?timeout=2s"},
+			"app@db1:3307,db2:3306,[::1]:3309/shop",
+			func(t *testing.T, c *heraldmysql.DSNConfig) {
+				require.Equal(t, []string{"db1:3307", "db2:3306", "[::1]:3309"}, c.Addrs)
+				require.Equal(t, "db1:3307", c.MySQL.Addr)
+				require.Equal(t, "hunter2", c.MySQL.Passwd)
+				require.Equal(t, "2s", c.MySQL.Timeout.String())
+				require.False(t, c.ReadWrite, "target_session_attrs=any is the default")
+			}},
+		{"ACommaInThePassword", heraldspec.Database{DSN: "mysql://app:hun,ter2@db1,db2/shop"}, "app@db1:3306,db2:3306/shop",
+			func(t *testing.T, c *heraldmysql.DSNConfig) { require.Equal(t, "hun,ter2", c.MySQL.Passwd) }},
+		{"ReadWriteOnly", heraldspec.Database{DSN: "mysql://app@db1,db2/shop?parseTime=true&target_session_attrs=read-write"},
+			"app@db1:3306,db2:3306/shop",
+			func(t *testing.T, c *heraldmysql.DSNConfig) {
+				require.True(t, c.ReadWrite)
+				require.True(t, c.MySQL.ParseTime)
+				require.Empty(t, c.MySQL.Params, "target_session_attrs is not sent to the server as a session variable")
+				require.True(t, c.MySQL.InterpolateParams)
+			}},
+		{"ReadWriteOnOneHost", heraldspec.Database{DSN: "mysql://app@db1/shop?target_session_attrs=read-write"}, "app@db1:3306/shop",
+			func(t *testing.T, c *heraldmysql.DSNConfig) { require.True(t, c.ReadWrite) }},
+		{"AnyServer", heraldspec.Database{DSN: "mysql://app@db1,db2/shop?target_session_attrs=any"}, "app@db1:3306,db2:3306/shop",
+			func(t *testing.T, c *heraldmysql.DSNConfig) { require.False(t, c.ReadWrite) }},
 		{"ThePublicSchemaIsTheDefault", heraldspec.Database{DSN: "mysql://app@h/shop", Schema: "public", Table: "events",
 			Config: &heraldmysql.Config{MaxPayloadBytes: 10}}, "app@h:3306/shop",
 			func(t *testing.T, c *heraldmysql.DSNConfig) {
@@ -81,6 +109,17 @@ func TestDSNsRefusedThroughHeraldspec(t *testing.T) {
 		{"UnencodedSlashInThePassword", heraldspec.Database{DSN: "mysql://u:pw0rd/hunter2@127.0.0.1:1/db"}, "DSN",
 			"the password holds a '/', '?' or '#' that is not percent-encoded: write them %2F, %3F and %23"},
 		{"BadPort", heraldspec.Database{DSN: "mysql://u:hunter2@127.0.0.1:port/db"}, "DSN", "not a mysql:// URL"},
+		{"ABadHost", heraldspec.Database{DSN: "mysql://u:hunter2@]/db"}, "DSN", "mysql:// host ] is not host or host:port"},
+		{"AnEmptyHostInTheList", heraldspec.Database{DSN: "mysql://u:hunter2@h1,,h3/db"}, "DSN", "mysql:// host 2 of 3 is empty"},
+		{"AnEmptyFirstHost", heraldspec.Database{DSN: "mysql://u:hunter2@,h2/db"}, "DSN", "mysql:// host 1 of 2 is empty"},
+		{"ABadPortInTheList", heraldspec.Database{DSN: "mysql://u:hunter2@h1:3306,h2:port/db"}, "DSN",
+			"mysql:// host 2 of 2 (h2:port) is not host or host:port"},
+		{"AnUnknownTargetSessionAttrs", heraldspec.Database{DSN: "mysql://u:hunter2@h1,h2/db?target_session_attrs=primary"}, "DSN",
+			"option target_session_attrs=primary: want read-write or any"},
+		{"AnEmptyTargetSessionAttrs", heraldspec.Database{DSN: "mysql://u:hunter2@h1,h2/db?target_session_attrs="}, "DSN",
+			"option target_session_attrs needs a value: read-write or any"},
+		{"ABadOptionBesideTheHostList", heraldspec.Database{DSN: "mysql://u:hunter2@h1,h2/db?target_session_attrs=read-write&timeout=soon"},
+			"DSN", `option timeout=soon: time: invalid duration "soon"`},
 		{"ASchema", heraldspec.Database{DSN: "mysql://u:hunter2@127.0.0.1:1/db", Schema: "other"}, "Schema",
 			"on MySQL the database is the schema: name it in the DSN's path"},
 		{"BadTable", heraldspec.Database{DSN: "mysql://u:hunter2@127.0.0.1:1/db", Table: "Bad-Name"}, "Table", `"Bad-Name" must match`},

@@ -94,17 +94,11 @@ func startCluster(settings ...string) (*cluster, string, error) {
 // newClusterDir makes and locks the directory of a new cluster, owned by
 // whoever the server runs as.
 func newClusterDir(cred *syscall.Credential) (*cluster, error) {
-	sweepStaleClusters()
-	// Not t.TempDir: the cluster outlives the test that happened to start it.
-	dir, err := os.MkdirTemp("", clusterDirPrefix+"*")
+	dir, lock, err := newServerDir(clusterDirPrefix)
 	if err != nil {
-		return nil, fmt.Errorf("creating cluster directory: %w", err)
-	}
-	c := &cluster{dir: dir}
-	if c.lock, err = lockDir(dir); err != nil {
-		c.stop()
 		return nil, err
 	}
+	c := &cluster{dir: dir, lock: lock}
 	if cred != nil {
 		if err := os.Chown(dir, int(cred.Uid), int(cred.Gid)); err != nil {
 			c.stop()
@@ -242,6 +236,24 @@ func (c *cluster) halt() {
 	c.reaped = true
 }
 
+// newServerDir makes and locks the temporary directory of a server a test
+// starts, named prefix and something random, after sweeping the ones of
+// prefix that dead test binaries left behind.
+func newServerDir(prefix string) (string, *os.File, error) {
+	sweepStaleClusters(prefix)
+	// Not t.TempDir: the server outlives the test that happened to start it.
+	dir, err := os.MkdirTemp("", prefix+"*")
+	if err != nil {
+		return "", nil, fmt.Errorf("creating server directory: %w", err)
+	}
+	lock, err := lockDir(dir)
+	if err != nil {
+		_ = os.RemoveAll(dir)
+		return "", nil, err
+	}
+	return dir, lock, nil
+}
+
 func lockDir(dir string) (*os.File, error) {
 	f, err := os.OpenFile(filepath.Join(dir, "lock"), os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
@@ -254,12 +266,13 @@ func lockDir(dir string) (*os.File, error) {
 	return f, nil
 }
 
-// sweepStaleClusters removes the directories of clusters whose test binary
-// died without StopPostgres, which is the usual case: goleak.VerifyTestMain
-// and plain `go test` exit without running any cleanup. Each directory is
-// tens of megabytes, so they would otherwise pile up in the temp dir.
-func sweepStaleClusters() {
-	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), clusterDirPrefix+"*"))
+// sweepStaleClusters removes the directories of servers named prefix whose
+// test binary died without StopPostgres or its test's cleanup, which is the
+// usual case: goleak.VerifyTestMain and plain `go test` exit without
+// running any cleanup. Each directory is tens of megabytes, so they would
+// otherwise pile up in the temp dir.
+func sweepStaleClusters(prefix string) {
+	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), prefix+"*"))
 	for _, d := range dirs {
 		fi, err := os.Stat(d)
 		// A young directory may belong to a process that has created it but

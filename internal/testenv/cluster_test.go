@@ -43,7 +43,7 @@ func TestSweepStaleClusters(t *testing.T) {
 		require.NoError(t, os.Chtimes(d, old, old))
 	}
 
-	sweepStaleClusters()
+	sweepStaleClusters(clusterDirPrefix)
 
 	require.NoDirExists(t, dead)
 	require.DirExists(t, live)
