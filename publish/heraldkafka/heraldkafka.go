@@ -143,6 +143,11 @@ type Config struct {
 	// see package heraldce for the attributes. The record key stays the
 	// event's key; Parse reads either mode back. Defaults to nil: off.
 	CloudEvents *heraldce.Config
+	// Transactional publishes each batch in a Kafka transaction, exactly
+	// once for read_committed consumers (see the package documentation,
+	// "Exactly once"). The publisher then holds clients of its own: Close
+	// it before the client given to New. Defaults to nil: off.
+	Transactional *Transactional
 }
 
 // Publisher is a herald.Publisher over a franz-go client. It lives as long
@@ -154,7 +159,11 @@ type Publisher struct {
 	batchMax func(string) int32 // the client's ProducerBatchMaxBytesFn
 	timeout  time.Duration
 	ce       *heraldce.Config // nil: CloudEvents off
-	log      *slog.Logger
+	tx       *txPool          // nil: not transactional
+	// hook, set by tests only, is called at each step of a transaction:
+	// "begun", "produced" (before the commit), "committed".
+	hook func(step string)
+	log  *slog.Logger
 }
 
 var _ herald.Publisher = (*Publisher)(nil)
@@ -223,8 +232,17 @@ func New(client *kgo.Client, cfg *Config) (*Publisher, error) {
 		ce := *c.CloudEvents
 		c.CloudEvents = &ce
 	}
+	var tx *txPool
+	if c.Transactional != nil {
+		t, err := c.Transactional.withDefaults()
+		if err != nil {
+			return nil, err
+		}
+		tx = newTxPool(client, t)
+	}
 	batchMax, _ := client.OptValue(kgo.ProducerBatchMaxBytesFn).(func(string) int32)
 	return &Publisher{
+		tx:       tx,
 		cl:       client,
 		prefix:   c.TopicPrefix,
 		maxBytes: c.MaxMessageBytes,
@@ -261,6 +279,10 @@ func (p *Publisher) Publish(ctx context.Context, batch []herald.Envelope) error 
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, p.timeout)
+	if p.tx != nil {
+		defer cancel()
+		return p.publishTx(ctx, batch)
+	}
 	// Withdraws our records still waiting in the client's buffer when we
 	// stop waiting for them.
 	defer cancel()
