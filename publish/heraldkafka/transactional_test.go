@@ -188,4 +188,3 @@ func idsOf(batch []herald.Envelope) []string {
 	}
 	return out
 }
-
