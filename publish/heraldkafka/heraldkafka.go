@@ -76,6 +76,34 @@
 // idempotent producer keeps them until a broker answers), so they may still
 // be delivered; the relay then publishes them again.
 //
+// # Exactly once
+//
+// With Config.Transactional, Publish produces each batch in a Kafka
+// transaction, on clients of its own whose transactional ids are
+// Transactional.ID-0, -1, ... (one transaction at a time each; a relay
+// restarted with the same ID fences its predecessor's). Beside the events,
+// the transaction writes one record to the marker topic (DefaultMarkerTopic
+// unless set): the ids of its events. A record failing aborts the
+// transaction; a commit that fails or whose answer is lost may have landed,
+// so its events fail with an error that spends an attempt.
+//
+// An event whose row was claimed before (herald.Envelope.Attempt above 1)
+// may be in Kafka already: Publish first reads the marker topic as
+// read_committed, from the earliest such event's CreatedAt less
+// Transactional.Lookback to its end (waiting behind a transaction still
+// open there), and reports the events a committed marker names as
+// published without sending them. A consumer reading read_committed thus
+// sees each event once, though a relay died between Kafka's commit and the
+// database's acknowledgement, or another relay rescued its batch. A
+// transaction's records are produced at once rather than in rounds: the
+// client keeps a partition's records in order, and a failure aborts them
+// all, so per-key order holds.
+//
+// Not covered: read_uncommitted consumers; a relay paused longer than its
+// lease before its transaction began, whose batch another relay published
+// meanwhile; an event rescued after its marker left the marker topic's
+// retention. See docs/destinations/kafka.md, "Exactly once".
+//
 // # URL form
 //
 // Importing this package registers kafka:// with package heraldspec
@@ -95,6 +123,8 @@
 //     default.
 //   - ca_file (a PEM CA to trust instead), cert_file and key_file (a
 //     client certificate, mutual TLS) imply tls=true.
+//   - transactional=true sets Config.Transactional (exactly once, above);
+//     transactional_id=ID sets its ID.
 //
 // Open refuses a broker that refuses the credentials
 // (SASL_AUTHENTICATION_FAILED, or a broker that closes the connection on
