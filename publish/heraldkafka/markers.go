@@ -83,7 +83,11 @@ func (p *Publisher) ensureMarkerTopic(ctx context.Context) error {
 		return fmt.Errorf("heraldkafka: creating the marker topic %q: the broker answered for %d topics", p.tx.cfg.MarkerTopic, len(resp.Topics))
 	}
 	if err := kerr.ErrorForCode(resp.Topics[0].ErrorCode); err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
-		return fmt.Errorf("heraldkafka: creating the marker topic %q: %w", p.tx.cfg.MarkerTopic, err)
+		// A principal allowed to write the topic but not to create
+		// topics is refused even when the topic exists: look.
+		if _, merr := p.markerMetadata(ctx); merr != nil {
+			return fmt.Errorf("heraldkafka: creating the marker topic %q: %w", p.tx.cfg.MarkerTopic, err)
+		}
 	}
 	p.tx.mu.Lock()
 	p.tx.created = true
@@ -161,19 +165,8 @@ func (p *Publisher) alreadyPublished(ctx context.Context, batch []herald.Envelop
 // marker.
 func (p *Publisher) scanMarkers(ctx context.Context, since time.Time, fn func(id []byte)) error {
 	topic := p.tx.cfg.MarkerTopic
-	meta := kmsg.NewPtrMetadataRequest()
-	mt := kmsg.NewMetadataRequestTopic()
-	mt.Topic = kmsg.StringPtr(topic)
-	meta.Topics = append(meta.Topics, mt)
-	mresp, err := meta.RequestWith(ctx, p.cl)
+	mtop, err := p.markerMetadata(ctx)
 	if err != nil {
-		return err
-	}
-	if len(mresp.Topics) != 1 {
-		return fmt.Errorf("metadata answered for %d topics", len(mresp.Topics))
-	}
-	mtop := mresp.Topics[0]
-	if err := kerr.ErrorForCode(mtop.ErrorCode); err != nil {
 		return err
 	}
 	for _, part := range mtop.Partitions {
@@ -192,6 +185,27 @@ func (p *Publisher) scanMarkers(ctx context.Context, since time.Time, fn func(id
 		}
 	}
 	return nil
+}
+
+// markerMetadata returns the marker topic's metadata, or why there is
+// none.
+func (p *Publisher) markerMetadata(ctx context.Context) (*kmsg.MetadataResponseTopic, error) {
+	meta := kmsg.NewPtrMetadataRequest()
+	mt := kmsg.NewMetadataRequestTopic()
+	mt.Topic = kmsg.StringPtr(p.tx.cfg.MarkerTopic)
+	meta.Topics = append(meta.Topics, mt)
+	meta.AllowAutoTopicCreation = false
+	resp, err := meta.RequestWith(ctx, p.cl)
+	if err != nil {
+		return nil, err
+	}
+	if len(resp.Topics) != 1 {
+		return nil, fmt.Errorf("metadata answered for %d topics", len(resp.Topics))
+	}
+	if err := kerr.ErrorForCode(resp.Topics[0].ErrorCode); err != nil {
+		return nil, err
+	}
+	return &resp.Topics[0], nil
 }
 
 // offsetAfter is the offset of partition's first record stamped at or after

@@ -3,6 +3,7 @@ package heraldkafka_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -94,6 +95,39 @@ func TestTransactional(t *testing.T) {
 		require.Equal(t, idsOf(again), ids(b.readCommitted(t, "orders")))
 	})
 
+	t.Run("ALookUpWaitsForATransactionStillOpen", func(t *testing.T) {
+		// Relay A has produced a batch and its marker and not committed
+		// yet when relay B, rescuing the batch, looks it up: B's
+		// read_committed fetches of the marker topic come back empty
+		// until A's commit, and B then finds the events published.
+		t.Parallel()
+		b := setup(t)
+		a := b.txPublisher(t, "a")
+		// B's client tells when a fetch answer came back: A's commit
+		// waits for the first, so B's look-up saw A's transaction open.
+		fetched := make(chan struct{}, 1)
+		rescuer, err := heraldkafka.New(b.client(t, kgo.WithHooks(fetchAnswered(fetched))),
+			&heraldkafka.Config{Transactional: &heraldkafka.Transactional{ID: "b", Clients: 1, Timeout: 3 * time.Second}})
+		require.NoError(t, err)
+		t.Cleanup(rescuer.Close)
+		batch := []herald.Envelope{keyed("orders", "a", "1"), keyed("orders", "a", "2")}
+		again := slices.Clone(batch)
+		for i := range again {
+			again[i].Attempt = 2
+		}
+		rescued := make(chan error, 1)
+		heraldkafka.SetHook(a, func(step string) {
+			if step != "produced" {
+				return
+			}
+			go func() { rescued <- rescuer.Publish(context.WithoutCancel(t.Context()), again) }()
+			<-fetched // B is reading the markers while A's transaction is open
+		})
+		require.NoError(t, a.Publish(t.Context(), batch))
+		require.NoError(t, <-rescued)
+		require.Equal(t, idsOf(batch), ids(b.readCommitted(t, "orders")))
+	})
+
 	t.Run("WithoutTheAttemptItPublishesAgain", func(t *testing.T) {
 		// The look-up is what keeps the duplicate out: the same second
 		// publish, with the rows' attempt saying no claim came before,
@@ -165,6 +199,19 @@ func TestTransactional(t *testing.T) {
 		require.True(t, herald.IsPermanent(errs[0]))
 		require.ErrorIs(t, errs[1], herald.ErrHeldBack)
 	})
+}
+
+// fetchAnswered is a client hook that signals each Fetch answer read,
+// without blocking.
+type fetchAnswered chan struct{}
+
+func (c fetchAnswered) OnBrokerRead(_ kgo.BrokerMetadata, key int16, _ int, _, _ time.Duration, err error) {
+	if key == int16(kmsg.Fetch) && err == nil {
+		select {
+		case c <- struct{}{}:
+		default:
+		}
+	}
 }
 
 // initProducerID asks for the producer id of transactional id id, as a

@@ -2,8 +2,10 @@ package heraldkafka_test
 
 import (
 	"context"
+	"log/slog"
 	"slices"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -25,7 +27,7 @@ func TestTransactionalThroughputAgainstPlain(t *testing.T) {
 	testenv.Long(t)
 	ctx := t.Context()
 	const (
-		rounds  = 5
+		rounds  = 7
 		backlog = 2000
 		topic   = "bench"
 	)
@@ -63,7 +65,7 @@ func TestTransactionalThroughputAgainstPlain(t *testing.T) {
 	drain := func(pub herald.Publisher) time.Duration {
 		write()
 		relay, err := herald.NewRelay(&herald.RelayConfig{
-			Store: store, Publisher: pub, BatchSize: 100, PollInterval: time.Millisecond,
+			Store: store, Publisher: pub, Logger: slog.New(slog.DiscardHandler), BatchSize: 100, PollInterval: time.Millisecond,
 			IdlePollInterval: 10 * time.Millisecond, PublishTimeout: 10 * time.Second, Lease: 30 * time.Second,
 		})
 		require.NoError(t, err)
@@ -91,7 +93,51 @@ func TestTransactionalThroughputAgainstPlain(t *testing.T) {
 		t.Logf("round %d: plain %v (%.0f events/s), transactional %v (%.0f events/s)",
 			r, p.Round(time.Millisecond), backlog/p.Seconds(), x.Round(time.Millisecond), backlog/x.Seconds())
 	}
+	report(t, "relay from PostgreSQL", ratios, backlog)
+
+	// The publishers alone, without the database: four goroutines (the
+	// relay's default MaxInFlight) publish batches of 100 events of
+	// distinct keys, first attempts, the backlog split between them.
+	direct := func(pub herald.Publisher) time.Duration {
+		start := time.Now()
+		var wg sync.WaitGroup
+		errs := make(chan error, 4)
+		for range 4 {
+			wg.Go(func() {
+				for range backlog / 4 / 100 {
+					batch := make([]herald.Envelope, 100)
+					for i := range batch {
+						batch[i] = keyed(topic, "k"+strconv.Itoa(i), "{}")
+					}
+					if err := pub.Publish(ctx, batch); err != nil {
+						errs <- err
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+		close(errs)
+		require.NoError(t, <-errs)
+		return time.Since(start)
+	}
+	ratios = ratios[:0]
+	for r := range rounds {
+		var p, x time.Duration
+		if r%2 == 0 {
+			p, x = direct(plain), direct(tx)
+		} else {
+			x, p = direct(tx), direct(plain)
+		}
+		ratios = append(ratios, p.Seconds()/x.Seconds())
+	}
+	report(t, "publisher alone", ratios, backlog)
+}
+
+// report logs the median and range of ratios.
+func report(t *testing.T, what string, ratios []float64, events int) {
+	t.Helper()
 	slices.Sort(ratios)
-	t.Logf("transactional throughput / plain: median %.2f, range %.2f-%.2f over %d interleaved rounds of %d events",
-		ratios[len(ratios)/2], ratios[0], ratios[len(ratios)-1], rounds, backlog)
+	t.Logf("%s: transactional throughput / plain: median %.2f, range %.2f-%.2f over %d interleaved rounds of %d events",
+		what, ratios[len(ratios)/2], ratios[0], ratios[len(ratios)-1], len(ratios), events)
 }
