@@ -84,8 +84,9 @@
 // restarted with the same ID fences its predecessor's). Beside the events,
 // the transaction writes one record to the marker topic (DefaultMarkerTopic
 // unless set): the ids of its events. A record failing aborts the
-// transaction; a commit that fails or whose answer is lost may have landed,
-// so its events fail with an error that spends an attempt.
+// transaction. A commit that fails, or whose answer is lost, may have
+// landed: Publish aborts the transaction, which settles it, and looks its
+// marker up to report the events published or failed.
 //
 // An event whose row was claimed before (herald.Envelope.Attempt above 1)
 // may be in Kafka already: Publish first reads the marker topic as

@@ -98,25 +98,21 @@ func (p *Publisher) ensureMarkerTopic(ctx context.Context) error {
 // alreadyPublished returns the events of batch that a committed
 // transaction already published. Only an event whose row was claimed
 // before (Attempt above 1) can have been: its claim's relay may have
-// committed and then died, or given up waiting for the commit's answer,
-// before the database heard of it. Such events are looked up in the
-// marker topic from their earliest CreatedAt, less the Lookback, to its
-// end, read as read_committed: a transaction still open there (a relay
-// committing it right now) is waited for, up to the transaction timeout.
+// committed and then died before the database heard of it. Events of a
+// commit this process could not confirm nor deny (p.tx.unsure) are looked
+// up too, whatever their attempt. Such events are looked up in the marker
+// topic from their earliest CreatedAt, less the Lookback, to its end.
 func (p *Publisher) alreadyPublished(ctx context.Context, batch []herald.Envelope) (map[string]bool, error) {
 	var (
-		want  map[string]bool
+		want  []string
 		since time.Time
 	)
 	for i := range batch {
 		env := &batch[i]
-		if env.Attempt <= 1 {
+		if env.Attempt <= 1 && !p.tx.isUnsure(env.ID) {
 			continue
 		}
-		if want == nil {
-			want = map[string]bool{}
-		}
-		want[env.ID] = false
+		want = append(want, env.ID)
 		if since.IsZero() || env.CreatedAt.Before(since) {
 			since = env.CreatedAt
 		}
@@ -124,37 +120,51 @@ func (p *Publisher) alreadyPublished(ctx context.Context, batch []herald.Envelop
 	if want == nil {
 		return nil, nil
 	}
-	// Waiting on a transaction left open by a killed relay takes up to the
-	// transaction timeout: the look-up gets that long, whatever ctx allows.
+	done, err := p.lookUp(ctx, want, since.Add(-p.tx.cfg.Lookback))
+	if err != nil {
+		return nil, err
+	}
+	p.tx.resolved(want)
+	if len(done) > 0 {
+		p.log.Info("events already published by an earlier attempt's transaction are not sent again",
+			"events", len(done), "looked_up", len(want))
+	}
+	return done, nil
+}
+
+// lookUp returns those of ids that a committed marker at or after since
+// names. It reads the marker topic as read_committed: a transaction still
+// open there (a relay committing it right now) is waited for, up to the
+// transaction timeout, whatever ctx's deadline; ctx being cancelled (the
+// relay stopping) cuts it short.
+func (p *Publisher) lookUp(ctx context.Context, ids []string, since time.Time) (map[string]bool, error) {
+	want := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		want[id] = false
+	}
 	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.tx.cfg.Timeout+10*time.Second)
 	defer cancel()
 	stop := context.AfterFunc(ctx, func() {
-		// The relay stopping cuts the look-up short; its lease ending
-		// does not, as the batch is not sent before the look-up ends.
 		if errors.Is(context.Cause(ctx), context.Canceled) {
 			cancel()
 		}
 	})
 	defer stop()
 	found := 0
-	err := p.scanMarkers(lctx, since.Add(-p.tx.cfg.Lookback), func(id []byte) {
+	err := p.scanMarkers(lctx, since, func(id []byte) {
 		if seen, ok := want[string(id)]; ok && !seen {
 			want[string(id)] = true
 			found++
 		}
 	})
 	if err != nil {
-		return nil, fmt.Errorf("heraldkafka: looking up %d events of earlier attempts in %q: %w", len(want), p.tx.cfg.MarkerTopic, err)
+		return nil, fmt.Errorf("heraldkafka: looking up %d events in %q: %w", len(ids), p.tx.cfg.MarkerTopic, err)
 	}
 	done := make(map[string]bool, found)
 	for id, seen := range want {
 		if seen {
 			done[id] = true
 		}
-	}
-	if found > 0 {
-		p.log.Info("events already published by an earlier attempt's transaction are not sent again",
-			"events", found, "looked_up", len(want))
 	}
 	return done, nil
 }

@@ -111,6 +111,46 @@ type txPool struct {
 	mu      sync.Mutex
 	closed  bool
 	created bool // the marker topic exists
+	// unsure are the events of commits that failed and that the marker
+	// topic could not settle then: looked up before they are sent again,
+	// whatever their attempt (the relay may have given it back).
+	unsure map[string]bool
+}
+
+// maxUnsure bounds txPool.unsure; past it, the oldest entries are not
+// kept apart (a map has no order: any are dropped).
+const maxUnsure = 100_000
+
+func (p *txPool) isUnsure(id string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.unsure[id]
+}
+
+func (p *txPool) addUnsure(ids []string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.unsure == nil {
+		p.unsure = map[string]bool{}
+	}
+	for _, id := range ids {
+		if len(p.unsure) >= maxUnsure {
+			for old := range p.unsure {
+				delete(p.unsure, old)
+				break
+			}
+		}
+		p.unsure[id] = true
+	}
+}
+
+// resolved forgets ids, looked up.
+func (p *txPool) resolved(ids []string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, id := range ids {
+		delete(p.unsure, id)
+	}
 }
 
 // txSlot is one transactional id and its client, made on first use and
@@ -288,6 +328,7 @@ func (p *Publisher) plan(batch []herald.Envelope, done map[string]bool, errs []e
 // aborts every record of the transaction, so no event can reach a
 // read_committed consumer after an earlier one of its key failed.
 func (p *Publisher) transact(ctx context.Context, slot *txSlot, cl *kgo.Client, ids []string, send []int, recs []*kgo.Record, errs []error) error {
+	begun := time.Now()
 	if err := cl.BeginTransaction(); err != nil {
 		p.tx.reset(slot)
 		return fmt.Errorf("heraldkafka: beginning a transaction: %w", err)
@@ -322,19 +363,48 @@ func (p *Publisher) transact(ctx context.Context, slot *txSlot, cl *kgo.Client, 
 	err := cl.EndTransaction(cctx, kgo.TryCommit)
 	cancel()
 	if err != nil {
-		// The commit may have landed: the events must spend an attempt
-		// (an error that is neither an outage nor a timeout), so that
-		// the next claim looks them up in the markers before sending.
-		for _, i := range send {
-			errs[i] = fmt.Errorf("heraldkafka: transaction %s: commit unconfirmed, the next attempt looks the events up: %s", slot.id, err.Error())
-		}
-		p.endAborting(slot, cl)
-		p.log.Warn("transaction commit unconfirmed", "transactional_id", slot.id, "events", len(send), "error", err.Error())
-		return nil
+		return p.settle(ctx, slot, cl, ids, send, begun, err, errs)
 	}
 	if hook := p.hook; hook != nil {
 		hook("committed")
 	}
+	return nil
+}
+
+// settle finds out whether a commit that failed (commitErr) landed, and
+// sets errs. Aborting first fences the transaction: from then on, it is
+// committed or aborted for good, and its marker says which. Landed, the
+// events are published; not landed, they failed and are retried. When the
+// marker topic cannot tell, the events spend an attempt and this process
+// looks them up before it sends them again.
+//
+// Why not leave every such commit to the next attempt's look-up: the relay
+// gives back the attempt of the events it holds back behind a failed event
+// of their key, so those would be sent again without a look-up.
+func (p *Publisher) settle(ctx context.Context, slot *txSlot, cl *kgo.Client, ids []string, send []int, begun time.Time, commitErr error, errs []error) error {
+	p.endAborting(slot, cl)
+	// Not cut short by the relay stopping: what it would leave unsettled
+	// this process could not look up later.
+	landed, err := p.lookUp(context.WithoutCancel(ctx), ids, begun.Add(-p.tx.cfg.Lookback))
+	switch {
+	case err == nil && len(landed) > 0:
+		// One marker names them all: all landed.
+		p.log.Info("transaction commit unconfirmed, then found committed", "transactional_id", slot.id, "events", len(send))
+		return nil
+	case err == nil:
+		for _, i := range send {
+			errs[i] = fmt.Errorf("heraldkafka: transaction %s not committed: %w", slot.id, commitErr)
+		}
+		return nil
+	}
+	p.tx.addUnsure(ids)
+	for _, i := range send {
+		// Neither an outage nor a timeout: the attempt counts.
+		errs[i] = fmt.Errorf("heraldkafka: transaction %s: commit unconfirmed (%s), and the look-up failed: %s",
+			slot.id, commitErr.Error(), err.Error())
+	}
+	p.log.Warn("transaction commit unconfirmed; its events are looked up before they are sent again",
+		"transactional_id", slot.id, "events", len(send), "error", commitErr.Error())
 	return nil
 }
 

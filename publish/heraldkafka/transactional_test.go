@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -145,7 +146,8 @@ func TestTransactional(t *testing.T) {
 		// Between the records and the commit, the coordinator aborts the
 		// transaction (here: a producer of the same transactional id
 		// fences it, as a restarted relay would). The commit fails, the
-		// events spend an attempt and are published by the next one.
+		// marker topic says it did not land, and the events are retried;
+		// the next attempt publishes them.
 		t.Parallel()
 		b := setup(t)
 		p := b.txPublisher(t, "aborted")
@@ -159,18 +161,52 @@ func TestTransactional(t *testing.T) {
 				initProducerID(t, b, fmt.Sprintf("aborted-%d", i))
 			}
 		})
-		batch := []herald.Envelope{keyed("orders", "a", "1"), keyed("orders", "b", "2")}
+		batch := []herald.Envelope{keyed("orders", "a", "1"), keyed("orders", "a", "2"), keyed("orders", "b", "3")}
 		err := p.Publish(t.Context(), batch)
 		errs := batchErrors(t, err, len(batch))
 		for _, e := range errs {
-			require.ErrorContains(t, e, "commit unconfirmed")
+			require.ErrorContains(t, e, "not committed")
 			require.False(t, herald.IsPermanent(e))
 		}
 		require.Empty(t, b.readCommitted(t, "orders"), "an aborted transaction's records are not read_committed")
-		for i := range batch {
-			batch[i].Attempt = 2
-		}
+		// The relay gives back the attempt of "2", held back behind "1".
+		batch[0].Attempt, batch[2].Attempt = 2, 2
 		require.NoError(t, p.Publish(t.Context(), batch))
+		require.Equal(t, idsOf(batch), ids(b.readCommitted(t, "orders")))
+	})
+
+	t.Run("ACommitWhoseAnswerIsLostIsFoundCommitted", func(t *testing.T) {
+		// The coordinator commits, and its answer is lost (here: the
+		// commit is made over another connection while the relay's
+		// request is answered UNKNOWN_SERVER_ERROR). Publish finds the
+		// transaction's marker and reports the events published: none
+		// waits on its attempt to be looked up, since the relay gives back
+		// the attempt of events it holds back behind a failed one.
+		t.Parallel()
+		b := setup(t)
+		p := b.txPublisher(t, "lost")
+		var calls atomic.Int32
+		b.cluster.ControlKey(int16(kmsg.EndTxn), func(req kmsg.Request) (kmsg.Response, error, bool) {
+			end := req.(*kmsg.EndTxnRequest)
+			if !end.Commit || calls.Add(1) != 1 {
+				return nil, nil, false // the commit over the other connection, and the abort after
+			}
+			b.cluster.KeepControl()
+			committed := make(chan error, 1)
+			go func() {
+				_, err := b.cl.Request(context.WithoutCancel(t.Context()), end)
+				committed <- err
+			}()
+			var cerr error
+			b.cluster.SleepControl(func() { cerr = <-committed })
+			require.NoError(t, cerr)
+			resp := end.ResponseKind().(*kmsg.EndTxnResponse)
+			resp.ErrorCode = kerr.UnknownServerError.Code
+			return resp, nil, true
+		})
+		batch := []herald.Envelope{keyed("orders", "a", "1"), keyed("orders", "a", "2")}
+		require.NoError(t, p.Publish(t.Context(), batch))
+		require.EqualValues(t, 2, calls.Load(), "the relay's commit, answered as lost, and the one over the other connection")
 		require.Equal(t, idsOf(batch), ids(b.readCommitted(t, "orders")))
 	})
 
