@@ -3,6 +3,7 @@ package heraldkafka_test
 import (
 	"context"
 	"fmt"
+	"os"
 	"slices"
 	"sync/atomic"
 	"testing"
@@ -14,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/herald-outbox/herald"
+	"github.com/herald-outbox/herald/heraldspec"
 	"github.com/herald-outbox/herald/publish/heraldkafka"
 )
 
@@ -224,6 +226,27 @@ func TestTransactional(t *testing.T) {
 		err = p.Publish(t.Context(), []herald.Envelope{keyed("orders", "a", "1")})
 		require.Error(t, err)
 		require.NotErrorAs(t, err, new(*herald.BatchError), "no broker answered: an outage, not a failed event")
+	})
+
+	t.Run("OpensFromAURLWithAnIDPerDestination", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		pub, closePub, err := heraldspec.Open(t.Context(), heraldspec.Destination{Name: "orders",
+			URL: "kafka://" + b.addrs[0] + "?transactional=true"})
+		require.NoError(t, err)
+		defer closePub()
+		batch := []herald.Envelope{keyed("orders", "a", "1")}
+		require.NoError(t, pub.Publish(t.Context(), batch))
+		require.Equal(t, idsOf(batch), ids(b.readCommitted(t, "orders")))
+		host, err := os.Hostname()
+		require.NoError(t, err)
+		resp, err := kmsg.NewPtrListTransactionsRequest().RequestWith(t.Context(), b.cl)
+		require.NoError(t, err)
+		var txids []string
+		for _, s := range resp.TransactionStates {
+			txids = append(txids, s.TransactionalID)
+		}
+		require.Contains(t, txids, "herald-"+host+"-orders-0")
 	})
 
 	t.Run("RefusesTheMarkerTopicAsAnEventsTopic", func(t *testing.T) {

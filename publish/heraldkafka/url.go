@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -243,6 +244,14 @@ func (c *URLConfig) Open(ctx context.Context) (herald.Publisher, func(), error) 
 	}
 	cfg := c.Config
 	cfg.Logger, cfg.CloudEvents = log, c.d.CloudEvents
+	if cfg.Transactional != nil && cfg.Transactional.ID == "" {
+		// Two destinations of one daemon must not share the ids.
+		t := *cfg.Transactional
+		if host, err := os.Hostname(); err == nil && host != "" {
+			t.ID = "herald-" + host + "-" + c.d.Name
+		}
+		cfg.Transactional = &t
+	}
 	pub, err := New(client, &cfg)
 	if err != nil {
 		client.Close()
