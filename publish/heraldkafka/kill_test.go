@@ -17,7 +17,9 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/herald-outbox/herald"
 	"github.com/herald-outbox/herald/driver/heraldpg"
@@ -171,6 +173,9 @@ type killRun struct {
 	// read them; want, in commit order.
 	perKey, want map[string][]string
 	logs         strings.Builder // every relay's log
+	// Commits the broker refused (the transaction aborted under the
+	// relay) and commits whose answer it lost.
+	refused, lost int32
 }
 
 // runKills writes events to a PostgreSQL outbox and relays them to kfake
@@ -186,6 +191,11 @@ func runKills(t *testing.T, transactional bool, kills int) *killRun {
 	t.Cleanup(cluster.Close)
 	b := &bundle{cluster: cluster, addrs: cluster.ListenAddrs()}
 	b.cl = b.client(t)
+
+	var refused, lost atomic.Int32
+	if transactional {
+		breakCommits(t, cluster, b, &refused, &lost)
+	}
 
 	pool := testenv.PostgresPool(t)
 	dsn := testenv.PostgresDSN(t)
@@ -273,6 +283,7 @@ func runKills(t *testing.T, transactional bool, kills int) *killRun {
 	for _, l := range logs {
 		run.logs.WriteString(l.String())
 	}
+	run.refused, run.lost = refused.Load(), lost.Load()
 	run.events = written
 	run.want = map[string][]string{}
 	rows, err := pool.Query(ctx, `SELECT id::text, key FROM `+store.Table()+` ORDER BY seq`)
@@ -291,9 +302,62 @@ func runKills(t *testing.T, transactional bool, kills int) *killRun {
 	return run
 }
 
+// breakCommits makes the broker fail some transactions' commits: every
+// fifth it refuses with INVALID_PRODUCER_EPOCH, as when the coordinator
+// aborted the transaction (it timed out, or a newer producer fenced it),
+// and leaves the transaction to the relay to abort; every seventh it
+// commits, over another connection, and answers the relay's request with
+// UNKNOWN_SERVER_ERROR, as when the answer is lost.
+func breakCommits(t *testing.T, cluster *kfake.Cluster, b *bundle, refused, lost *atomic.Int32) {
+	var (
+		commits atomic.Int32
+		mu      sync.Mutex
+		relayed = map[int64]bool{} // producer ids whose commit is made over b.cl
+	)
+	cluster.ControlKey(int16(kmsg.EndTxn), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		cluster.KeepControl()
+		end := req.(*kmsg.EndTxnRequest)
+		mu.Lock()
+		passing := relayed[end.ProducerID]
+		mu.Unlock()
+		if !end.Commit || passing {
+			return nil, nil, false
+		}
+		resp := end.ResponseKind().(*kmsg.EndTxnResponse)
+		switch n := commits.Add(1); {
+		case n%5 == 0:
+			refused.Add(1)
+			resp.ErrorCode = kerr.InvalidProducerEpoch.Code
+			return resp, nil, true
+		case n%7 == 0:
+			mu.Lock()
+			relayed[end.ProducerID] = true
+			mu.Unlock()
+			done := make(chan error, 1)
+			go func() {
+				_, err := b.cl.Request(context.WithoutCancel(t.Context()), end)
+				done <- err
+			}()
+			var err error
+			cluster.SleepControl(func() { err = <-done })
+			mu.Lock()
+			delete(relayed, end.ProducerID)
+			mu.Unlock()
+			if err != nil {
+				return nil, nil, false // not committed: let the relay's request through
+			}
+			lost.Add(1)
+			resp.ErrorCode = kerr.UnknownServerError.Code
+			return resp, nil, true
+		}
+		return nil, nil, false
+	})
+}
+
 // Relays killed at every step of publish, commit and acknowledgement, 24
 // times, their batches rescued by another relay or by the same relay
-// restarted: a read_committed consumer reads every event exactly once,
+// restarted, while the broker refuses some commits and loses the answer
+// of others: a read_committed consumer reads every event exactly once,
 // each key's events in commit order.
 func TestTransactionalRelaysPublishExactlyOnceAcrossKills(t *testing.T) {
 	testenv.Long(t)
@@ -304,7 +368,10 @@ func TestTransactionalRelaysPublishExactlyOnceAcrossKills(t *testing.T) {
 	// The kills after a commit left batches that the marker look-up kept
 	// from being sent again (else the run proves little).
 	require.Contains(t, run.logs.String(), "not sent again", "no rescued batch was found already published")
-	t.Logf("%d kills, %d events, %d records", run.kills, run.events, run.records)
+	require.Positive(t, run.refused, "no commit was refused")
+	require.Positive(t, run.lost, "no commit's answer was lost")
+	t.Logf("%d kills, %d commits refused, %d commits' answers lost, %d events, %d records",
+		run.kills, run.refused, run.lost, run.events, run.records)
 }
 
 // The same run without Config.Transactional: the relays killed after
