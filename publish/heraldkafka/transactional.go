@@ -28,7 +28,8 @@ type Transactional struct {
 	// ID fences the transactions its previous process left open: give
 	// each relay a stable ID of its own (two live relays with the same ID
 	// fence each other's transactions, which then fail and are retried).
-	// Defaults to "herald-" and the host name.
+	// Defaults to "herald-" and the host name; a destination opened from
+	// a kafka:// URL adds "-" and the destination's name.
 	ID string
 	// Clients is how many transactions run at once, each on its own
 	// client: a transactional client runs one transaction at a time.
