@@ -343,12 +343,12 @@ func breakCommits(t *testing.T, cluster *kfake.Cluster, b *bundle, refused, lost
 			mu.Lock()
 			delete(relayed, end.ProducerID)
 			mu.Unlock()
-			if err != nil {
-				return nil, nil, false // not committed: let the relay's request through
+			if err == nil {
+				lost.Add(1)
+				resp.ErrorCode = kerr.UnknownServerError.Code
+				return resp, nil, true
 			}
-			lost.Add(1)
-			resp.ErrorCode = kerr.UnknownServerError.Code
-			return resp, nil, true
+			// Not committed over b.cl: the relay's request goes through.
 		}
 		return nil, nil, false
 	})
