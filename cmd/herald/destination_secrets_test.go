@@ -214,7 +214,7 @@ func TestKafkaAndNATSDestinationOptionsAreChecked(t *testing.T) {
 		says string
 	}{
 		{"KafkaUnknownOption", nil, pub("kafka://127.0.0.1:9092?sasl_mechanism=plain"),
-			`--publisher: option "sasl_mechanism" is not known: a kafka:// URL takes sasl, tls, ca_file, cert_file, key_file`},
+			`--publisher: option "sasl_mechanism" is not known: a kafka:// URL takes sasl, tls, transactional, transactional_id, ca_file, cert_file, key_file`},
 		{"KafkaUserInformationWithoutSASL", nil, pub("kafka://herald:" + secret + "@127.0.0.1:9092"),
 			"--publisher: the URL names a user but no SASL mechanism: add sasl=plain, sasl=scram-sha-256 or sasl=scram-sha-512"},
 		{"KafkaPasswordVariableWithoutSASL", map[string]string{"HERALD_KAFKA_PASSWORD": secret}, pub("kafka://127.0.0.1:9092"),

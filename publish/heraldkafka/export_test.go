@@ -11,3 +11,7 @@ import (
 func Record(prefix string, env *herald.Envelope) (*kgo.Record, error) {
 	return (&Publisher{prefix: prefix}).record(env)
 }
+
+// SetHook sets the function a transactional publisher calls at each step of
+// a transaction: "begun", "produced" (before the commit), "committed".
+func SetHook(p *Publisher, fn func(step string)) { p.hook = fn }

@@ -76,6 +76,35 @@
 // idempotent producer keeps them until a broker answers), so they may still
 // be delivered; the relay then publishes them again.
 //
+// # Exactly once
+//
+// With Config.Transactional, Publish produces each batch in a Kafka
+// transaction, on clients of its own whose transactional ids are
+// Transactional.ID-0, -1, ... (one transaction at a time each; a relay
+// restarted with the same ID fences its predecessor's). Beside the events,
+// the transaction writes one record to the marker topic (DefaultMarkerTopic
+// unless set): the ids of its events. A record failing aborts the
+// transaction. A commit that fails, or whose answer is lost, may have
+// landed: Publish aborts the transaction, which settles it, and looks its
+// marker up to report the events published or failed.
+//
+// An event whose row was claimed before (herald.Envelope.Attempt above 1)
+// may be in Kafka already: Publish first reads the marker topic as
+// read_committed, from the earliest such event's CreatedAt less
+// Transactional.Lookback to its end (waiting behind a transaction still
+// open there), and reports the events a committed marker names as
+// published without sending them. A consumer reading read_committed thus
+// sees each event once, though a relay died between Kafka's commit and the
+// database's acknowledgement, or another relay rescued its batch. A
+// transaction's records are produced at once rather than in rounds: the
+// client keeps a partition's records in order, and a failure aborts them
+// all, so per-key order holds.
+//
+// Not covered: read_uncommitted consumers; a relay paused longer than its
+// lease before its transaction began, whose batch another relay published
+// meanwhile; an event rescued after its marker left the marker topic's
+// retention. See docs/destinations/kafka.md, "Exactly once".
+//
 // # URL form
 //
 // Importing this package registers kafka:// with package heraldspec
@@ -95,6 +124,8 @@
 //     default.
 //   - ca_file (a PEM CA to trust instead), cert_file and key_file (a
 //     client certificate, mutual TLS) imply tls=true.
+//   - transactional=true sets Config.Transactional (exactly once, above);
+//     transactional_id=ID sets its ID.
 //
 // Open refuses a broker that refuses the credentials
 // (SASL_AUTHENTICATION_FAILED, or a broker that closes the connection on
@@ -143,6 +174,11 @@ type Config struct {
 	// see package heraldce for the attributes. The record key stays the
 	// event's key; Parse reads either mode back. Defaults to nil: off.
 	CloudEvents *heraldce.Config
+	// Transactional publishes each batch in a Kafka transaction, exactly
+	// once for read_committed consumers (see the package documentation,
+	// "Exactly once"). The publisher then holds clients of its own: Close
+	// it before the client given to New. Defaults to nil: off.
+	Transactional *Transactional
 }
 
 // Publisher is a herald.Publisher over a franz-go client. It lives as long
@@ -154,7 +190,11 @@ type Publisher struct {
 	batchMax func(string) int32 // the client's ProducerBatchMaxBytesFn
 	timeout  time.Duration
 	ce       *heraldce.Config // nil: CloudEvents off
-	log      *slog.Logger
+	tx       *txPool          // nil: not transactional
+	// hook, set by tests only, is called at each step of a transaction:
+	// "begun", "produced" (before the commit), "committed".
+	hook func(step string)
+	log  *slog.Logger
 }
 
 var _ herald.Publisher = (*Publisher)(nil)
@@ -223,8 +263,17 @@ func New(client *kgo.Client, cfg *Config) (*Publisher, error) {
 		ce := *c.CloudEvents
 		c.CloudEvents = &ce
 	}
+	var tx *txPool
+	if c.Transactional != nil {
+		t, err := c.Transactional.withDefaults()
+		if err != nil {
+			return nil, err
+		}
+		tx = newTxPool(client, t)
+	}
 	batchMax, _ := client.OptValue(kgo.ProducerBatchMaxBytesFn).(func(string) int32)
 	return &Publisher{
+		tx:       tx,
 		cl:       client,
 		prefix:   c.TopicPrefix,
 		maxBytes: c.MaxMessageBytes,
@@ -261,6 +310,10 @@ func (p *Publisher) Publish(ctx context.Context, batch []herald.Envelope) error 
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, p.timeout)
+	if p.tx != nil {
+		defer cancel()
+		return p.publishTx(ctx, batch)
+	}
 	// Withdraws our records still waiting in the client's buffer when we
 	// stop waiting for them.
 	defer cancel()

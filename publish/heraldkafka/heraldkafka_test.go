@@ -21,6 +21,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	runKillChildIfAsked()
 	testenv.Main(m)
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -38,11 +39,13 @@ func init() {
 
 // The options of a kafka:// URL.
 const (
-	optSASL = "sasl"
-	optTLS  = "tls"
+	optSASL            = "sasl"
+	optTLS             = "tls"
+	optTransactional   = "transactional"
+	optTransactionalID = "transactional_id"
 )
 
-var urlOptions = append([]string{optSASL, optTLS}, heraldspec.TLSOptions...)
+var urlOptions = append([]string{optSASL, optTLS, optTransactional, optTransactionalID}, heraldspec.TLSOptions...)
 
 // Mechanisms are the values of a kafka:// URL's sasl= option.
 var Mechanisms = []string{"plain", "scram-sha-256", "scram-sha-512"}
@@ -119,7 +122,39 @@ func ParseURLs(d *heraldspec.Destination, urls []*url.URL) (*URLConfig, error) {
 	if m := saslMechanism(c.Mechanism, c.User, password); m != nil {
 		c.Options = append(c.Options, kgo.SASL(m))
 	}
+	if err := c.transactional(opts[optTransactional], opts[optTransactionalID]); err != nil {
+		return nil, err
+	}
 	return c, nil
+}
+
+// transactional applies transactional= and transactional_id= to c.Config.
+func (c *URLConfig) transactional(on, id string) error {
+	if on != "" {
+		b, err := strconv.ParseBool(on)
+		if err != nil {
+			return fmt.Errorf("transactional=%q: use true or false", heraldspec.Clean(on))
+		}
+		switch {
+		case b && c.Config.Transactional == nil:
+			c.Config.Transactional = &Transactional{}
+		case !b && c.Config.Transactional != nil:
+			return errors.New("transactional=false, but the destination's Go Config sets Transactional")
+		}
+	}
+	if id == "" {
+		return nil
+	}
+	if c.Config.Transactional == nil {
+		return errors.New("transactional_id= goes with transactional=true")
+	}
+	t := *c.Config.Transactional
+	t.ID = id
+	if _, err := t.withDefaults(); err != nil {
+		return fmt.Errorf("transactional_id=%q: %w", heraldspec.Clean(id), err)
+	}
+	c.Config.Transactional = &t
+	return nil
 }
 
 // sasl checks the URL's sasl= against its user information and d's
@@ -209,12 +244,20 @@ func (c *URLConfig) Open(ctx context.Context) (herald.Publisher, func(), error) 
 	}
 	cfg := c.Config
 	cfg.Logger, cfg.CloudEvents = log, c.d.CloudEvents
+	if cfg.Transactional != nil && cfg.Transactional.ID == "" {
+		// Two destinations of one daemon must not share the ids.
+		t := *cfg.Transactional
+		if host, err := os.Hostname(); err == nil && host != "" {
+			t.ID = "herald-" + host + "-" + c.d.Name
+		}
+		cfg.Transactional = &t
+	}
 	pub, err := New(client, &cfg)
 	if err != nil {
 		client.Close()
 		return nil, nil, heraldspec.Failed(c.d, false, err, "destination "+c.d.Name+": "+err.Error())
 	}
-	return pub, client.Close, nil
+	return pub, func() { pub.Close(); client.Close() }, nil
 }
 
 // saslHangups counts the SASL authentications a broker answered by

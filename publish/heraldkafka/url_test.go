@@ -158,6 +158,20 @@ func TestURLsTheKafkaPublisherTakes(t *testing.T) {
 			require.False(t, c.TLS)
 			require.Empty(t, c.Options)
 		}},
+		{name: "Transactional", url: "kafka://k1:9092?transactional=true&transactional_id=relay-a", check: func(t *testing.T, c *heraldkafka.URLConfig) {
+			require.Equal(t, &heraldkafka.Transactional{ID: "relay-a"}, c.Config.Transactional)
+		}},
+		{name: "TransactionalWithTheDefaultID", url: "kafka://k1:9092?transactional=1", check: func(t *testing.T, c *heraldkafka.URLConfig) {
+			require.Equal(t, &heraldkafka.Transactional{}, c.Config.Transactional, "the host name, when the publisher is made")
+		}},
+		{name: "NotTransactional", url: "kafka://k1:9092?transactional=false", check: func(t *testing.T, c *heraldkafka.URLConfig) {
+			require.Nil(t, c.Config.Transactional)
+		}},
+		{name: "TransactionalFromGo", url: "kafka://k1:9092?transactional_id=relay-b",
+			config: &heraldkafka.Config{Transactional: &heraldkafka.Transactional{Clients: 2}},
+			check: func(t *testing.T, c *heraldkafka.URLConfig) {
+				require.Equal(t, &heraldkafka.Transactional{ID: "relay-b", Clients: 2}, c.Config.Transactional)
+			}},
 		{name: "TheConfigToStartFrom", url: "kafka://k1:9092", config: &heraldkafka.Config{TopicPrefix: "prod."},
 			check: func(t *testing.T, c *heraldkafka.URLConfig) { require.Equal(t, "prod.", c.Config.TopicPrefix) }},
 	} {
@@ -189,7 +203,10 @@ func TestURLsTheKafkaPublisherRefuses(t *testing.T) {
 		says      string
 	}{
 		{"UnknownOption", "kafka://h:9092?sasl_mechanism=plain", nil,
-			`option "sasl_mechanism" is not known: a kafka:// URL takes sasl, tls, ca_file, cert_file, key_file`},
+			`option "sasl_mechanism" is not known: a kafka:// URL takes sasl, tls, transactional, transactional_id, ca_file, cert_file, key_file`},
+		{"TransactionalNotABoolean", "kafka://h:9092?transactional=maybe", nil, `transactional="maybe": use true or false`},
+		{"TransactionalIDWithoutTransactional", "kafka://h:9092?transactional_id=a", nil, "transactional_id= goes with transactional=true"},
+		{"TransactionalIDTooLong", "kafka://h:9092?transactional=true&transactional_id=" + strings.Repeat("a", 201), nil, "Config.Transactional.ID is longer than 200 bytes"},
 		{"OptionWithoutValue", "kafka://h:9092?ca_file=", nil, "option ca_file has no value"},
 		{"OptionTwice", "kafka://h:9092?tls=true&tls=true", nil, "option tls is given twice"},
 		{"OptionsDifferBetweenURLs", "kafka://h1:9092?tls=true,kafka://h2:9092?tls=false", nil,
