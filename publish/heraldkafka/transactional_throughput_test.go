@@ -20,11 +20,14 @@ import (
 
 // A relay drains a backlog from PostgreSQL to kfake with the plain
 // publisher and with Config.Transactional, in interleaved rounds (which
-// goes first alternates), and the test reports the transactional drain's
-// throughput as a ratio of the plain one's: median and range. Every
-// event of every round must be published, once per round.
-func TestTransactionalThroughputAgainstPlain(t *testing.T) {
-	testenv.Long(t)
+// goes first alternates), and the benchmark reports the transactional
+// drain's throughput as a ratio of the plain one's: median and range
+// (tx/plain, and its range in the log). Every event of every round must
+// be published, once per round. The rounds are the measurement: run it
+// once, go test -run XXX -bench TransactionalAgainstPlain -benchtime 1x
+// ./publish/heraldkafka.
+func BenchmarkTransactionalAgainstPlain(tb *testing.B) {
+	t := tb
 	ctx := t.Context()
 	const (
 		rounds  = 7
@@ -93,7 +96,7 @@ func TestTransactionalThroughputAgainstPlain(t *testing.T) {
 		t.Logf("round %d: plain %v (%.0f events/s), transactional %v (%.0f events/s)",
 			r, p.Round(time.Millisecond), backlog/p.Seconds(), x.Round(time.Millisecond), backlog/x.Seconds())
 	}
-	report(t, "relay from PostgreSQL", ratios, backlog)
+	tb.ReportMetric(report(t, "relay from PostgreSQL", ratios, backlog), "relay-tx/plain")
 
 	// The publishers alone, without the database: four goroutines (the
 	// relay's default MaxInFlight) publish batches of 100 events of
@@ -131,13 +134,14 @@ func TestTransactionalThroughputAgainstPlain(t *testing.T) {
 		}
 		ratios = append(ratios, p.Seconds()/x.Seconds())
 	}
-	report(t, "publisher alone", ratios, backlog)
+	tb.ReportMetric(report(t, "publisher alone", ratios, backlog), "publisher-tx/plain")
 }
 
-// report logs the median and range of ratios.
-func report(t *testing.T, what string, ratios []float64, events int) {
+// report logs the median and range of ratios, and returns the median.
+func report(t testing.TB, what string, ratios []float64, events int) float64 {
 	t.Helper()
 	slices.Sort(ratios)
 	t.Logf("%s: transactional throughput / plain: median %.2f, range %.2f-%.2f over %d interleaved rounds of %d events",
 		what, ratios[len(ratios)/2], ratios[0], ratios[len(ratios)-1], len(ratios), events)
+	return ratios[len(ratios)/2]
 }
