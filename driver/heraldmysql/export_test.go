@@ -2,6 +2,7 @@ package heraldmysql
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/herald-outbox/herald/heraldadmin"
 	"github.com/herald-outbox/herald/internal/sqlstore"
@@ -54,10 +55,11 @@ func (d *Driver) Plans() map[string]struct {
 		"retrying list":   retrying(d.q.listPublished, ` ORDER BY available_at, seq LIMIT 100`),
 		"retry now":       retrying(`UPDATE `+d.q.table+` SET available_at = `+now, ` AND available_at > `+now),
 		"unordered claim": {d.q.claimReady, []any{100}},
-		"next key":        {d.q.nextKey, []any{"t", "t", "k0001"}},
-		"past a topic":    {d.q.nextTopicKey, []any{"t"}},
+		"walk keys":       {d.q.walkKeys + d.q.walkKeysEnd, []any{9, "t", "t", "k0150", 50}},
+		"walk past topic": {d.q.walkKeys + fmt.Sprintf(walkPausedSQL, "?") + d.q.walkKeysEnd, []any{9, "", "", "", "t", 50}},
 		"next topic":      {d.q.nextTopic, []any{""}},
-		"key run":         {d.q.keyRun, []any{"t", "k0001", 10}},
+		"key run":         {d.q.keyRun, []any{0, "t", "k0001", 10}},
+		"key runs":        {d.q.keyRun + "\n\tUNION ALL\n\t" + d.q.keyAvailable, []any{0, "t", "k0001", 10, 1, "t", "k0002", 10}},
 		"expired leases":  {d.q.expired, []any{100}},
 		"retention":       {`SELECT seq FROM ` + d.q.table + ` WHERE state = 'published' AND published_at < UTC_TIMESTAMP(6) ORDER BY published_at LIMIT 100`, nil},
 	}
