@@ -29,6 +29,9 @@ func Migrations() map[int]string {
 	return out
 }
 
+// keysJSON is a list of keys as the claim's many-key statements take it.
+var keysJSON = `[[0, "74", "6b30303032", 0], [1, "74", "6b30303034", 1]]` // t/k0002, t/k0004
+
 // Plans returns the claim's statements by name with example arguments,
 // for EXPLAIN.
 func (d *Driver) Plans() map[string]struct {
@@ -60,7 +63,10 @@ func (d *Driver) Plans() map[string]struct {
 		"next topic":      {d.q.nextTopic, []any{""}},
 		"key run":         {d.q.keyRun, []any{0, "t", "k0001", 10}},
 		"key runs":        {d.q.keyRun + "\n\tUNION ALL\n\t" + d.q.keyAvailable, []any{0, "t", "k0001", 10, 1, "t", "k0002", 10}},
-		"expired leases":  {d.q.expired, []any{100}},
-		"retention":       {`SELECT seq FROM ` + d.q.table + ` WHERE state = 'published' AND published_at < UTC_TIMESTAMP(6) ORDER BY published_at LIMIT 100`, nil},
+		"lock keys":       {d.q.lockKeys, []any{keysJSON}},
+		"check keys": {d.q.keyCheck + "\n\tUNION ALL\n\t" + d.q.checkRows + "\n\tUNION ALL\n\t" + d.q.checkBlocked,
+			[]any{0, "t", "k0001", 10, keysJSON, keysJSON}},
+		"expired leases": {d.q.expired, []any{100}},
+		"retention":      {`SELECT seq FROM ` + d.q.table + ` WHERE state = 'published' AND published_at < UTC_TIMESTAMP(6) ORDER BY published_at LIMIT 100`, nil},
 	}
 }

@@ -103,8 +103,9 @@ func TestClaimStatementsAreIndexRangeScans(t *testing.T) {
 	for name, p := range o.Store.Plans() {
 		rows := explain(t, o.DB, p.SQL, p.Args)
 		for _, r := range rows {
-			if strings.HasPrefix(r["table"], "<derived") || strings.HasPrefix(r["table"], "<union") {
-				continue // the walk's keys, read by the rows below; a union's result
+			if strings.HasPrefix(r["table"], "<derived") || strings.HasPrefix(r["table"], "<union") ||
+				strings.Contains(r["Extra"], "Table function: json_table") {
+				continue // the walk's keys, read by the rows below; a union's result; a list of keys given
 			}
 			require.Contains(t, []string{"range", "ref", "eq_ref"}, r["type"], "%s: %v", name, r)
 			require.NotEmpty(t, r["key"], "%s: %v", name, r)

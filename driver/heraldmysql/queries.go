@@ -117,11 +117,37 @@ const (
 	WHERE state = 'ready' AND topic > ?
 	ORDER BY topic LIMIT 1`
 
+	// Locking and checking many keys in one statement. The keys travel
+	// as one JSON array ([index, topic, key, free], topic and key in hex:
+	// they are bytes, which JSON's strings are not) joined to the key
+	// index, one ref lookup per key that reads every ready row of the
+	// key: for the keys whose ready rows a claim wants all of (the walk
+	// counted fewer than the bound per key). A key with more ready rows
+	// than the claim wants takes a part of its own with a LIMIT
+	// (keyRunSQL), so that a hot key's backlog is never read whole. MySQL
+	// optimizes each part of a UNION on its own, which costs far more than
+	// the part's few index reads: the parts are kept for the keys that
+	// need them.
+	keysJSONSQL = `JSON_TABLE(?, '$[*]' COLUMNS (
+		i    INT PATH '$[0]',
+		t    VARCHAR(510) CHARACTER SET ascii COLLATE ascii_bin PATH '$[1]',
+		k    VARCHAR(2048) CHARACTER SET ascii COLLATE ascii_bin PATH '$[2]',
+		free INT PATH '$[3]')) k`
+	keysJoinSQL = keysJSONSQL + `
+	STRAIGHT_JOIN {{.Table}} o FORCE INDEX ({{.Name}}_key_idx)
+	  ON o.state = 'ready' AND o.topic = UNHEX(k.t) AND o.` + "`key`" + ` = UNHEX(k.k)`
+
+	// The keys' ready rows, locked, skipping rows another transaction
+	// holds; of a free key (the empty key, an unordered topic) only the
+	// available ones.
+	lockKeysSQL = `SELECT k.i, o.seq, o.available_at <= UTC_TIMESTAMP(6), ` + rowBytes + `
+	FROM ` + keysJoinSQL + `
+	WHERE k.free = 0 OR o.available_at <= UTC_TIMESTAMP(6)
+	FOR UPDATE SKIP LOCKED`
+
 	// A key's lowest ready rows, locked, skipping rows another transaction
-	// holds; for an unordered key (the empty key, an unordered topic),
-	// its lowest available ones. Each part starts with the key's index in
-	// the claim; a claim locks the runs of all the keys it walked in one
-	// statement, the parts joined by UNION ALL.
+	// holds; for a free key its lowest available ones. Each part starts
+	// with the key's index in the claim.
 	keyRunSQL = "(SELECT ?, seq, available_at <= UTC_TIMESTAMP(6), " + rowBytes + "\n" +
 		"\t FROM {{.Table}} FORCE INDEX ({{.Name}}_key_idx)\n" +
 		"\t WHERE state = 'ready' AND topic = ? AND `key` = ?\n" +
@@ -133,18 +159,19 @@ const (
 		"\t ORDER BY seq LIMIT ?\n" +
 		"\t FOR UPDATE SKIP LOCKED)"
 
-	// The check after locking, one part per ordered key, joined by UNION
-	// ALL into one statement: the key's lowest ready rows as committed
-	// now (not locking), and -1 when an event of the key is claimed or
-	// parked. Each part starts with the key's index in the claim.
-	keyCheckSQL = "(SELECT ?, seq FROM {{.Table}} FORCE INDEX ({{.Name}}_key_idx)\n" +
-		"\t WHERE state = 'ready' AND topic = ? AND `key` = ? ORDER BY seq LIMIT ?)\n" +
-		"\tUNION ALL\n" +
-		"\t(SELECT ?, -1 FROM DUAL\n" +
+	// The check after locking, one statement, not locking: the keys'
+	// lowest ready rows as committed now (every ready row of the keys of
+	// checkRowsSQL, the lowest few of a keyCheckSQL part's key), and -1
+	// for each key with an event claimed or parked (checkBlockedSQL).
+	// Each row starts with the key's index in the claim.
+	checkRowsSQL    = `(SELECT k.i, o.seq FROM ` + keysJoinSQL + `)`
+	checkBlockedSQL = "(SELECT k.i, -1 FROM " + keysJSONSQL + "\n" +
 		"\t WHERE EXISTS (SELECT 1 FROM {{.Table}} b FORCE INDEX ({{.Name}}_key_idx)\n" +
-		"\t               WHERE b.state = 'claimed' AND b.topic = ? AND b.`key` = ?)\n" +
+		"\t               WHERE b.state = 'claimed' AND b.topic = UNHEX(k.t) AND b.`key` = UNHEX(k.k))\n" +
 		"\t    OR EXISTS (SELECT 1 FROM {{.Table}} b FORCE INDEX ({{.Name}}_key_idx)\n" +
-		"\t               WHERE b.state = 'dead' AND b.parked AND b.topic = ? AND b.`key` = ?))"
+		"\t               WHERE b.state = 'dead' AND b.parked AND b.topic = UNHEX(k.t) AND b.`key` = UNHEX(k.k)))"
+	keyCheckSQL = "(SELECT ?, seq FROM {{.Table}} FORCE INDEX ({{.Name}}_key_idx)\n" +
+		"\t WHERE state = 'ready' AND topic = ? AND `key` = ? ORDER BY seq LIMIT ?)"
 
 	// Acknowledgement when every event of a batch was confirmed: the
 	// common case, one statement outside any transaction. Each id is a
@@ -295,7 +322,8 @@ type queries struct {
 	insertPrefix, insertTuple                      string
 	claimReady, markClaimed, claimedRows           string
 	walkKeys, walkKeysEnd                          string
-	keyRun, keyAvailable, keyCheck                 string
+	keyRun, keyAvailable, keyCheck, lockKeys       string
+	checkRows, checkBlocked                        string
 	publish, publishDelete, held, complete         string
 	releaseClaim, expired, rescue, deletePublished string
 	claimedBy                                      string
@@ -326,6 +354,9 @@ func newQueries(n names) queries {
 		keyRun:          n.render(keyRunSQL),
 		keyAvailable:    n.render(keyAvailableSQL),
 		keyCheck:        n.render(keyCheckSQL),
+		lockKeys:        n.render(lockKeysSQL),
+		checkRows:       n.render(checkRowsSQL),
+		checkBlocked:    n.render(checkBlockedSQL),
 		publish:         n.render(publishSQL),
 		publishDelete:   n.render(publishDeleteSQL),
 		held:            n.render(heldSQL),

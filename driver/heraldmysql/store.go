@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"database/sql"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"slices"
@@ -225,7 +226,8 @@ func (d *Driver) claimedRows(ctx context.Context, seqs []int64, token string) ([
 type candidate struct {
 	topic, key string
 	free       bool // unordered: any available events, no key rule
-	want       int  // the most rows to lock
+	want       int  // the most rows to take
+	whole      bool // want is every ready row the walk counted
 	rows       []picked
 }
 
@@ -307,7 +309,8 @@ func (d *Driver) claimOrdered(ctx context.Context, p herald.ClaimParams, perKey 
 						continue
 					}
 					if n := min(perKey, p.Limit-planned, wk.ready); n > 0 {
-						cands = append(cands, candidate{topic: wk.k[0], key: wk.k[1], free: free, want: n})
+						cands = append(cands, candidate{topic: wk.k[0], key: wk.k[1], free: free, want: n,
+							whole: n == wk.ready && wk.ready < perKey})
 						planned += n
 					}
 				}
@@ -366,57 +369,90 @@ func (d *Driver) walkKeys(ctx context.Context, tx *sql.Tx, from [2]string, n, pe
 }
 
 // keysPerStatement bounds the keys one locking or checking statement
-// names: each is a part of a UNION (two for a check) and four or nine
-// parameters.
+// names in parts of a UNION (keyRunSQL, keyCheckSQL), four parameters
+// each.
 const keysPerStatement = 200
 
-// lockRuns locks each candidate's lowest ready rows, at most its want,
-// in one statement per keysPerStatement keys: for an ordered key up to
-// the first not yet available, for a free key its available ones.
+// keyList encodes cands for keysJSONSQL: [index, topic, key, free], topic
+// and key in hex.
+func keyList(cands []candidate, idx []int) string {
+	keys := make([][4]any, len(idx))
+	for j, i := range idx {
+		free := 0
+		if cands[i].free {
+			free = 1
+		}
+		keys[j] = [4]any{i, hex.EncodeToString([]byte(cands[i].topic)), hex.EncodeToString([]byte(cands[i].key)), free}
+	}
+	return jsonArray(keys)
+}
+
+// lockRuns locks each candidate's lowest ready rows, at most its want:
+// for an ordered key up to the first not yet available, for a free key
+// its available ones. The keys whose every ready row the claim wants are
+// locked by one statement (lockKeysSQL); the others take a part each of
+// a UNION, keysPerStatement to a statement. A whole key may have gained
+// ready rows since the walk counted them (a late commit): the rows beyond
+// its want stay locked, untaken, until the claim commits.
 func (d *Driver) lockRuns(ctx context.Context, tx *sql.Tx, cands []candidate) error {
-	for from := 0; from < len(cands); from += keysPerStatement {
-		chunk := cands[from:min(len(cands), from+keysPerStatement)]
+	type lockedRow struct {
+		picked
+		due bool
+	}
+	locked := make([][]lockedRow, len(cands))
+	scan := func(rows *sql.Rows) error {
+		var (
+			i int
+			r lockedRow
+		)
+		if err := rows.Scan(&i, &r.seq, &r.due, &r.bytes); err != nil {
+			return err
+		}
+		if i < 0 || i >= len(cands) {
+			return fmt.Errorf("heraldmysql: a locked row of key %d, of %d", i, len(cands))
+		}
+		locked[i] = append(locked[i], r)
+		return nil
+	}
+	var whole, parted []int
+	for i, c := range cands {
+		if c.whole {
+			whole = append(whole, i)
+		} else {
+			parted = append(parted, i)
+		}
+	}
+	if len(whole) > 0 {
+		if err := collect(ctx, tx, d.q.lockKeys, []any{keyList(cands, whole)}, scan); err != nil {
+			return err
+		}
+	}
+	for len(parted) > 0 {
+		chunk := parted[:min(len(parted), keysPerStatement)]
+		parted = parted[len(chunk):]
 		parts := make([]string, len(chunk))
 		args := make([]any, 0, 4*len(chunk))
-		for j, c := range chunk {
+		for j, i := range chunk {
+			c := cands[i]
 			parts[j] = d.q.keyRun
 			if c.free {
 				parts[j] = d.q.keyAvailable
 			}
-			args = append(args, j, c.topic, c.key, c.want)
+			args = append(args, i, c.topic, c.key, c.want)
 		}
-		type lockedRow struct {
-			picked
-			due bool
-		}
-		locked := make([][]lockedRow, len(chunk))
-		err := collect(ctx, tx, strings.Join(parts, "\n\tUNION ALL\n\t"), args, func(rows *sql.Rows) error {
-			var (
-				j int
-				r lockedRow
-			)
-			if err := rows.Scan(&j, &r.seq, &r.due, &r.bytes); err != nil {
-				return err
-			}
-			if j < 0 || j >= len(chunk) {
-				return fmt.Errorf("heraldmysql: a locked row of key %d, of %d", j, len(chunk))
-			}
-			locked[j] = append(locked[j], r)
-			return nil
-		})
-		if err != nil {
+		if err := collect(ctx, tx, strings.Join(parts, "\n\tUNION ALL\n\t"), args, scan); err != nil {
 			return err
 		}
-		for j := range chunk {
-			// A UNION does not promise its parts' order: sort each run.
-			slices.SortFunc(locked[j], func(a, b lockedRow) int { return cmp.Compare(a.seq, b.seq) })
-			chunk[j].rows = nil
-			for _, r := range locked[j] {
-				if !r.due {
-					break
-				}
-				chunk[j].rows = append(chunk[j].rows, r.picked)
+	}
+	for i := range cands {
+		// Neither a UNION nor a join promises an order: sort each run.
+		slices.SortFunc(locked[i], func(a, b lockedRow) int { return cmp.Compare(a.seq, b.seq) })
+		cands[i].rows = nil
+		for _, r := range locked[i][:min(len(locked[i]), cands[i].want)] {
+			if !r.due {
+				break
 			}
+			cands[i].rows = append(cands[i].rows, r.picked)
 		}
 	}
 	return nil
@@ -424,7 +460,10 @@ func (d *Driver) lockRuns(ctx context.Context, tx *sql.Tx, cands []candidate) er
 
 // checkKeys reads the ordered candidates again after their rows were
 // locked (see claimOrdered) and cuts each one's rows to those still its
-// lowest ready rows; a key found claimed or parked keeps none.
+// lowest ready rows; a key found claimed or parked keeps none. One
+// statement: the whole keys' ready rows by one join, every key's claimed
+// or parked events by one probe each, and a part of a UNION for each
+// other key, keysPerStatement of those to a statement.
 func (d *Driver) checkKeys(ctx context.Context, tx *sql.Tx, cands []candidate) error {
 	var ordered []int // indexes into cands
 	for i, c := range cands {
@@ -432,49 +471,70 @@ func (d *Driver) checkKeys(ctx context.Context, tx *sql.Tx, cands []candidate) e
 			ordered = append(ordered, i)
 		}
 	}
-	for len(ordered) > 0 {
-		chunk := ordered[:min(len(ordered), keysPerStatement)]
-		ordered = ordered[len(chunk):]
-		parts := make([]string, len(chunk))
-		args := make([]any, 0, 9*len(chunk))
-		for j, i := range chunk {
-			c := cands[i]
-			parts[j] = d.q.keyCheck
-			args = append(args, i, c.topic, c.key, len(c.rows), i, c.topic, c.key, c.topic, c.key)
-		}
-		lowest := map[int][]int64{}
-		blocked := map[int]bool{}
-		err := collect(ctx, tx, strings.Join(parts, "\n\tUNION ALL\n\t"), args, func(rows *sql.Rows) error {
-			var (
-				i   int
-				seq int64
-			)
-			if err := rows.Scan(&i, &seq); err != nil {
-				return err
-			}
-			if seq < 0 {
-				blocked[i] = true
-			} else {
-				lowest[i] = append(lowest[i], seq)
-			}
-			return nil
-		})
-		if err != nil {
+	lowest := map[int][]int64{}
+	blocked := map[int]bool{}
+	scan := func(rows *sql.Rows) error {
+		var (
+			i   int
+			seq int64
+		)
+		if err := rows.Scan(&i, &seq); err != nil {
 			return err
 		}
+		if seq < 0 {
+			blocked[i] = true
+		} else {
+			lowest[i] = append(lowest[i], seq)
+		}
+		return nil
+	}
+	for first := true; first || len(ordered) > 0; first = false {
+		chunk := ordered[:min(len(ordered), keysPerStatement)]
+		ordered = ordered[len(chunk):]
+		var (
+			parts []string
+			args  []any
+			whole []int
+		)
 		for _, i := range chunk {
-			slices.Sort(lowest[i]) // a UNION does not promise its parts' order
-			if blocked[i] {
-				cands[i].rows = nil
+			if cands[i].whole {
+				whole = append(whole, i)
 				continue
 			}
-			// Both lists are in seq order: keep the common prefix.
-			n := 0
-			for n < len(cands[i].rows) && n < len(lowest[i]) && cands[i].rows[n].seq == lowest[i][n] {
-				n++
-			}
-			cands[i].rows = cands[i].rows[:n]
+			c := cands[i]
+			parts = append(parts, d.q.keyCheck)
+			args = append(args, i, c.topic, c.key, len(c.rows))
 		}
+		if len(whole) > 0 {
+			parts = append(parts, d.q.checkRows)
+			args = append(args, keyList(cands, whole))
+		}
+		if len(chunk) > 0 {
+			parts = append(parts, d.q.checkBlocked)
+			args = append(args, keyList(cands, chunk))
+		}
+		if len(parts) == 0 {
+			break
+		}
+		if err := collect(ctx, tx, strings.Join(parts, "\n\tUNION ALL\n\t"), args, scan); err != nil {
+			return err
+		}
+	}
+	for i := range cands {
+		if cands[i].free || len(cands[i].rows) == 0 {
+			continue
+		}
+		if blocked[i] {
+			cands[i].rows = nil
+			continue
+		}
+		slices.Sort(lowest[i]) // neither a UNION nor a join promises an order
+		// Both lists are in seq order: keep the common prefix.
+		n := 0
+		for n < len(cands[i].rows) && n < len(lowest[i]) && cands[i].rows[n].seq == lowest[i][n] {
+			n++
+		}
+		cands[i].rows = cands[i].rows[:n]
 	}
 	return nil
 }
