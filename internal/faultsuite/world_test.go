@@ -128,7 +128,9 @@ func (p *pgDB) orderTx(ctx context.Context, rollback bool, fn func(write func(id
 	if err != nil {
 		return err
 	}
-	err = fn(func(id, key string) (herald.Message, error) { return writeOrder(ctx, tx, p.w.writer, p.w.orders, id, key) })
+	err = fn(func(id, key string) (herald.Message, error) {
+		return writeOrder(ctx, tx, p.w.writer, p.w.orders, id, key)
+	})
 	if err != nil || rollback {
 		_ = tx.Rollback(ctx)
 		return err
