@@ -247,7 +247,7 @@ const walkFirst = 64
 // stopped and takes each free key's lowest available events, in one READ
 // COMMITTED transaction, a few statements per round of keys however many
 // keys it takes: one walks a batch of keys (walkKeysSQL), one locks the
-// chosen keys' runs, one checks them (keyCheckSQL). A key of a paused
+// chosen keys' runs, one checks them (checkKeys). A key of a paused
 // topic is never taken: the walk's range leaves its topic out. An
 // unordered claim with paused topics walks the keys too (sqlstore.Claim),
 // taking every key as free.
@@ -258,7 +258,7 @@ const walkFirst = 64
 // keep two claimers off one key: a second claimer skips the first's
 // locked rows and would lock the rows after them, and a claim that
 // committed between the walk and the lock has changed the key. So once
-// its rows are locked, the claim reads the key again (keyCheckSQL, a
+// its rows are locked, the claim reads the key again (checkKeys, a
 // statement of its own that does not lock, so it sees every commit up to
 // now): a key with an event claimed or parked is dropped, and of the rows
 // it locked it keeps those that are the key's lowest ready rows, in order,
