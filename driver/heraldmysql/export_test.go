@@ -2,6 +2,7 @@ package heraldmysql
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/herald-outbox/herald/heraldadmin"
 	"github.com/herald-outbox/herald/internal/sqlstore"
@@ -27,6 +28,9 @@ func Migrations() map[int]string {
 	}
 	return out
 }
+
+// keysJSON is a list of keys as the claim's many-key statements take it.
+var keysJSON = `[[0, "74", "6b30303032", 0], [1, "74", "6b30303034", 1]]` // t/k0002, t/k0004
 
 // Plans returns the claim's statements by name with example arguments,
 // for EXPLAIN.
@@ -54,11 +58,15 @@ func (d *Driver) Plans() map[string]struct {
 		"retrying list":   retrying(d.q.listPublished, ` ORDER BY available_at, seq LIMIT 100`),
 		"retry now":       retrying(`UPDATE `+d.q.table+` SET available_at = `+now, ` AND available_at > `+now),
 		"unordered claim": {d.q.claimReady, []any{100}},
-		"next key":        {d.q.nextKey, []any{"t", "t", "k0001"}},
-		"past a topic":    {d.q.nextTopicKey, []any{"t"}},
+		"walk keys":       {d.q.walkKeys + d.q.walkKeysEnd, []any{9, "t", "t", "k0150", 50}},
+		"walk past topic": {d.q.walkKeys + fmt.Sprintf(walkPausedSQL, "?") + d.q.walkKeysEnd, []any{9, "", "", "", "t", 50}},
 		"next topic":      {d.q.nextTopic, []any{""}},
-		"key run":         {d.q.keyRun, []any{"t", "k0001", 10}},
-		"expired leases":  {d.q.expired, []any{100}},
-		"retention":       {`SELECT seq FROM ` + d.q.table + ` WHERE state = 'published' AND published_at < UTC_TIMESTAMP(6) ORDER BY published_at LIMIT 100`, nil},
+		"key run":         {d.q.keyRun, []any{0, "t", "k0001", 10}},
+		"key runs":        {d.q.keyRun + "\n\tUNION ALL\n\t" + d.q.keyAvailable, []any{0, "t", "k0001", 10, 1, "t", "k0002", 10}},
+		"lock keys":       {d.q.lockKeys, []any{keysJSON}},
+		"check keys": {d.q.keyCheck + "\n\tUNION ALL\n\t" + d.q.checkRows + "\n\tUNION ALL\n\t" + d.q.checkBlocked,
+			[]any{0, "t", "k0001", 10, keysJSON, keysJSON}},
+		"expired leases": {d.q.expired, []any{100}},
+		"retention":      {`SELECT seq FROM ` + d.q.table + ` WHERE state = 'published' AND published_at < UTC_TIMESTAMP(6) ORDER BY published_at LIMIT 100`, nil},
 	}
 }

@@ -18,9 +18,9 @@
 // Open the pool with interpolateParams=true in the DSN unless its
 // character set forbids it: go-sql-driver then sends each statement with
 // its arguments in one round trip, where it otherwise prepares, executes
-// and closes a statement each time. An ordered claim runs a few statements
-// per key, so it is about 1.5 times faster so (herald's commands set it
-// unless the URL says otherwise).
+// and closes a statement each time. A claim runs half a dozen statements
+// or more, so it is faster so (herald's commands set it unless the URL
+// says otherwise).
 //
 // The driver's methods implement herald.Store, herald.Heartbeats,
 // heraldadmin.Admin, heraldadmin.Published, heraldadmin.Relays and

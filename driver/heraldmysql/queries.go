@@ -82,24 +82,34 @@ const (
 		"\tWHERE o.claim_token = ? AND o.state = 'claimed'"
 
 	// An ordered claim walks the keys with ready rows from a cursor
-	// (topic, key), one index probe per key, with what decides whether
-	// the key may be taken: an event of it claimed or parked (then not),
-	// and whether its lowest ready event is available. The probe does not
-	// lock; the claim decides again after locking (see claimOrdered).
-	nextKeySQL = probeKeySQL + nextKeyFromSQL + probeKeyEndSQL
-	// The same probe past the rest of a topic (?1): the walk's next step
-	// after a key of a paused topic, which it never takes. A paused topic
-	// costs one probe however many keys wait in it.
-	nextTopicKeySQL = probeKeySQL + `topic > ?` + probeKeyEndSQL
-	probeKeySQL     = "SELECT x.topic, x.`key`,\n" +
-		"\t  EXISTS (SELECT 1 FROM {{.Table}} b WHERE b.state = 'claimed' AND b.topic = x.topic AND b.`key` = x.`key`)\n" +
-		"\t  OR EXISTS (SELECT 1 FROM {{.Table}} b WHERE b.state = 'dead' AND b.parked AND b.topic = x.topic AND b.`key` = x.`key`),\n" +
-		"\t  COALESCE((SELECT h.available_at <= UTC_TIMESTAMP(6) FROM {{.Table}} h\n" +
-		"\t            WHERE h.state = 'ready' AND h.topic = x.topic AND h.`key` = x.`key` ORDER BY h.seq LIMIT 1), FALSE)\n" +
+	// (topic, key) in batches: walkKeysSQL returns up to ? keys after the
+	// cursor, found by a loose scan of the key index (one index dive per
+	// key, however many events each holds), with what decides whether
+	// the key may be taken (an event of it claimed or parked, and whether
+	// its lowest ready event is available) and how many ready events it
+	// has, counted up to the claim's bound per key. The topics a claim
+	// passes (paused ones) are cut out of the scan's range by
+	// walkPausedSQL, one ? per topic: a paused topic costs nothing
+	// however many keys wait in it. The walk does not lock; the claim
+	// decides again after locking (see claimOrdered). The first ? is the
+	// bound per key less one.
+	walkKeysSQL = "SELECT x.topic, x.`key`,\n" +
+		"\t  EXISTS (SELECT 1 FROM {{.Table}} b FORCE INDEX ({{.Name}}_key_idx)\n" +
+		"\t          WHERE b.state = 'claimed' AND b.topic = x.topic AND b.`key` = x.`key`)\n" +
+		"\t  OR EXISTS (SELECT 1 FROM {{.Table}} b FORCE INDEX ({{.Name}}_key_idx)\n" +
+		"\t             WHERE b.state = 'dead' AND b.parked AND b.topic = x.topic AND b.`key` = x.`key`),\n" +
+		"\t  COALESCE((SELECT h.available_at <= UTC_TIMESTAMP(6) FROM {{.Table}} h FORCE INDEX ({{.Name}}_key_idx)\n" +
+		"\t            WHERE h.state = 'ready' AND h.topic = x.topic AND h.`key` = x.`key` ORDER BY h.seq LIMIT 1), FALSE),\n" +
+		"\t  (SELECT COUNT(*) FROM {{.Table}} c FORCE INDEX ({{.Name}}_key_idx)\n" +
+		"\t   WHERE c.state = 'ready' AND c.topic = x.topic AND c.`key` = x.`key`\n" +
+		"\t     AND c.seq <= COALESCE((SELECT s.seq FROM {{.Table}} s FORCE INDEX ({{.Name}}_key_idx)\n" +
+		"\t                            WHERE s.state = 'ready' AND s.topic = x.topic AND s.`key` = x.`key`\n" +
+		"\t                            ORDER BY s.seq LIMIT 1 OFFSET ?), 9223372036854775807))\n" +
 		"\tFROM (SELECT topic, `key` FROM {{.Table}} FORCE INDEX ({{.Name}}_key_idx)\n" +
-		"\t      WHERE state = 'ready' AND "
-	nextKeyFromSQL = "(topic > ? OR (topic = ? AND `key` > ?))"
-	probeKeyEndSQL = "\n\t      ORDER BY topic, `key` LIMIT 1) x"
+		"\t      WHERE state = 'ready' AND (topic > ? OR (topic = ? AND `key` > ?))"
+	walkPausedSQL  = " AND topic NOT IN (%s)"
+	walkKeysEndSQL = "\n\t      GROUP BY state, topic, `key` ORDER BY state, topic, `key` LIMIT ?) x\n" +
+		"\tORDER BY x.topic, x.`key`"
 
 	// The topics with ready events, one probe of the key index each: the
 	// first topic after the last one found.
@@ -107,30 +117,61 @@ const (
 	WHERE state = 'ready' AND topic > ?
 	ORDER BY topic LIMIT 1`
 
-	// A key's lowest ready rows, locked, skipping rows another transaction
-	// holds; for an unordered key (the empty key, an unordered topic),
-	// its lowest available ones.
-	keyRunSQL = `SELECT seq, available_at <= UTC_TIMESTAMP(6), ` + rowBytes + `
-	FROM {{.Table}} FORCE INDEX ({{.Name}}_key_idx)
-	WHERE state = 'ready' AND topic = ? AND ` + "`key`" + ` = ?
-	ORDER BY seq LIMIT ?
-	FOR UPDATE SKIP LOCKED`
-	keyAvailableSQL = `SELECT seq, TRUE, ` + rowBytes + `
-	FROM {{.Table}} FORCE INDEX ({{.Name}}_key_idx)
-	WHERE state = 'ready' AND topic = ? AND ` + "`key`" + ` = ? AND available_at <= UTC_TIMESTAMP(6)
-	ORDER BY seq LIMIT ?
+	// Locking and checking many keys in one statement. The keys travel
+	// as one JSON array ([index, topic, key, free], topic and key in hex:
+	// they are bytes, which JSON's strings are not) joined to the key
+	// index, one ref lookup per key that reads every ready row of the
+	// key: for the keys whose ready rows a claim wants all of (the walk
+	// counted fewer than the bound per key). A key with more ready rows
+	// than the claim wants takes a part of its own with a LIMIT
+	// (keyRunSQL), so that a hot key's backlog is never read whole. MySQL
+	// optimizes each part of a UNION on its own, which costs far more than
+	// the part's few index reads: the parts are kept for the keys that
+	// need them.
+	keysJSONSQL = `JSON_TABLE(?, '$[*]' COLUMNS (
+		i    INT PATH '$[0]',
+		t    VARCHAR(510) CHARACTER SET ascii COLLATE ascii_bin PATH '$[1]',
+		k    VARCHAR(2048) CHARACTER SET ascii COLLATE ascii_bin PATH '$[2]',
+		free INT PATH '$[3]')) k`
+	keysJoinSQL = keysJSONSQL + `
+	STRAIGHT_JOIN {{.Table}} o FORCE INDEX ({{.Name}}_key_idx)
+	  ON o.state = 'ready' AND o.topic = UNHEX(k.t) AND o.` + "`key`" + ` = UNHEX(k.k)`
+
+	// The keys' ready rows, locked, skipping rows another transaction
+	// holds; of a free key (the empty key, an unordered topic) only the
+	// available ones.
+	lockKeysSQL = `SELECT k.i, o.seq, o.available_at <= UTC_TIMESTAMP(6), ` + rowBytes + `
+	FROM ` + keysJoinSQL + `
+	WHERE k.free = 0 OR o.available_at <= UTC_TIMESTAMP(6)
 	FOR UPDATE SKIP LOCKED`
 
-	// The check after locking, one part per ordered key, joined by UNION
-	// ALL into one statement: the key's lowest ready rows as committed
-	// now (not locking), and -1 when an event of the key is claimed or
-	// parked. Each part starts with the key's index in the claim.
+	// A key's lowest ready rows, locked, skipping rows another transaction
+	// holds; for a free key its lowest available ones. Each part starts
+	// with the key's index in the claim.
+	keyRunSQL = "(SELECT ?, seq, available_at <= UTC_TIMESTAMP(6), " + rowBytes + "\n" +
+		"\t FROM {{.Table}} FORCE INDEX ({{.Name}}_key_idx)\n" +
+		"\t WHERE state = 'ready' AND topic = ? AND `key` = ?\n" +
+		"\t ORDER BY seq LIMIT ?\n" +
+		"\t FOR UPDATE SKIP LOCKED)"
+	keyAvailableSQL = "(SELECT ?, seq, TRUE, " + rowBytes + "\n" +
+		"\t FROM {{.Table}} FORCE INDEX ({{.Name}}_key_idx)\n" +
+		"\t WHERE state = 'ready' AND topic = ? AND `key` = ? AND available_at <= UTC_TIMESTAMP(6)\n" +
+		"\t ORDER BY seq LIMIT ?\n" +
+		"\t FOR UPDATE SKIP LOCKED)"
+
+	// The check after locking, one statement, not locking: the keys'
+	// lowest ready rows as committed now (every ready row of the keys of
+	// checkRowsSQL, the lowest few of a keyCheckSQL part's key), and -1
+	// for each key with an event claimed or parked (checkBlockedSQL).
+	// Each row starts with the key's index in the claim.
+	checkRowsSQL    = `(SELECT k.i, o.seq FROM ` + keysJoinSQL + `)`
+	checkBlockedSQL = "(SELECT k.i, -1 FROM " + keysJSONSQL + "\n" +
+		"\t WHERE EXISTS (SELECT 1 FROM {{.Table}} b FORCE INDEX ({{.Name}}_key_idx)\n" +
+		"\t               WHERE b.state = 'claimed' AND b.topic = UNHEX(k.t) AND b.`key` = UNHEX(k.k))\n" +
+		"\t    OR EXISTS (SELECT 1 FROM {{.Table}} b FORCE INDEX ({{.Name}}_key_idx)\n" +
+		"\t               WHERE b.state = 'dead' AND b.parked AND b.topic = UNHEX(k.t) AND b.`key` = UNHEX(k.k)))"
 	keyCheckSQL = "(SELECT ?, seq FROM {{.Table}} FORCE INDEX ({{.Name}}_key_idx)\n" +
-		"\t WHERE state = 'ready' AND topic = ? AND `key` = ? ORDER BY seq LIMIT ?)\n" +
-		"\tUNION ALL\n" +
-		"\t(SELECT ?, -1 FROM DUAL\n" +
-		"\t WHERE EXISTS (SELECT 1 FROM {{.Table}} b WHERE b.state = 'claimed' AND b.topic = ? AND b.`key` = ?)\n" +
-		"\t    OR EXISTS (SELECT 1 FROM {{.Table}} b WHERE b.state = 'dead' AND b.parked AND b.topic = ? AND b.`key` = ?))"
+		"\t WHERE state = 'ready' AND topic = ? AND `key` = ? ORDER BY seq LIMIT ?)"
 
 	// Acknowledgement when every event of a batch was confirmed: the
 	// common case, one statement outside any transaction. Each id is a
@@ -280,14 +321,16 @@ const (
 type queries struct {
 	insertPrefix, insertTuple                      string
 	claimReady, markClaimed, claimedRows           string
-	nextKey, keyRun, keyAvailable, keyCheck        string
+	walkKeys, walkKeysEnd                          string
+	keyRun, keyAvailable, keyCheck, lockKeys       string
+	checkRows, checkBlocked                        string
 	publish, publishDelete, held, complete         string
 	releaseClaim, expired, rescue, deletePublished string
 	claimedBy                                      string
 	status, backlog, getEvent, blockedKeys         string
 	waitingBehind                                  string
 	fromTable, fromIDs, table, listPublished       string
-	nextTopicKey, nextTopic, pauses, pause, resume string
+	nextTopic, pauses, pause, resume               string
 	relayPrune, relayBeat, relayGone, relays       string
 }
 
@@ -298,8 +341,8 @@ func newQueries(n names) queries {
 		claimReady:      n.render(claimReadySQL),
 		markClaimed:     n.render(markClaimedSQL),
 		claimedRows:     n.render(claimedRowsSQL),
-		nextKey:         n.render(nextKeySQL),
-		nextTopicKey:    n.render(nextTopicKeySQL),
+		walkKeys:        n.render(walkKeysSQL),
+		walkKeysEnd:     n.render(walkKeysEndSQL),
 		nextTopic:       n.render(nextTopicSQL),
 		pauses:          n.render(pausesSQL),
 		pause:           n.render(pauseSQL),
@@ -311,6 +354,9 @@ func newQueries(n names) queries {
 		keyRun:          n.render(keyRunSQL),
 		keyAvailable:    n.render(keyAvailableSQL),
 		keyCheck:        n.render(keyCheckSQL),
+		lockKeys:        n.render(lockKeysSQL),
+		checkRows:       n.render(checkRowsSQL),
+		checkBlocked:    n.render(checkBlockedSQL),
 		publish:         n.render(publishSQL),
 		publishDelete:   n.render(publishDeleteSQL),
 		held:            n.render(heldSQL),

@@ -1,10 +1,11 @@
 package heraldmysql
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
+	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -225,25 +226,43 @@ func (d *Driver) claimedRows(ctx context.Context, seqs []int64, token string) ([
 type candidate struct {
 	topic, key string
 	free       bool // unordered: any available events, no key rule
+	want       int  // the most rows to take
+	whole      bool // want is every ready row the walk counted
 	rows       []picked
 }
 
+// walkedKey is a key the walk found, with what the claim decides by.
+type walkedKey struct {
+	k            [2]string
+	blocked, due bool
+	ready        int // ready events, counted up to the bound per key
+}
+
+// walkFirst is how many keys an ordered claim's first walk asks for; the
+// next walks of the same claim ask for as many as the rows found per key
+// so far say are needed.
+const walkFirst = 64
+
 // claimOrdered walks the keys with ready events from where the last claim
 // stopped and takes each free key's lowest available events, in one READ
-// COMMITTED transaction. A key of a paused topic is never taken, and the
-// next probe passes the rest of its topic. An unordered claim with paused
-// topics walks the keys too (sqlstore.Claim), taking every key as free.
+// COMMITTED transaction, a few statements per round of keys however many
+// keys it takes: one walks a batch of keys (walkKeysSQL), one locks the
+// chosen keys' runs, one checks them (checkKeys). A key of a paused
+// topic is never taken: the walk's range leaves its topic out. An
+// unordered claim with paused topics walks the keys too (sqlstore.Claim),
+// taking every key as free.
 //
 // For each key the walk nominates (none of its events claimed or parked,
-// its lowest ready one available, as committed when probed), the claim
+// its lowest ready one available, as committed when walked), the claim
 // locks the key's lowest ready rows with SKIP LOCKED. Locking alone cannot
 // keep two claimers off one key: a second claimer skips the first's
 // locked rows and would lock the rows after them, and a claim that
-// committed between the probe and the lock has changed the key. So once
-// its rows are locked, the claim reads the key again (keyCheckSQL, not
-// locking, so it sees every commit up to now): a key with an event claimed
-// or parked is dropped, and of the rows it locked it keeps those that are
-// the key's lowest ready rows, in order, up to the first that is not.
+// committed between the walk and the lock has changed the key. So once
+// its rows are locked, the claim reads the key again (checkKeys, a
+// statement of its own that does not lock, so it sees every commit up to
+// now): a key with an event claimed or parked is dropped, and of the rows
+// it locked it keeps those that are the key's lowest ready rows, in order,
+// up to the first that is not.
 //
 // Why that suffices, for claimers A and B of one key. If B's claim
 // committed before A's check read, A's check sees B's claimed rows and
@@ -265,47 +284,38 @@ func (d *Driver) claimOrdered(ctx context.Context, p herald.ClaimParams, perKey 
 			seen  = map[[2]string]bool{}
 		)
 		err := d.cursor.Walk(maxKeys, p.Limit, func(from [2]string) (visited, rows int, last [2]string, err error) {
-			k, done, skip := from, false, false
-			for !done && visited < maxKeys && rows < p.Limit {
-				// Nominate and lock until the rows are enough or the keys
-				// run out, then check what this round locked: what the
-				// check drops leaves room for more keys.
-				round := len(cands)
-				for visited < maxKeys && rows < p.Limit {
-					var (
-						blocked, due bool
-						row          *sql.Row
-					)
-					if skip { // the rest of a paused topic
-						row = tx.QueryRowContext(ctx, d.q.nextTopicKey, k[0])
-					} else {
-						row = tx.QueryRowContext(ctx, d.q.nextKey, k[0], k[0], k[1])
-					}
-					err := row.Scan(&k[0], &k[1], &blocked, &due)
-					if errors.Is(err, sql.ErrNoRows) {
-						done = true
+			k, ask := from, min(walkFirst, maxKeys)
+			for visited < maxKeys && rows < p.Limit {
+				// Nominate from a batch of keys until the rows planned are
+				// enough, lock and check them: what the check drops
+				// leaves room for more keys.
+				keys, err := d.walkKeys(ctx, tx, k, ask, perKey, p.PausedTopics)
+				if err != nil {
+					return 0, 0, last, err
+				}
+				round, planned, used := len(cands), rows, 0
+				for _, wk := range keys {
+					if planned >= p.Limit || visited >= maxKeys {
 						break
 					}
-					if err != nil {
-						return 0, 0, last, err
-					}
-					visited, last = visited+1, k
-					if skip = slices.Contains(p.PausedTopics, k[0]); skip || seen[k] {
+					used++
+					visited, last, k = visited+1, wk.k, wk.k
+					if seen[wk.k] {
 						continue
 					}
-					seen[k] = true
-					free := p.Unordered || k[1] == "" || slices.Contains(p.UnorderedTopics, k[0])
-					if !free && (blocked || !due) {
+					seen[wk.k] = true
+					free := p.Unordered || wk.k[1] == "" || slices.Contains(p.UnorderedTopics, wk.k[0])
+					if !free && (wk.blocked || !wk.due) {
 						continue
 					}
-					run, err := d.lockRun(ctx, tx, k, min(perKey, p.Limit-rows), free)
-					if err != nil {
-						return 0, 0, last, err
+					if n := min(perKey, p.Limit-planned, wk.ready); n > 0 {
+						cands = append(cands, candidate{topic: wk.k[0], key: wk.k[1], free: free, want: n,
+							whole: n == wk.ready && wk.ready < perKey})
+						planned += n
 					}
-					if len(run) > 0 {
-						cands = append(cands, candidate{topic: k[0], key: k[1], free: free, rows: run})
-						rows += len(run)
-					}
+				}
+				if err := d.lockRuns(ctx, tx, cands[round:]); err != nil {
+					return 0, 0, last, err
 				}
 				if err := d.checkKeys(ctx, tx, cands[round:]); err != nil {
 					return 0, 0, last, err
@@ -314,6 +324,12 @@ func (d *Driver) claimOrdered(ctx context.Context, p herald.ClaimParams, perKey 
 				for _, c := range cands {
 					rows += len(c.rows)
 				}
+				if used == len(keys) && len(keys) < ask {
+					break // no key left after k
+				}
+				// Ask for as many keys as the rows found per key visited
+				// so far say are still needed, and a few more.
+				ask = min(maxKeys-visited, max(16, (p.Limit-rows)*visited/max(rows, 1)+8))
 			}
 			return visited, rows, last, nil
 		})
@@ -329,92 +345,196 @@ func (d *Driver) claimOrdered(ctx context.Context, p herald.ClaimParams, perKey 
 	return d.claimedRows(ctx, seqs, p.Token)
 }
 
-// lockRun locks key's lowest ready rows, at most n: for an ordered key up
-// to the first not yet available, for a free key its available ones.
-func (d *Driver) lockRun(ctx context.Context, tx *sql.Tx, k [2]string, n int, free bool) ([]picked, error) {
-	query := d.q.keyRun
-	if free {
-		query = d.q.keyAvailable
+// walkKeys returns up to n keys with ready events after from, in order,
+// leaving out the topics of skip; counts stop at perKey.
+func (d *Driver) walkKeys(ctx context.Context, tx *sql.Tx, from [2]string, n, perKey int, skip []string) ([]walkedKey, error) {
+	query := d.q.walkKeys
+	args := make([]any, 0, 5+len(skip))
+	args = append(args, perKey-1, from[0], from[0], from[1])
+	if len(skip) > 0 {
+		query += fmt.Sprintf(walkPausedSQL, strings.TrimSuffix(strings.Repeat("?, ", len(skip)), ", "))
+		for _, t := range skip {
+			args = append(args, t)
+		}
 	}
-	var (
-		run     []picked
-		stopped bool
-	)
-	err := collect(ctx, tx, query, []any{k[0], k[1], n}, func(rows *sql.Rows) error {
-		var (
-			pk  picked
-			due bool
-		)
-		if err := rows.Scan(&pk.seq, &due, &pk.bytes); err != nil {
-			return err
-		}
-		if !due {
-			stopped = true
-		}
-		if !stopped {
-			run = append(run, pk)
-		}
-		return nil
+	args = append(args, n)
+	keys := make([]walkedKey, 0, n)
+	err := collect(ctx, tx, query+d.q.walkKeysEnd, args, func(rows *sql.Rows) error {
+		var wk walkedKey
+		err := rows.Scan(&wk.k[0], &wk.k[1], &wk.blocked, &wk.due, &wk.ready)
+		keys = append(keys, wk)
+		return err
 	})
-	return run, err
+	return keys, err
 }
 
-// keysPerCheck bounds the keys one keyCheckSQL statement reads: each is
-// two parts of a UNION and nine parameters.
-const keysPerCheck = 100
+// keysPerStatement bounds the keys one locking or checking statement
+// names in parts of a UNION (keyRunSQL, keyCheckSQL), four parameters
+// each.
+const keysPerStatement = 200
+
+// keyList encodes cands for keysJSONSQL: [index, topic, key, free], topic
+// and key in hex.
+func keyList(cands []candidate, idx []int) string {
+	keys := make([][4]any, len(idx))
+	for j, i := range idx {
+		free := 0
+		if cands[i].free {
+			free = 1
+		}
+		keys[j] = [4]any{i, hex.EncodeToString([]byte(cands[i].topic)), hex.EncodeToString([]byte(cands[i].key)), free}
+	}
+	return jsonArray(keys)
+}
+
+// lockRuns locks each candidate's lowest ready rows, at most its want:
+// for an ordered key up to the first not yet available, for a free key
+// its available ones. The keys whose every ready row the claim wants are
+// locked by one statement (lockKeysSQL); the others take a part each of
+// a UNION, keysPerStatement to a statement. A whole key may have gained
+// ready rows since the walk counted them (a late commit): the rows beyond
+// its want stay locked, untaken, until the claim commits.
+func (d *Driver) lockRuns(ctx context.Context, tx *sql.Tx, cands []candidate) error {
+	type lockedRow struct {
+		picked
+		due bool
+	}
+	locked := make([][]lockedRow, len(cands))
+	scan := func(rows *sql.Rows) error {
+		var (
+			i int
+			r lockedRow
+		)
+		if err := rows.Scan(&i, &r.seq, &r.due, &r.bytes); err != nil {
+			return err
+		}
+		if i < 0 || i >= len(cands) {
+			return fmt.Errorf("heraldmysql: a locked row of key %d, of %d", i, len(cands))
+		}
+		locked[i] = append(locked[i], r)
+		return nil
+	}
+	var whole, parted []int
+	for i, c := range cands {
+		if c.whole {
+			whole = append(whole, i)
+		} else {
+			parted = append(parted, i)
+		}
+	}
+	if len(whole) > 0 {
+		if err := collect(ctx, tx, d.q.lockKeys, []any{keyList(cands, whole)}, scan); err != nil {
+			return err
+		}
+	}
+	for len(parted) > 0 {
+		chunk := parted[:min(len(parted), keysPerStatement)]
+		parted = parted[len(chunk):]
+		parts := make([]string, len(chunk))
+		args := make([]any, 0, 4*len(chunk))
+		for j, i := range chunk {
+			c := cands[i]
+			parts[j] = d.q.keyRun
+			if c.free {
+				parts[j] = d.q.keyAvailable
+			}
+			args = append(args, i, c.topic, c.key, c.want)
+		}
+		if err := collect(ctx, tx, strings.Join(parts, "\n\tUNION ALL\n\t"), args, scan); err != nil {
+			return err
+		}
+	}
+	for i := range cands {
+		// Neither a UNION nor a join promises an order: sort each run.
+		slices.SortFunc(locked[i], func(a, b lockedRow) int { return cmp.Compare(a.seq, b.seq) })
+		cands[i].rows = nil
+		for _, r := range locked[i][:min(len(locked[i]), cands[i].want)] {
+			if !r.due {
+				break
+			}
+			cands[i].rows = append(cands[i].rows, r.picked)
+		}
+	}
+	return nil
+}
 
 // checkKeys reads the ordered candidates again after their rows were
 // locked (see claimOrdered) and cuts each one's rows to those still its
-// lowest ready rows; a key found claimed or parked keeps none.
+// lowest ready rows; a key found claimed or parked keeps none. One
+// statement: the whole keys' ready rows by one join, every key's claimed
+// or parked events by one probe each, and a part of a UNION for each
+// other key, keysPerStatement of those to a statement.
 func (d *Driver) checkKeys(ctx context.Context, tx *sql.Tx, cands []candidate) error {
 	var ordered []int // indexes into cands
 	for i, c := range cands {
-		if !c.free {
+		if !c.free && len(c.rows) > 0 {
 			ordered = append(ordered, i)
 		}
 	}
-	for len(ordered) > 0 {
-		chunk := ordered[:min(len(ordered), keysPerCheck)]
-		ordered = ordered[len(chunk):]
-		parts := make([]string, len(chunk))
-		args := make([]any, 0, 9*len(chunk))
-		for j, i := range chunk {
-			c := cands[i]
-			parts[j] = d.q.keyCheck
-			args = append(args, i, c.topic, c.key, len(c.rows), i, c.topic, c.key, c.topic, c.key)
-		}
-		lowest := map[int][]int64{}
-		blocked := map[int]bool{}
-		err := collect(ctx, tx, strings.Join(parts, "\n\tUNION ALL\n\t"), args, func(rows *sql.Rows) error {
-			var (
-				i   int
-				seq int64
-			)
-			if err := rows.Scan(&i, &seq); err != nil {
-				return err
-			}
-			if seq < 0 {
-				blocked[i] = true
-			} else {
-				lowest[i] = append(lowest[i], seq)
-			}
-			return nil
-		})
-		if err != nil {
+	lowest := map[int][]int64{}
+	blocked := map[int]bool{}
+	scan := func(rows *sql.Rows) error {
+		var (
+			i   int
+			seq int64
+		)
+		if err := rows.Scan(&i, &seq); err != nil {
 			return err
 		}
+		if seq < 0 {
+			blocked[i] = true
+		} else {
+			lowest[i] = append(lowest[i], seq)
+		}
+		return nil
+	}
+	for first := true; first || len(ordered) > 0; first = false {
+		chunk := ordered[:min(len(ordered), keysPerStatement)]
+		ordered = ordered[len(chunk):]
+		var (
+			parts []string
+			args  []any
+			whole []int
+		)
 		for _, i := range chunk {
-			if blocked[i] {
-				cands[i].rows = nil
+			if cands[i].whole {
+				whole = append(whole, i)
 				continue
 			}
-			// Both lists are in seq order: keep the common prefix.
-			n := 0
-			for n < len(cands[i].rows) && n < len(lowest[i]) && cands[i].rows[n].seq == lowest[i][n] {
-				n++
-			}
-			cands[i].rows = cands[i].rows[:n]
+			c := cands[i]
+			parts = append(parts, d.q.keyCheck)
+			args = append(args, i, c.topic, c.key, len(c.rows))
 		}
+		if len(whole) > 0 {
+			parts = append(parts, d.q.checkRows)
+			args = append(args, keyList(cands, whole))
+		}
+		if len(chunk) > 0 {
+			parts = append(parts, d.q.checkBlocked)
+			args = append(args, keyList(cands, chunk))
+		}
+		if len(parts) == 0 {
+			break
+		}
+		if err := collect(ctx, tx, strings.Join(parts, "\n\tUNION ALL\n\t"), args, scan); err != nil {
+			return err
+		}
+	}
+	for i := range cands {
+		if cands[i].free || len(cands[i].rows) == 0 {
+			continue
+		}
+		if blocked[i] {
+			cands[i].rows = nil
+			continue
+		}
+		slices.Sort(lowest[i]) // neither a UNION nor a join promises an order
+		// Both lists are in seq order: keep the common prefix.
+		n := 0
+		for n < len(cands[i].rows) && n < len(lowest[i]) && cands[i].rows[n].seq == lowest[i][n] {
+			n++
+		}
+		cands[i].rows = cands[i].rows[:n]
 	}
 	return nil
 }

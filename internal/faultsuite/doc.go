@@ -1,6 +1,7 @@
 // Package faultsuite is Herald's fault-injection suite: a relay against
-// PostgreSQL (driver/heraldpg) and NATS JetStream (publish/heraldnats) while
-// the network between them breaks, the database restarts, and relays and
+// PostgreSQL (driver/heraldpg; one case on MySQL too, driver/heraldmysql)
+// and NATS JetStream (publish/heraldnats) while the network between them
+// breaks, the database restarts, and relays and
 // producers are killed. It has tests only; they run with the rest of the
 // module's tests (go test ./...).
 //

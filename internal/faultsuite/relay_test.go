@@ -12,7 +12,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/herald-outbox/herald"
-	"github.com/herald-outbox/herald/driver/heraldpg"
 	"github.com/herald-outbox/herald/internal/testenv"
 	"github.com/herald-outbox/herald/publish/heraldnats"
 )
@@ -71,7 +70,7 @@ type inproc struct {
 // via says how a relay reaches its servers: through a proxy (host:port)
 // or, when empty, directly.
 type via struct {
-	pg, nats string
+	pg, nats string // pg is the database's, PostgreSQL's or MySQL's
 	// natsOpts replace natsOptions, for a case that needs the client's
 	// defaults.
 	natsOpts []nats.Option
@@ -81,9 +80,7 @@ type via struct {
 // and stops it when the test ends.
 func (w *world) startRelay(t *testing.T, name string, v via) *inproc {
 	t.Helper()
-	pool := w.relayPool(t, name, v.pg)
-	store, err := heraldpg.New(pool, w.cfg)
-	require.NoError(t, err)
+	store := w.db.relayStore(t, name, v.pg)
 	url := w.natsURL()
 	if v.nats != "" {
 		url = "nats://" + v.nats

@@ -3,12 +3,12 @@ package faultsuite_test
 import (
 	"context"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
@@ -111,13 +111,8 @@ func (w *world) waitDrained(t *testing.T, logs func() string) {
 	t.Helper()
 	ctx := t.Context()
 	var status string
-	// Never nil: <> ALL of NULL would leave every row out.
-	foreign := append([]string{}, w.foreign...)
 	drained := func() bool {
-		var total, ready, claimed, dead int
-		err := w.pool.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE state = 'ready'),
-			count(*) FILTER (WHERE state = 'claimed'), count(*) FILTER (WHERE state = 'dead')
-			FROM `+w.store.Table()+` WHERE id::text <> ALL($1::text[])`, foreign).Scan(&total, &ready, &claimed, &dead)
+		total, ready, claimed, dead, err := w.db.states(ctx, w.foreign)
 		if err != nil {
 			status = err.Error()
 			return false
@@ -235,23 +230,45 @@ func requireKeyOrder(t *testing.T, stream []string, byID map[string]outboxRow) {
 
 func (w *world) outboxRows(t *testing.T) []outboxRow {
 	t.Helper()
-	rows, err := w.pool.Query(t.Context(), `SELECT id::text, key, aggregate_id, state, seq FROM `+w.store.Table()+` ORDER BY seq`)
-	require.NoError(t, err)
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (outboxRow, error) {
-		var o outboxRow
-		return o, r.Scan(&o.id, &o.key, &o.aggregateID, &o.state, &o.seq)
-	})
+	out, err := w.db.outboxRows(t.Context())
 	require.NoError(t, err)
 	return out
 }
 
 func (w *world) businessRows(t *testing.T) []string {
 	t.Helper()
-	rows, err := w.pool.Query(t.Context(), `SELECT id FROM `+w.orders)
-	require.NoError(t, err)
-	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	ids, err := w.db.businessRows(t.Context())
 	require.NoError(t, err)
 	return ids
+}
+
+// commitToBroker returns, for every committed event the tap saw, the time
+// from its producer's commit to its first arrival at the broker, in
+// increasing order.
+func (w *world) commitToBroker(t *testing.T) []time.Duration {
+	t.Helper()
+	w.ledger.mu.Lock()
+	defer w.ledger.mu.Unlock()
+	w.tap.mu.Lock()
+	defer w.tap.mu.Unlock()
+	out := make([]time.Duration, 0, len(w.ledger.committedAt))
+	for id, committed := range w.ledger.committedAt {
+		if at, ok := w.tap.firstAt[id]; ok {
+			out = append(out, at.Sub(committed))
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// quantile returns the q quantile of sorted (nearest rank); zero when
+// empty.
+func quantile(sorted []time.Duration, q float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := int(math.Ceil(q*float64(len(sorted)))) - 1
+	return sorted[min(max(i, 0), len(sorted)-1)]
 }
 
 // streamIDs reads the stream from the start: the event ids in the order

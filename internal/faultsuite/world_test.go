@@ -36,6 +36,10 @@ const (
 // a JetStream server whose stream captures the events, and a tap that sees
 // every message published, duplicates included.
 type world struct {
+	// db is the outbox's database as the cases every database shares
+	// see it; the fields below it up to nats are PostgreSQL's, for the
+	// cases that run on PostgreSQL only (zero on MySQL).
+	db     outboxDB
 	dsn    string        // PostgreSQL, directly
 	pool   *pgxpool.Pool // the test's own view, never through a proxy
 	cfg    *heraldpg.Config
@@ -79,11 +83,103 @@ func newWorldOn(t *testing.T, dsn, schema string) *world {
 	_, err = pool.Exec(ctx, `CREATE TABLE `+orders+` (id text PRIMARY KEY, key text NOT NULL)`)
 	require.NoError(t, err)
 
-	w := &world{dsn: dsn, pool: pool, cfg: cfg, store: store, writer: writer, orders: orders}
+	w := &world{dsn: dsn, pool: pool, cfg: cfg, store: store, writer: writer, orders: orders,
+		ledger: ledger{committedAt: map[string]time.Time{}}}
+	w.db = &pgDB{w: w}
+	w.startBroker(t)
+	return w
+}
+
+// startBroker starts the world's JetStream server, its stream and its
+// tap.
+func (w *world) startBroker(t *testing.T) {
+	t.Helper()
 	w.nats = testenv.NATS(t)
 	w.stream = w.nats.CreateStream(t, "FAULT", streamSubject)
 	w.tap = startTap(t, w.nats.Conn(t))
-	return w
+}
+
+// outboxDB is the outbox's database, as the cases that run on every
+// database see it: how a producer writes, what the outbox and the business
+// table hold, and a store for a relay.
+type outboxDB interface {
+	// orderTx runs one producer transaction: fn writes orders by write
+	// (a business row and its event each); it commits unless rollback or
+	// fn failed. An error from the commit leaves its outcome unknown.
+	orderTx(ctx context.Context, rollback bool, fn func(write func(id, key string) (herald.Message, error)) error) error
+	// states counts the outbox rows, those of foreign aside: all of them,
+	// and the ready, claimed and dead ones.
+	states(ctx context.Context, foreign []string) (total, ready, claimed, dead int, err error)
+	published(ctx context.Context) (int, error)
+	outboxRows(ctx context.Context) ([]outboxRow, error)
+	businessRows(ctx context.Context) ([]string, error)
+	// addr is the server's host:port, for a proxy's target.
+	addr(t *testing.T) string
+	// relayStore is a store for a relay named name, reaching the server
+	// at addr (a proxy's) instead when addr is not empty, closed when the
+	// test ends.
+	relayStore(t *testing.T, name, addr string) herald.Store
+}
+
+// pgDB is a PostgreSQL world's outboxDB.
+type pgDB struct{ w *world }
+
+func (p *pgDB) orderTx(ctx context.Context, rollback bool, fn func(write func(id, key string) (herald.Message, error)) error) error {
+	tx, err := p.w.pool.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	err = fn(func(id, key string) (herald.Message, error) {
+		return writeOrder(ctx, tx, p.w.writer, p.w.orders, id, key)
+	})
+	if err != nil || rollback {
+		_ = tx.Rollback(ctx)
+		return err
+	}
+	return tx.Commit(ctx)
+}
+
+func (p *pgDB) states(ctx context.Context, foreign []string) (total, ready, claimed, dead int, err error) {
+	// Never nil: <> ALL of NULL would leave every row out.
+	foreign = append([]string{}, foreign...)
+	err = p.w.pool.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE state = 'ready'),
+		count(*) FILTER (WHERE state = 'claimed'), count(*) FILTER (WHERE state = 'dead')
+		FROM `+p.w.store.Table()+` WHERE id::text <> ALL($1::text[])`, foreign).Scan(&total, &ready, &claimed, &dead)
+	return total, ready, claimed, dead, err
+}
+
+func (p *pgDB) published(ctx context.Context) (int, error) {
+	var n int
+	err := p.w.pool.QueryRow(ctx, `SELECT count(*) FROM `+p.w.store.Table()+` WHERE state = 'published'`).Scan(&n)
+	return n, err
+}
+
+func (p *pgDB) outboxRows(ctx context.Context) ([]outboxRow, error) {
+	rows, err := p.w.pool.Query(ctx, `SELECT id::text, key, aggregate_id, state, seq FROM `+p.w.store.Table()+` ORDER BY seq`)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (outboxRow, error) {
+		var o outboxRow
+		return o, r.Scan(&o.id, &o.key, &o.aggregateID, &o.state, &o.seq)
+	})
+}
+
+func (p *pgDB) businessRows(ctx context.Context) ([]string, error) {
+	rows, err := p.w.pool.Query(ctx, `SELECT id FROM `+p.w.orders)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[string])
+}
+
+func (p *pgDB) addr(t *testing.T) string { return p.w.pgAddr(t) }
+
+func (p *pgDB) relayStore(t *testing.T, name, addr string) herald.Store {
+	t.Helper()
+	store, err := heraldpg.New(p.w.relayPool(t, name, addr), p.w.cfg)
+	require.NoError(t, err)
+	return store
 }
 
 // natsURL is the JetStream server's address, for a client that reaches it
@@ -152,6 +248,9 @@ type ledger struct {
 	committed    []string
 	rolledBack   []string
 	rolledBackEv []string
+	// committedAt is when each committed event's commit returned, by
+	// event id.
+	committedAt map[string]time.Time
 }
 
 // load is what in-process producers write: orders (a business row and its
@@ -205,22 +304,19 @@ func (w *world) producer(ctx context.Context, p int, l load) {
 		seq++
 		rollback := seq%10 == 0
 		var ids, events []string
-		tx, err := w.pool.Begin(ctx)
-		if err == nil {
-			for i := 0; i < l.perTx && err == nil; i++ {
+		err := w.db.orderTx(ctx, rollback, func(write func(id, key string) (herald.Message, error)) error {
+			for i := range l.perTx {
 				id := fmt.Sprintf("w%d-%d-%d", p, seq, i)
 				key := fmt.Sprintf("k%03d", p+l.writers*((seq+i)%(l.keys/l.writers)))
-				var m herald.Message
-				m, err = writeOrder(ctx, tx, w.writer, w.orders, id, key)
+				m, err := write(id, key)
+				if err != nil {
+					return err
+				}
 				ids, events = append(ids, id), append(events, m.ID)
 			}
-			switch {
-			case err != nil || rollback:
-				_ = tx.Rollback(ctx)
-			default:
-				err = tx.Commit(ctx)
-			}
-		}
+			return nil
+		})
+		committedAt := time.Now()
 		wait := l.pace
 		switch {
 		case err == nil && rollback:
@@ -231,6 +327,9 @@ func (w *world) producer(ctx context.Context, p int, l load) {
 		case err == nil:
 			w.ledger.mu.Lock()
 			w.ledger.committed = append(w.ledger.committed, ids...)
+			for _, ev := range events {
+				w.ledger.committedAt[ev] = committedAt
+			}
 			w.ledger.mu.Unlock()
 			n += len(ids)
 		default:
@@ -247,14 +346,19 @@ func (w *world) producer(ctx context.Context, p int, l load) {
 	}
 }
 
-// published counts the outbox rows published so far.
+// published counts the outbox rows published so far; -1 on an error, so
+// that a poll during a database restart goes on.
 func (w *world) published(t *testing.T) int {
 	t.Helper()
-	return w.count(t, `state = 'published'`)
+	n, err := w.db.published(t.Context())
+	if err != nil {
+		return -1
+	}
+	return n
 }
 
-// count counts the outbox rows matching where, a condition in SQL. Errors
-// count as -1, so that a poll during a database restart goes on.
+// count counts the outbox rows matching where, a condition in
+// PostgreSQL's SQL. Errors count as -1, so that a poll during a database restart goes on.
 func (w *world) count(t *testing.T, where string, args ...any) int {
 	t.Helper()
 	var n int
@@ -301,18 +405,22 @@ func (w *world) leaseEndOf(t *testing.T, relay string) time.Time {
 type tap struct {
 	sub *nats.Subscription
 
-	mu     sync.Mutex
-	order  []string            // event ids in arrival order
-	relays map[string][]string // event id -> publishing relays, in order
+	mu      sync.Mutex
+	order   []string             // event ids in arrival order
+	relays  map[string][]string  // event id -> publishing relays, in order
+	firstAt map[string]time.Time // event id -> when it first arrived
 }
 
 func startTap(t *testing.T, nc *nats.Conn) *tap {
 	t.Helper()
-	tp := &tap{relays: map[string][]string{}}
+	tp := &tap{relays: map[string][]string{}, firstAt: map[string]time.Time{}}
 	sub, err := nc.Subscribe(streamSubject, func(m *nats.Msg) {
-		id := m.Header.Get(herald.HeaderID)
+		id, at := m.Header.Get(herald.HeaderID), time.Now()
 		tp.mu.Lock()
 		defer tp.mu.Unlock()
+		if _, ok := tp.firstAt[id]; !ok {
+			tp.firstAt[id] = at
+		}
 		tp.order = append(tp.order, id)
 		tp.relays[id] = append(tp.relays[id], m.Header.Get(relayHeader))
 	})

@@ -125,6 +125,7 @@ func New(t testing.TB, db *sql.DB, cfg heraldmysql.Config) *Outbox {
 			return err
 		},
 		OddRows: oddRowsFunc(db, table, tableName(cfg)),
+		Ceiling: ceiling(db, table, tableName(cfg)),
 	}
 	return &Outbox{Driver: d, Store: store, DB: db, Config: &cfg, Writer: w}
 }
