@@ -96,9 +96,14 @@ type ObjectStore interface {
 
 // Options configure Wrap. A nil *Options means the defaults.
 type Options struct {
-	// Threshold: an event whose size (see Size) is above it is offloaded.
-	// Defaults to DefaultThreshold.
+	// Threshold: an event whose size (see the Size option) is above it
+	// is offloaded. Defaults to DefaultThreshold.
 	Threshold int
+	// Size measures an event's broker message as the broker counts it
+	// against its limit (heraldaws.MessageSize does for SQS and SNS,
+	// where a payload that is not text grows by a third in base64).
+	// Defaults to the package's Size.
+	Size func(env *herald.Envelope) int
 	// Prefix is put before the event id to make the object key, and names
 	// the objects a lifecycle rule expires. Defaults to DefaultPrefix.
 	Prefix string
@@ -127,6 +132,9 @@ func (o *Options) withDefaults() (Options, error) {
 	if c.ContentType == "" {
 		c.ContentType = DefaultContentType
 	}
+	if c.Size == nil {
+		c.Size = Size
+	}
 	return c, nil
 }
 
@@ -137,8 +145,8 @@ func Key(prefix, id string) string { return prefix + id }
 
 // Size estimates the size of env's broker message as a broker counts it:
 // the payload, the producer's headers and Herald's own headers (the
-// event's text fields and a fixed allowance for the header names). An
-// event with Size above Options.Threshold is offloaded.
+// event's text fields and a fixed allowance for the header names): the
+// default of Options.Size.
 func Size(env *herald.Envelope) int {
 	const heraldHeaders = 256 // names of the Herald-* headers, versions
 	n := len(env.Payload) + heraldHeaders + len(env.ID) + len(env.Topic) + len(env.Key) +
@@ -182,7 +190,7 @@ func (p *publisher) Publish(ctx context.Context, batch []herald.Envelope) error 
 	var out []herald.Envelope // a copy, made at the first change
 	for i := range batch {
 		env := &batch[i]
-		big := Size(env) > p.opts.Threshold
+		big := p.opts.Size(env) > p.opts.Threshold
 		if !big && !hasClaimHeader(env.Headers) {
 			continue
 		}

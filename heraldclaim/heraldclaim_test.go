@@ -84,6 +84,18 @@ func TestLargePayloadIsStoredUnderTheEventIDAndResolvedBack(t *testing.T) {
 	require.Equal(t, small.Message, plain)
 }
 
+func TestOptionsSizeMeasuresTheMessage(t *testing.T) {
+	store := heraldclaim.NewMemoryStore("b")
+	rec := &recorder{}
+	// A broker that counts every payload byte four times.
+	p := wrap(t, rec, store, &heraldclaim.Options{Threshold: 100, Size: func(env *herald.Envelope) int { return 4 * len(env.Payload) }})
+	under, over := event(bytes.Repeat([]byte("u"), 25), nil), event(bytes.Repeat([]byte("o"), 26), nil)
+	require.NoError(t, p.Publish(t.Context(), []herald.Envelope{under, over}))
+	require.Equal(t, under, rec.got[0][0])
+	require.Empty(t, rec.got[0][1].Payload)
+	require.Equal(t, map[string]int{heraldclaim.DefaultPrefix + over.ID: 1}, store.Keys())
+}
+
 func TestAProducersClaimHeadersAreDropped(t *testing.T) {
 	rec := &recorder{}
 	spoof := event([]byte("s"), map[string]string{"claim-check-key": "someone-elses", "X": "y"})

@@ -42,7 +42,10 @@ func Example_claimCheck() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	pub, err := heraldclaim.Wrap(sqsPub, store, &heraldclaim.Options{Threshold: heraldaws.DefaultMaxMessageBytes})
+	pub, err := heraldclaim.Wrap(sqsPub, store, &heraldclaim.Options{
+		Threshold: heraldaws.DefaultMaxMessageBytes,
+		Size:      heraldaws.MessageSize(nil), // base64 included
+	})
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -6,12 +6,15 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"strings"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	s3types "github.com/aws/aws-sdk-go-v2/service/s3/types"
 
+	"github.com/herald-outbox/herald"
+	"github.com/herald-outbox/herald/heraldce"
 	"github.com/herald-outbox/herald/heraldclaim"
 )
 
@@ -79,6 +82,22 @@ func (s *S3Store) Delete(ctx context.Context, key string) error {
 		return fmt.Errorf("heraldaws: deleting s3://%s/%s: %w", s.bucket, key, err)
 	}
 	return nil
+}
+
+// MessageSize returns, for heraldclaim.Options.Size, the function that
+// measures an event's SQS or SNS message as AWS counts it against its
+// limit: the body (the payload, in base64 when it is not text SQS takes,
+// or the CloudEvent when ce is set) and every attribute. ce is the
+// publisher's CloudEvents setting.
+func MessageSize(ce *heraldce.Config) func(env *herald.Envelope) int {
+	return func(env *herald.Envelope) int {
+		m, err := buildMessage(env, 0, "size", math.MaxInt, ce)
+		if err != nil {
+			// The publisher reports what is wrong with the event.
+			return heraldclaim.Size(env)
+		}
+		return m.size
+	}
 }
 
 // ClaimLifecycleRuleID is the id of the rule PutClaimLifecycle writes.

@@ -272,7 +272,14 @@ func (c *URLConfig) claims(pub herald.Publisher, cfg aws.Config) (herald.Publish
 	if threshold == 0 {
 		threshold = DefaultMaxMessageBytes
 	}
-	return heraldclaim.Wrap(pub, store, &heraldclaim.Options{Threshold: threshold, Prefix: c.ClaimPrefix})
+	ce := c.d.CloudEvents
+	if ce == nil {
+		ce = c.SQS.CloudEvents
+		if c.Kind == "sns" {
+			ce = c.SNS.CloudEvents
+		}
+	}
+	return heraldclaim.Wrap(pub, store, &heraldclaim.Options{Threshold: threshold, Prefix: c.ClaimPrefix, Size: MessageSize(ce)})
 }
 
 // publisher builds the publisher of c over the client of its kind, to
