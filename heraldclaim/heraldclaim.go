@@ -104,6 +104,9 @@ type Options struct {
 	// where a payload that is not text grows by a third in base64).
 	// Defaults to the package's Size.
 	Size func(env *herald.Envelope) int
+	// Uploads is how many payloads of one batch are written at a time.
+	// Defaults to 4.
+	Uploads int
 	// Prefix is put before the event id to make the object key, and names
 	// the objects a lifecycle rule expires. Defaults to DefaultPrefix.
 	Prefix string
@@ -134,6 +137,12 @@ func (o *Options) withDefaults() (Options, error) {
 	}
 	if c.Size == nil {
 		c.Size = Size
+	}
+	if c.Uploads < 0 {
+		return c, fmt.Errorf("heraldclaim: Options.Uploads is %d, want 0 (the default) or more", c.Uploads)
+	}
+	if c.Uploads == 0 {
+		c.Uploads = 4
 	}
 	return c, nil
 }
@@ -174,20 +183,23 @@ func Wrap(next herald.Publisher, store ObjectStore, opts *Options) (herald.Publi
 	if err != nil {
 		return nil, err
 	}
-	return &publisher{next: next, store: store, opts: o}, nil
+	return &publisher{next: next, objects: store, opts: o}, nil
 }
 
 type publisher struct {
-	next  herald.Publisher
-	store ObjectStore
-	opts  Options
+	next    herald.Publisher
+	objects ObjectStore
+	opts    Options
 }
 
 // Publish stores the large payloads, then publishes the batch with
 // references in their place. The batch keeps its length and order, so a
 // *herald.BatchError of next applies to it as it is.
 func (p *publisher) Publish(ctx context.Context, batch []herald.Envelope) error {
-	var out []herald.Envelope // a copy, made at the first change
+	var (
+		out     []herald.Envelope // a copy, made at the first change
+		uploads []upload
+	)
 	for i := range batch {
 		env := &batch[i]
 		big := p.opts.Size(env) > p.opts.Threshold
@@ -212,26 +224,53 @@ func (p *publisher) Publish(ctx context.Context, batch []herald.Envelope) error 
 		if !big {
 			continue
 		}
-		key := Key(p.opts.Prefix, env.ID)
-		// Any failure of the store fails the batch as a whole: to the
-		// relay that is an outage of the destination, retried without
-		// spending attempts. An event is never published without its
-		// object.
-		if err := p.store.Put(ctx, key, env.Payload, contentType); err != nil {
-			return fmt.Errorf("heraldclaim: storing the payload of event %s in bucket %s: %w", env.ID, p.store.Bucket(), err)
-		}
 		sum := sha256.Sum256(env.Payload)
-		headers[HeaderBucket] = p.store.Bucket()
+		key := Key(p.opts.Prefix, env.ID)
+		headers[HeaderBucket] = p.objects.Bucket()
 		headers[HeaderKey] = key
 		headers[HeaderSize] = strconv.Itoa(len(env.Payload))
 		headers[HeaderSHA256] = hex.EncodeToString(sum[:])
 		headers[HeaderContentType] = contentType
 		out[i].Payload = []byte{}
+		uploads = append(uploads, upload{env: env, key: key, contentType: contentType})
 	}
 	if out == nil {
 		return p.next.Publish(ctx, batch)
 	}
+	// Any failure of the store fails the batch as a whole, before anything
+	// is published: to the relay that is an outage of the destination,
+	// retried without spending attempts. An event is never published
+	// without its object.
+	if err := p.store(ctx, uploads); err != nil {
+		return err
+	}
 	return p.next.Publish(ctx, out)
+}
+
+// upload is one payload to store.
+type upload struct {
+	env              *herald.Envelope
+	key, contentType string
+}
+
+// store writes the uploads, Options.Uploads at a time, and returns the
+// first error once all are done.
+func (p *publisher) store(ctx context.Context, uploads []upload) error {
+	errs := make([]error, len(uploads))
+	sem := make(chan struct{}, p.opts.Uploads)
+	var wg sync.WaitGroup
+	for i, u := range uploads {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			if err := p.objects.Put(ctx, u.key, u.env.Payload, u.contentType); err != nil {
+				errs[i] = fmt.Errorf("heraldclaim: storing the payload of event %s in bucket %s: %w", u.env.ID, p.objects.Bucket(), err)
+			}
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
 }
 
 func hasClaimHeader(h map[string]string) bool {

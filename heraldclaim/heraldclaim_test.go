@@ -7,7 +7,9 @@ import (
 	"encoding/hex"
 	"errors"
 	"strconv"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -96,6 +98,59 @@ func TestOptionsSizeMeasuresTheMessage(t *testing.T) {
 	require.Equal(t, map[string]int{heraldclaim.DefaultPrefix + over.ID: 1}, store.Keys())
 }
 
+// gatedStore counts the writes under way and waits for the test to let
+// them finish.
+type gatedStore struct {
+	*heraldclaim.MemoryStore
+	running, most atomic.Int64
+	release       chan struct{}
+}
+
+func (s *gatedStore) Put(ctx context.Context, key string, body []byte, contentType string) error {
+	n := s.running.Add(1)
+	defer s.running.Add(-1)
+	for {
+		m := s.most.Load()
+		if n <= m || s.most.CompareAndSwap(m, n) {
+			break
+		}
+	}
+	<-s.release
+	if bytes.HasPrefix(body, []byte("fail")) {
+		return errors.New("refused")
+	}
+	return s.MemoryStore.Put(ctx, key, body, contentType)
+}
+
+func TestUploadsOfABatchRunTwoAtATimeAndAllFinish(t *testing.T) {
+	store := &gatedStore{MemoryStore: heraldclaim.NewMemoryStore("b"), release: make(chan struct{})}
+	rec := &recorder{}
+	p := wrap(t, rec, store, &heraldclaim.Options{Threshold: 10, Uploads: 2})
+	var batch []herald.Envelope
+	for i := range 5 {
+		payload := bytes.Repeat([]byte{byte('a' + i)}, 100)
+		if i == 1 {
+			payload = append([]byte("fail"), payload...)
+		}
+		batch = append(batch, event(payload, nil))
+	}
+	done := make(chan error, 1)
+	go func() { done <- p.Publish(t.Context(), batch) }()
+	// The first two start and wait; each release lets one finish and the
+	// next start.
+	require.Eventually(t, func() bool { return store.running.Load() == 2 }, 10*time.Second, time.Millisecond)
+	for range batch {
+		store.release <- struct{}{}
+	}
+	err := <-done
+	require.ErrorContains(t, err, "refused")
+	require.ErrorContains(t, err, batch[1].ID)
+	require.Equal(t, int64(2), store.most.Load(), "two at a time")
+	require.Zero(t, store.running.Load(), "every upload finished before Publish returned")
+	require.Len(t, store.Keys(), 4)
+	require.Empty(t, rec.got, "nothing is published when one upload failed")
+}
+
 func TestAProducersClaimHeadersAreDropped(t *testing.T) {
 	rec := &recorder{}
 	spoof := event([]byte("s"), map[string]string{"claim-check-key": "someone-elses", "X": "y"})
@@ -178,6 +233,8 @@ func TestWrapChecksItsArguments(t *testing.T) {
 	require.Error(t, err)
 	_, err = heraldclaim.Wrap(&recorder{}, store, &heraldclaim.Options{Threshold: -1})
 	require.ErrorContains(t, err, "Threshold")
+	_, err = heraldclaim.Wrap(&recorder{}, store, &heraldclaim.Options{Uploads: -1})
+	require.ErrorContains(t, err, "Uploads")
 	_, err = heraldclaim.Wrap(&recorder{}, store, &heraldclaim.Options{Prefix: "/x"})
 	require.ErrorContains(t, err, "Prefix")
 }

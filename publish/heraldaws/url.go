@@ -256,6 +256,10 @@ func (c *URLConfig) claims(pub herald.Publisher, cfg aws.Config) (herald.Publish
 		if endpoint != "" {
 			o.BaseEndpoint = aws.String(endpoint)
 			o.UsePathStyle = true
+			// Stores that speak S3 do not all take the checksums the SDK
+			// adds by default; Resolve checks the SHA-256 itself.
+			o.RequestChecksumCalculation = aws.RequestChecksumCalculationWhenRequired
+			o.ResponseChecksumValidation = aws.ResponseChecksumValidationWhenRequired
 		}
 	})
 	store, err := NewS3Store(client, c.ClaimBucket)
