@@ -239,6 +239,9 @@ func (c *URLConfig) claimCheck(v string) error {
 		return fmt.Errorf("claim_check: %q is not an S3 bucket name", heraldspec.Clean(u.Host))
 	}
 	c.ClaimBucket, c.ClaimPrefix = u.Host, strings.TrimPrefix(u.Path, "/")
+	if c.ClaimPrefix != "" && !strings.HasSuffix(c.ClaimPrefix, "/") {
+		c.ClaimPrefix += "/" // a folder, as the URL reads: s3://b/events holds events/ID
+	}
 	return nil
 }
 

@@ -65,6 +65,9 @@ func TestURLsTheAWSPublishersTake(t *testing.T) {
 				require.Equal(t, 1000, c.ClaimThreshold)
 				require.Equal(t, "http://127.0.0.1:9000", c.ClaimEndpoint)
 			}},
+		{"AClaimCheckPrefixIsAFolder", "sqs://orders?claim_check=s3://herald-claims/a/b", nil, func(t *testing.T, c *heraldaws.URLConfig) {
+			require.Equal(t, "a/b/", c.ClaimPrefix)
+		}},
 		{"AClaimCheckWithDefaults", "sns://billing?claim_check=s3://herald-claims", nil, func(t *testing.T, c *heraldaws.URLConfig) {
 			require.Equal(t, "herald-claims", c.ClaimBucket)
 			require.Empty(t, c.ClaimPrefix, "heraldclaim's default")
