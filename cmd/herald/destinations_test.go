@@ -314,7 +314,7 @@ func TestAWSDestinationURLsAreChecked(t *testing.T) {
 	const secret = "hunter2-Secret"
 	db := "postgres://127.0.0.1:1/db"
 	for _, tc := range []struct{ name, url, message string }{
-		{"UnknownOption", "sqs://orders?region=eu-west-1&visibility=30", `--destination q: sqs option "visibility" is not supported: use region, account, endpoint or max_message_bytes`},
+		{"UnknownOption", "sqs://orders?region=eu-west-1&visibility=30", `--destination q: sqs option "visibility" is not supported: use region, account, endpoint, max_message_bytes, claim_check, claim_threshold or claim_endpoint`},
 		{"BadRegion", "sqs://orders?region=Europe", `region="Europe" is not an AWS region`},
 		{"BadAccount", "sns://billing?account=42", `account="42" is not a 12-digit AWS account id`},
 		{"BadQueueName", "sqs://orders.v2", `"orders.v2" is not an SQS queue name`},

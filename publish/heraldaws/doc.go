@@ -36,7 +36,10 @@
 // Options, each optional: region (else AWS_REGION or the shared
 // configuration), account (the queue's owner, or the topic's account;
 // else the caller's own), endpoint (an http(s):// URL, for an emulator or
-// a VPC endpoint) and max_message_bytes. Credentials come from the AWS
+// a VPC endpoint), max_message_bytes, and claim_check=s3://BUCKET/PREFIX,
+// claim_threshold and claim_endpoint for claim checks (an S3Store wrapped
+// around the publisher with package heraldclaim: a payload above the
+// threshold goes to the bucket first). Credentials come from the AWS
 // credential chain (the environment, the shared files, a role), never
 // from the URL. Open finds the queue's URL, or checks that the topic
 // exists, before it returns.

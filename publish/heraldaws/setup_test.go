@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -24,6 +25,9 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	if os.Getenv(claimChildEnv) != "" {
+		runClaimChild()
+	}
 	testenv.Main(m)
 }
 

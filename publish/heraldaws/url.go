@@ -17,12 +17,14 @@ import (
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/sns"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sts"
 	"github.com/aws/smithy-go"
 
 	"github.com/herald-outbox/herald"
+	"github.com/herald-outbox/herald/heraldclaim"
 	"github.com/herald-outbox/herald/heraldspec"
 )
 
@@ -32,10 +34,19 @@ import (
 //	sqs://sqs.R.amazonaws.com/ID/QUEUE (a queue URL, https:// left out)
 //	sns://TOPIC?region=R&account=ID&endpoint=URL&max_message_bytes=N
 //
+// and, on either, claim checks (see package heraldclaim):
+//
+//	&claim_check=s3://BUCKET/PREFIX&claim_threshold=N&claim_endpoint=URL
+//
 // Every option may be left out: the region then comes from the AWS
 // configuration (AWS_REGION, the shared config file), the account is the
 // caller's own, the endpoint AWS's. max_message_bytes (1 to 1048576) is
-// the publisher's MaxMessageBytes. Credentials come from the AWS chain
+// the publisher's MaxMessageBytes. claim_check stores the payload of an
+// event above claim_threshold bytes (default: max_message_bytes, or the
+// publisher's default) in the S3 bucket under PREFIX (default
+// heraldclaim.DefaultPrefix) first; the S3 client is the destination's,
+// on claim_endpoint (default: endpoint) with path-style addressing when
+// either is given, for an S3-compatible store. Credentials come from the AWS chain
 // (the environment, the shared files, a role), never from the URL, which
 // refuses them. AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY,
 // AWS_SESSION_TOKEN, AWS_REGION and AWS_PROFILE are read through the
@@ -74,6 +85,15 @@ type URLConfig struct {
 	// SNS is the publisher's Config of an sns:// destination; Open sets
 	// its TopicARN. Zero for sqs://.
 	SNS SNSConfig
+	// ClaimBucket, when set, turns claim checks on: payloads above
+	// ClaimThreshold go to this S3 bucket, under ClaimPrefix.
+	ClaimBucket, ClaimPrefix string
+	// ClaimThreshold is the claim checks' threshold; 0 is the publisher's
+	// MaxMessageBytes.
+	ClaimThreshold int
+	// ClaimEndpoint is the URL of the S3-compatible store; "" is Endpoint,
+	// or AWS's S3 when that is "" too.
+	ClaimEndpoint string
 
 	d *heraldspec.Destination
 }
@@ -84,7 +104,7 @@ var (
 	awsRegion     = regexp.MustCompile(`^[a-z]{2}(-[a-z]+)+-[0-9]+$`)
 	awsAccount    = regexp.MustCompile(`^[0-9]{12}$`)
 	awsQueueHost  = regexp.MustCompile(`^sqs\.([a-z0-9-]+)\.amazonaws\.com(\.cn)?$`)
-	awsOptionList = "region, account, endpoint or max_message_bytes"
+	awsOptionList = "region, account, endpoint, max_message_bytes, claim_check, claim_threshold or claim_endpoint"
 )
 
 // ParseURL checks an sqs:// or sns:// URL of d (see the package's URL
@@ -138,11 +158,17 @@ func ParseURL(d *heraldspec.Destination, u *url.URL) (*URLConfig, error) {
 	case c.Account != "" && !awsAccount.MatchString(c.Account):
 		return nil, fmt.Errorf("account=%q is not a 12-digit AWS account id", heraldspec.Clean(c.Account))
 	}
-	if c.Endpoint != "" {
-		e, err := url.Parse(c.Endpoint)
-		if err != nil || (e.Scheme != "http" && e.Scheme != "https") || e.Host == "" || e.User != nil {
-			return nil, errors.New("endpoint is not an http:// or https:// URL without credentials")
+	for _, ep := range []struct{ name, url string }{{"endpoint", c.Endpoint}, {"claim_endpoint", c.ClaimEndpoint}} {
+		if ep.url == "" {
+			continue
 		}
+		e, err := url.Parse(ep.url)
+		if err != nil || (e.Scheme != "http" && e.Scheme != "https") || e.Host == "" || e.User != nil {
+			return nil, errors.New(ep.name + " is not an http:// or https:// URL without credentials")
+		}
+	}
+	if c.ClaimBucket == "" && (c.ClaimThreshold != 0 || c.ClaimEndpoint != "") {
+		return nil, errors.New("claim_threshold and claim_endpoint need claim_check=s3://BUCKET/PREFIX")
 	}
 	// The publisher's own checks, with a client that is never called.
 	if _, err := c.publisher(sqs.New(sqs.Options{}), sns.New(sns.Options{}), ""); err != nil {
@@ -176,11 +202,91 @@ func (c *URLConfig) options(u *url.URL) error {
 				return fmt.Errorf("max_message_bytes=%q is not a number of bytes from 1 to 1048576", heraldspec.Clean(v))
 			}
 			c.SQS.MaxMessageBytes, c.SNS.MaxMessageBytes = n, n
+		case "claim_check":
+			if err := c.claimCheck(v); err != nil {
+				return err
+			}
+		case "claim_threshold":
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 1 {
+				return fmt.Errorf("claim_threshold=%q is not a positive number of bytes", heraldspec.Clean(v))
+			}
+			c.ClaimThreshold = n
+		case "claim_endpoint":
+			c.ClaimEndpoint = v
 		default:
 			return fmt.Errorf("%s option %q is not supported: use %s", c.Kind, heraldspec.Clean(name), awsOptionList)
 		}
 	}
 	return nil
+}
+
+// s3Bucket is an S3 bucket name: 3 to 63 lower-case letters, digits, '.'
+// and '-', starting and ending with a letter or a digit.
+var s3Bucket = regexp.MustCompile(`^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$`)
+
+// claimCheck reads claim_check=s3://BUCKET/PREFIX.
+func (c *URLConfig) claimCheck(v string) error {
+	u, err := url.Parse(v)
+	switch {
+	case strings.ContainsAny(v, "@#") || (err == nil && u.User != nil):
+		// It may hold a secret: quote none of it.
+		return errors.New("claim_check is not s3://BUCKET/PREFIX: it takes no credentials, which come from the AWS credential chain")
+	case err != nil || u.Scheme != "s3" || u.RawQuery != "":
+		return fmt.Errorf("claim_check=%q is not s3://BUCKET/PREFIX", heraldspec.Clean(v))
+	}
+	if !s3Bucket.MatchString(u.Host) {
+		return fmt.Errorf("claim_check: %q is not an S3 bucket name", heraldspec.Clean(u.Host))
+	}
+	c.ClaimBucket, c.ClaimPrefix = u.Host, strings.TrimPrefix(u.Path, "/")
+	if c.ClaimPrefix != "" && !strings.HasSuffix(c.ClaimPrefix, "/") {
+		c.ClaimPrefix += "/" // a folder, as the URL reads: s3://b/events holds events/ID
+	}
+	return nil
+}
+
+// claims wraps pub with claim checks into the S3 bucket of c, when c has
+// one.
+func (c *URLConfig) claims(pub herald.Publisher, cfg aws.Config) (herald.Publisher, error) {
+	if c.ClaimBucket == "" {
+		return pub, nil
+	}
+	endpoint := c.ClaimEndpoint
+	if endpoint == "" {
+		endpoint = c.Endpoint
+	}
+	client := s3.NewFromConfig(cfg, func(o *s3.Options) {
+		if endpoint != "" {
+			o.BaseEndpoint = aws.String(endpoint)
+			o.UsePathStyle = true
+			// Stores that speak S3 do not all take the checksums the SDK
+			// adds by default; Resolve checks the SHA-256 itself.
+			o.RequestChecksumCalculation = aws.RequestChecksumCalculationWhenRequired
+			o.ResponseChecksumValidation = aws.ResponseChecksumValidationWhenRequired
+		}
+	})
+	store, err := NewS3Store(client, c.ClaimBucket)
+	if err != nil {
+		return nil, err
+	}
+	threshold := c.ClaimThreshold
+	if threshold == 0 {
+		threshold = c.SQS.MaxMessageBytes
+		if c.Kind == "sns" {
+			threshold = c.SNS.MaxMessageBytes
+		}
+	}
+	if threshold == 0 {
+		threshold = DefaultMaxMessageBytes
+	}
+	ce := c.d.CloudEvents
+	if ce == nil {
+		ce = c.SQS.CloudEvents
+		if c.Kind == "sns" {
+			ce = c.SNS.CloudEvents
+		}
+	}
+	return heraldclaim.Wrap(pub, store, &heraldclaim.Options{Threshold: threshold, Prefix: c.ClaimPrefix, Size: MessageSize(ce)})
 }
 
 // publisher builds the publisher of c over the client of its kind, to
@@ -257,6 +363,9 @@ func (c *URLConfig) Open(ctx context.Context) (herald.Publisher, func(), error) 
 		return nil, nil, err
 	}
 	pub, err := c.publisher(sqs.NewFromConfig(cfg), sns.NewFromConfig(cfg), dest)
+	if err == nil {
+		pub, err = c.claims(pub, cfg)
+	}
 	if err != nil {
 		transport.CloseIdleConnections()
 		return nil, nil, heraldspec.Failed(d, false, err, "destination "+d.Name+": "+err.Error())

@@ -1,15 +1,21 @@
 package heraldaws_test
 
 import (
+	"bytes"
+	"fmt"
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	s3types "github.com/aws/aws-sdk-go-v2/service/s3/types"
 	"github.com/aws/aws-sdk-go-v2/service/sns"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/stretchr/testify/require"
 
 	"github.com/herald-outbox/herald"
 	"github.com/herald-outbox/herald/heraldce"
+	"github.com/herald-outbox/herald/heraldclaim"
 	"github.com/herald-outbox/herald/heraldspec"
 	"github.com/herald-outbox/herald/internal/testenv"
 	"github.com/herald-outbox/herald/publish/heraldaws"
@@ -52,6 +58,21 @@ func TestURLsTheAWSPublishersTake(t *testing.T) {
 			require.Empty(t, c.Account, "the caller's")
 			require.Zero(t, c.SNS.MaxMessageBytes, "the publisher's default")
 		}},
+		{"AClaimCheck", "sqs://orders?claim_check=s3://herald-claims/events/&claim_threshold=1000&claim_endpoint=http://127.0.0.1:9000", nil,
+			func(t *testing.T, c *heraldaws.URLConfig) {
+				require.Equal(t, "herald-claims", c.ClaimBucket)
+				require.Equal(t, "events/", c.ClaimPrefix)
+				require.Equal(t, 1000, c.ClaimThreshold)
+				require.Equal(t, "http://127.0.0.1:9000", c.ClaimEndpoint)
+			}},
+		{"AClaimCheckPrefixIsAFolder", "sqs://orders?claim_check=s3://herald-claims/a/b", nil, func(t *testing.T, c *heraldaws.URLConfig) {
+			require.Equal(t, "a/b/", c.ClaimPrefix)
+		}},
+		{"AClaimCheckWithDefaults", "sns://billing?claim_check=s3://herald-claims", nil, func(t *testing.T, c *heraldaws.URLConfig) {
+			require.Equal(t, "herald-claims", c.ClaimBucket)
+			require.Empty(t, c.ClaimPrefix, "heraldclaim's default")
+			require.Zero(t, c.ClaimThreshold, "the publisher's MaxMessageBytes")
+		}},
 		{"TheURLOverridesTheConfig", "sns://billing?region=us-gov-west-1&max_message_bytes=65536",
 			&heraldaws.SNSConfig{MaxMessageBytes: 1000, MaxConcurrentRequests: 2}, func(t *testing.T, c *heraldaws.URLConfig) {
 				require.Equal(t, 65536, c.SNS.MaxMessageBytes)
@@ -78,7 +99,13 @@ func TestURLsTheAWSPublishersRefuse(t *testing.T) {
 		says      string
 	}{
 		{"UnknownOption", "sqs://orders?region=eu-west-1&visibility=30", nil, nil,
-			`sqs option "visibility" is not supported: use region, account, endpoint or max_message_bytes`},
+			`sqs option "visibility" is not supported: use region, account, endpoint, max_message_bytes, claim_check, claim_threshold or claim_endpoint`},
+		{"ClaimCheckNotS3", "sqs://orders?claim_check=gs://b/p", nil, nil, `claim_check="gs://b/p" is not s3://BUCKET/PREFIX`},
+		{"ClaimCheckBadBucket", "sqs://orders?claim_check=s3://B_ad/p", nil, nil, `claim_check: "B_ad" is not an S3 bucket name`},
+		{"ClaimCheckWithCredentials", "sqs://orders?claim_check=s3://AKID:" + secret + "@bucket/p", nil, nil, "claim_check is not s3://BUCKET/PREFIX: it takes no credentials"},
+		{"ClaimThresholdNotANumber", "sqs://orders?claim_check=s3://bucket&claim_threshold=0", nil, nil, `claim_threshold="0" is not a positive number of bytes`},
+		{"ClaimThresholdAlone", "sqs://orders?claim_threshold=10", nil, nil, "claim_threshold and claim_endpoint need claim_check=s3://BUCKET/PREFIX"},
+		{"ClaimEndpointNotHTTP", "sqs://orders?claim_check=s3://bucket&claim_endpoint=ftp://x", nil, nil, "claim_endpoint is not an http:// or https:// URL"},
 		{"OptionTwice", "sqs://orders?region=eu-west-1&region=eu-west-2", nil, nil, `option "region" is given twice`},
 		{"BadRegion", "sqs://orders?region=Europe", nil, nil, `region="Europe" is not an AWS region such as eu-west-1`},
 		{"BadAccount", "sns://billing?account=42", nil, nil, `account="42" is not a 12-digit AWS account id`},
@@ -148,6 +175,51 @@ func TestAnAWSDestinationOpensAndPublishes(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, `{"n":1}`, string(m.Payload), tc.url)
 	}
+}
+
+// claim_check= wraps the publisher: an event above the queue's limit goes
+// to the bucket, on the destination's endpoint, and resolves back.
+func TestAnAWSDestinationWithAClaimCheck(t *testing.T) {
+	t.Parallel()
+	b, endpoint := motoBundle(t)
+	s3Client := newS3(awsConfig(t, endpoint))
+	_, err := s3Client.CreateBucket(t.Context(), &s3.CreateBucketInput{Bucket: aws.String("claims"),
+		CreateBucketConfiguration: &s3types.CreateBucketConfiguration{LocationConstraint: s3types.BucketLocationConstraintEuWest1}})
+	require.NoError(t, err)
+	queue := freshName(true)
+	queueURL := b.queue(t, queue, nil)
+	pub, closePub, err := heraldspec.Open(t.Context(), heraldspec.Destination{Name: "q", Getenv: awsEnv("test-secret"),
+		URL: "sqs://" + queue + "?region=eu-west-1&endpoint=" + endpoint + "&claim_check=s3://claims/big/"})
+	require.NoError(t, err)
+	defer closePub()
+	payload := bytes.Repeat([]byte("z"), heraldaws.DefaultMaxMessageBytes)
+	// Under the limit, but not text: in base64 it is a third larger.
+	binary := bytes.Repeat([]byte{0xff, 0}, 100<<10)
+	envs := envelopes(t, herald.Message{Topic: "orders", Key: "k", Payload: payload},
+		herald.Message{Topic: "orders", Key: "k", Payload: []byte("small")},
+		herald.Message{Topic: "orders", Key: "k", Payload: binary})
+	require.NoError(t, pub.Publish(t.Context(), envs))
+
+	store, err := heraldaws.NewS3Store(s3Client, "claims")
+	require.NoError(t, err)
+	msgs := b.receive(t, queueURL, 3)
+	var got []string
+	for _, msg := range msgs {
+		m, err := heraldaws.Parse(msg)
+		require.NoError(t, err)
+		m, err = heraldclaim.Resolve(t.Context(), store, m)
+		require.NoError(t, err)
+		got = append(got, fmt.Sprintf("%s:%d", m.ID, len(m.Payload)))
+	}
+	require.Equal(t, []string{fmt.Sprintf("%s:%d", envs[0].ID, len(payload)), envs[1].ID + ":5",
+		fmt.Sprintf("%s:%d", envs[2].ID, len(binary))}, got)
+	out, err := s3Client.ListObjectsV2(t.Context(), &s3.ListObjectsV2Input{Bucket: aws.String("claims")})
+	require.NoError(t, err)
+	var keys []string
+	for _, o := range out.Contents {
+		keys = append(keys, aws.ToString(o.Key))
+	}
+	require.ElementsMatch(t, []string{"big/" + envs[0].ID, "big/" + envs[2].ID}, keys)
 }
 
 // A queue or topic that does not exist yet, and AWS out of reach, are

@@ -38,6 +38,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/herald-outbox/herald"
+	"github.com/herald-outbox/herald/heraldclaim"
 )
 
 // Features declares what a publisher guarantees. Run checks each declared
@@ -143,6 +144,7 @@ func Run(t *testing.T, h Harness) {
 		{"KeyTypeAndEventIDArrive", true, "", s.fieldsArrive},
 		{"EventAndAggregateVersionsArrive", true, "", s.versionsArrive},
 		{"ProducerHeadersArriveWithTheirValues", h.Features.Headers, "Features.Headers is not declared", s.headersArrive},
+		{"ClaimCheckedPayloadResolvesAfterParse", h.Features.Headers, "Features.Headers is not declared", s.claimCheckResolves},
 		{"EventsOfOneKeyArriveInBatchOrder", h.Features.KeyOrder, "Features.KeyOrder is not declared", s.oneKeyInOrder},
 		{"InterleavedKeysKeepEachKeysOrder", h.Features.KeyOrder, "Features.KeyOrder is not declared", s.interleavedKeysInOrder},
 		{"TooLargePayloadIsPermanentAndHoldsBackOnlyItsKey", h.Features.PermanentTooLarge, "Features.PermanentTooLarge is not declared", s.failedEventHoldsBackItsKey},
@@ -342,6 +344,42 @@ func (s *suite) headersArrive(t *testing.T) {
 	without, ok := recv[envs[1].ID]
 	require.True(t, ok, "the event without headers did not arrive")
 	require.Empty(t, without.Headers, "an event without producer headers carries none")
+}
+
+// claimCheckResolves publishes through heraldclaim.Wrap: the reference
+// headers of the large event survive the broker and the package's Parse,
+// and heraldclaim.Resolve gives back the payload and the producer's
+// headers.
+func (s *suite) claimCheckResolves(t *testing.T) {
+	topic := s.h.Topic(t)
+	store := heraldclaim.NewMemoryStore("conformance")
+	pub, err := heraldclaim.Wrap(s.h.New(t), store, &heraldclaim.Options{Threshold: 1024})
+	require.NoError(t, err)
+	large := make([]byte, MaxRegularPayload)
+	for i := range large {
+		large[i] = byte(i) // every byte value, NUL and 0xff among them
+	}
+	headers := map[string]string{"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", "X-Tenant": "acme"}
+	envs := batch(t,
+		herald.Message{Topic: topic, Key: "k", Payload: large, Headers: headers},
+		herald.Message{Topic: topic, Key: "k", Payload: []byte("small")},
+	)
+	publish(t, pub, envs)
+
+	recv := byID(t, s.h.Read(t, topic, len(envs)))
+	for _, env := range envs {
+		r, ok := recv[env.ID]
+		require.True(t, ok, "event %s did not arrive", env.ID)
+		m, err := heraldclaim.Resolve(t.Context(), store, herald.Message{ID: r.ID, Payload: r.Payload, Headers: r.Headers})
+		require.NoError(t, err)
+		require.Equal(t, env.Payload, m.Payload)
+		if len(env.Headers) == 0 {
+			require.Empty(t, m.Headers)
+		} else {
+			require.Equal(t, env.Headers, m.Headers, "the producer's headers, without the reference")
+		}
+	}
+	require.Equal(t, map[string]int{heraldclaim.DefaultPrefix + envs[0].ID: 1}, store.Keys(), "only the large event is stored")
 }
 
 func (s *suite) oneKeyInOrder(t *testing.T) {
