@@ -70,7 +70,7 @@ const (
 // as many workers as the relay has batches in flight.
 func drainCeiling(ctx context.Context, e *env, name string, pub herald.Publisher) (*DrainTarget, error) {
 	o := e.o
-	var worker func(ctx context.Context, store *timedStore, pub *timedPublisher, published *atomic.Int64) error
+	var worker ceilingWorkerFunc
 	if e.my != nil {
 		db, err := openMySQL(ctx, e.my.cfg, o.maxInFlight)
 		if err != nil {
@@ -90,6 +90,17 @@ func drainCeiling(ctx context.Context, e *env, name string, pub herald.Publisher
 			return ceilingWorker(ctx, e, pool, store, pub, published)
 		}
 	}
+	return runCeiling(ctx, e, name, systemCeiling, pub, worker)
+}
+
+// ceilingWorkerFunc is one worker of a ceiling: it claims, marks and
+// publishes batches until a claim finds nothing.
+type ceilingWorkerFunc func(ctx context.Context, store *timedStore, pub *timedPublisher, published *atomic.Int64) error
+
+// runCeiling times system's workers draining the loaded backlog to pub,
+// as many as the relay has batches in flight.
+func runCeiling(ctx context.Context, e *env, name, system string, pub herald.Publisher, worker ceilingWorkerFunc) (*DrainTarget, error) {
+	o := e.o
 	store := &timedStore{}
 	tpub := &timedPublisher{Publisher: pub}
 	var (
@@ -98,25 +109,23 @@ func drainCeiling(ctx context.Context, e *env, name string, pub herald.Publisher
 		errOnce   sync.Once
 		firstErr  error
 	)
-	cpu := startCPU(e, systemCeiling+"-"+name)
+	cpu := startCPU(e, system+"-"+name)
 	start := time.Now()
 	for range o.maxInFlight {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			if err := worker(ctx, store, tpub, &published); err != nil {
 				errOnce.Do(func() { firstErr = err })
 			}
-		}()
+		})
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
 	if firstErr != nil {
-		return nil, fmt.Errorf("ceiling: %w", firstErr)
+		return nil, fmt.Errorf("%s: %w", system, firstErr)
 	}
 	n := published.Load()
 	r := &DrainTarget{
-		Name: name, System: systemCeiling, Events: o.events,
+		Name: name, System: system, Events: o.events,
 		Seconds: round(elapsed.Seconds(), 3), EventsPerSec: round2(float64(n) / elapsed.Seconds()),
 		Published: n, Breakdown: breakdown(store, tpub, elapsed),
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -100,42 +99,15 @@ func (e *env) countMinimal(ctx context.Context) (rows, unpublished int, err erro
 // drainMinimal times the minimal ceiling draining its loaded backlog to
 // pub, with as many workers as the relay has batches in flight.
 func drainMinimal(ctx context.Context, e *env, name string, pub herald.Publisher) (*DrainTarget, error) {
-	o := e.o
-	pool, err := e.newPool(ctx, o.maxInFlight)
+	pool, err := e.newPool(ctx, e.o.maxInFlight)
 	if err != nil {
 		return nil, err
 	}
 	defer e.closePool(pool)
-	store := &timedStore{}
-	tpub := &timedPublisher{Publisher: pub}
-	var (
-		published atomic.Int64
-		wg        sync.WaitGroup
-		errOnce   sync.Once
-		firstErr  error
-	)
-	cpu := startCPU(e, systemMinimal+"-"+name)
-	start := time.Now()
-	for range o.maxInFlight {
-		wg.Go(func() {
-			if err := minimalWorker(ctx, e, pool, store, tpub, &published); err != nil {
-				errOnce.Do(func() { firstErr = err })
-			}
+	return runCeiling(ctx, e, name, systemMinimal, pub,
+		func(ctx context.Context, store *timedStore, pub *timedPublisher, published *atomic.Int64) error {
+			return minimalWorker(ctx, e, pool, store, pub, published)
 		})
-	}
-	wg.Wait()
-	elapsed := time.Since(start)
-	if firstErr != nil {
-		return nil, fmt.Errorf("minimal ceiling: %w", firstErr)
-	}
-	n := published.Load()
-	r := &DrainTarget{
-		Name: name, System: systemMinimal, Events: o.events,
-		Seconds: round(elapsed.Seconds(), 3), EventsPerSec: round2(float64(n) / elapsed.Seconds()),
-		Published: n, Breakdown: breakdown(store, tpub, elapsed),
-	}
-	r.DatabaseCPUPerEventUS, r.ProcessCPUPerEventUS = cpu.stop(n)
-	return r, nil
 }
 
 // minimalWorker claims-and-marks batches of the minimal table and
