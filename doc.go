@@ -38,7 +38,9 @@
 //     CloudEvents 1.0 mapping every publisher can send; heraldspec: a
 //     destination's URL turned into its publisher, each publisher package
 //     parsing its own URL form (what the daemon opens its destinations
-//     with);
+//     with); heraldclaim: claim checks, payloads too large for a broker
+//     stored in an object store first (publish/heraldaws's S3Store) and
+//     resolved by the consumer;
 //   - heraldadmin: what operators see of an outbox (counts, dead events,
 //     parked keys; requeue and discard), implemented by every driver;
 //     heraldui: the operator page over it, an http.Handler a service
