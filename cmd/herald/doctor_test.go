@@ -266,13 +266,23 @@ func TestDoctorChecksTheTargetsOfRoutes(t *testing.T) {
 		}
 	}
 
-	// The fix it names is the fix.
+	// The fix it names is the fix: no destination finding is an error
+	// any more. (The shared server's own settings may still be: a CI
+	// server runs with autovacuum off, which doctor rightly reports; the
+	// exit status follows the errors found.)
 	n.CreateStream(t, "REFUNDS", "refunds.issued")
 	r, found = doctorJSON(t, "--db", testenv.PostgresDSN(t), "--schema", d.schema,
 		"--destination", "events="+n.URL(), "--route", "refunds.issued=events")
-	require.Equal(t, 0, r.code, r)
 	got = ofCheck(found, checkDestinationTarget)
 	require.Equal(t, heraldspec.SeverityOK, got[0].Severity, got)
+	status := 0
+	for _, f := range found {
+		if f.Severity == heraldspec.SeverityError {
+			status = 1
+			require.NotContains(t, []string{checkDestination, checkDestinationTarget}, f.Check, "%+v", f)
+		}
+	}
+	require.Equal(t, status, r.code, r)
 }
 
 func TestDoctorRefusesBadInput(t *testing.T) {
