@@ -128,7 +128,11 @@ func TestDiagnoseNamesATransactionHeldPastTheLease(t *testing.T) {
 
 	_, err = o.DB.ExecContext(ctx, fmt.Sprintf("KILL %d", thread))
 	require.NoError(t, err)
+	// The killed connection leaves the process list at once, but MariaDB
+	// may let its SLEEP run on, its transaction listed, until the sleep
+	// ends (seen under load: more than 10 s after the KILL); by then the
+	// transaction is rolled back.
 	require.Eventually(t, func() bool {
 		return mine(heraldspec.DiagnoseParams{Lease: 100 * time.Millisecond}) == nil
-	}, 10*time.Second, 50*time.Millisecond)
+	}, 45*time.Second, 50*time.Millisecond, "the killed transaction is still listed after its sleep ended")
 }
