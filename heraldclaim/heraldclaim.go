@@ -67,6 +67,14 @@ func isClaimHeader(name string) bool {
 // limit: see docs/claim-checks.md for each broker's.
 const DefaultThreshold = 256 << 10
 
+// Limited is implemented by publishers that know the largest message
+// their broker takes (a NATS server's max_payload, a Kafka producer's
+// largest record): a claim check configured by URL (package heraldspec)
+// offloads the events above it when no threshold is given.
+type Limited interface {
+	MaxMessageBytes() int
+}
+
 // DefaultPrefix is the default Options.Prefix.
 const DefaultPrefix = "herald/"
 

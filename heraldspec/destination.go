@@ -194,6 +194,9 @@ type Scheme struct {
 	// ManyURLs says the destination takes a comma-separated list of URLs
 	// (the servers of one cluster).
 	ManyURLs bool
+	// OwnClaimChecks says the package reads the claim_* options of its
+	// URLs itself (sqs, sns); otherwise Parse takes them (see ClaimCheck).
+	OwnClaimChecks bool
 	// UserIsSecret reports whether a URL's user name without a password
 	// is a secret (a NATS token: nats://TOKEN@host), so that Display
 	// hides it. Nil: a user name is not a secret.
@@ -272,7 +275,12 @@ type Parsed struct {
 	// Kind is the Scheme's Kind.
 	Kind   string
 	target Target
+	claim  *ClaimCheck
 }
+
+// ClaimCheck is the claim check the URL's claim_* options set, nil when
+// none (or when the publisher package reads them itself).
+func (p *Parsed) ClaimCheck() *ClaimCheck { return p.claim }
 
 // Target is what the publisher package parsed: its own type (a
 // *heraldredis.URLConfig), for a caller that wants to look.
@@ -280,6 +288,9 @@ func (p *Parsed) Target() Target { return p.target }
 
 // Open connects the destination: see Target.
 func (p *Parsed) Open(ctx context.Context) (herald.Publisher, func(), error) {
+	if p.claim != nil {
+		return (&claimTarget{Target: p.target, d: p.Destination, c: p.claim}).Open(ctx)
+	}
 	return p.target.Open(ctx)
 }
 
@@ -338,6 +349,14 @@ func Parse(d Destination) (*Parsed, error) {
 	if len(urls) > 1 && !scheme.ManyURLs {
 		return fail(fmt.Errorf("a %s destination takes one URL", scheme.Kind))
 	}
+	var claim *ClaimCheck
+	if !scheme.OwnClaimChecks {
+		c, err := takeClaimCheck(urls)
+		if err != nil {
+			return fail(err)
+		}
+		claim = c
+	}
 	userIsSecret := scheme.UserIsSecret != nil && scheme.UserIsSecret(&d)
 	for _, u := range urls {
 		if scheme.Kind == "webhook" {
@@ -354,7 +373,7 @@ func Parse(d Destination) (*Parsed, error) {
 	if err != nil {
 		return fail(err)
 	}
-	return &Parsed{Destination: dp, Kind: scheme.Kind, target: t}, nil
+	return &Parsed{Destination: dp, Kind: scheme.Kind, target: t, claim: claim}, nil
 }
 
 // ParseURL parses one URL, refusing what would show a secret in an error

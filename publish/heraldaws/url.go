@@ -52,10 +52,12 @@ import (
 // AWS_SESSION_TOKEN, AWS_REGION and AWS_PROFILE are read through the
 // Destination's Getenv; the SDK reads the rest of the chain itself.
 func init() {
+	heraldspec.RegisterClaimStore(heraldspec.ClaimStore{Scheme: "s3", Open: openClaimStore})
 	for _, kind := range []string{"sqs", "sns"} {
 		heraldspec.Register(heraldspec.Scheme{
-			Kind:    kind,
-			Schemes: []string{kind},
+			Kind:           kind,
+			Schemes:        []string{kind},
+			OwnClaimChecks: true,
 			Parse: func(d *heraldspec.Destination, urls []*url.URL) (heraldspec.Target, error) {
 				return ParseURL(d, urls[0])
 			},
@@ -255,17 +257,7 @@ func (c *URLConfig) claims(pub herald.Publisher, cfg aws.Config) (herald.Publish
 	if endpoint == "" {
 		endpoint = c.Endpoint
 	}
-	client := s3.NewFromConfig(cfg, func(o *s3.Options) {
-		if endpoint != "" {
-			o.BaseEndpoint = aws.String(endpoint)
-			o.UsePathStyle = true
-			// Stores that speak S3 do not all take the checksums the SDK
-			// adds by default; Resolve checks the SHA-256 itself.
-			o.RequestChecksumCalculation = aws.RequestChecksumCalculationWhenRequired
-			o.ResponseChecksumValidation = aws.ResponseChecksumValidationWhenRequired
-		}
-	})
-	store, err := NewS3Store(client, c.ClaimBucket)
+	store, err := NewS3Store(claimClient(cfg, endpoint), c.ClaimBucket)
 	if err != nil {
 		return nil, err
 	}
@@ -287,6 +279,21 @@ func (c *URLConfig) claims(pub herald.Publisher, cfg aws.Config) (herald.Publish
 		}
 	}
 	return heraldclaim.Wrap(pub, store, &heraldclaim.Options{Threshold: threshold, Prefix: c.ClaimPrefix, Size: MessageSize(ce)})
+}
+
+// claimClient is the S3 client of claim checks: path-style addressing on
+// an endpoint of its own (an S3-compatible store).
+func claimClient(cfg aws.Config, endpoint string) *s3.Client {
+	return s3.NewFromConfig(cfg, func(o *s3.Options) {
+		if endpoint != "" {
+			o.BaseEndpoint = aws.String(endpoint)
+			o.UsePathStyle = true
+			// Stores that speak S3 do not all take the checksums the SDK
+			// adds by default; Resolve checks the SHA-256 itself.
+			o.RequestChecksumCalculation = aws.RequestChecksumCalculationWhenRequired
+			o.ResponseChecksumValidation = aws.ResponseChecksumValidationWhenRequired
+		}
+	})
 }
 
 // publisher builds the publisher of c over the client of its kind, to

@@ -583,3 +583,17 @@ func checkTopic(s string) string {
 func isTopicChar(c rune) bool {
 	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-'
 }
+
+// MaxMessageBytes is the largest record the publisher sends: its
+// Config.MaxMessageBytes, or the client's batch limit when lower (for a
+// topic without a limit of its own). A claim check configured by URL
+// offloads the events above it (heraldclaim.Limited).
+func (p *Publisher) MaxMessageBytes() int {
+	limit := p.maxBytes
+	if p.batchMax != nil {
+		if b := int(p.batchMax("")); limit == 0 || (b > 0 && b < limit) {
+			limit = b
+		}
+	}
+	return limit
+}

@@ -667,3 +667,15 @@ func checkSubject(s string) string {
 	}
 	return ""
 }
+
+// MaxMessageBytes is the largest message the publisher sends: the
+// server's max_payload, or Config.MaxMessageBytes when lower. A claim
+// check configured by URL offloads the events above it
+// (heraldclaim.Limited).
+func (p *Publisher) MaxMessageBytes() int {
+	limit := int(p.nc.MaxPayload())
+	if p.maxBytes > 0 && (limit <= 0 || p.maxBytes < limit) {
+		limit = p.maxBytes
+	}
+	return limit
+}

@@ -362,3 +362,8 @@ func firstError(errs []error) error {
 	}
 	return nil
 }
+
+// MaxMessageBytes is Config.MaxMessageBytes, the largest message the
+// publisher sends. A claim check configured by URL offloads the events
+// above it (heraldclaim.Limited).
+func (p *Publisher) MaxMessageBytes() int { return p.maxBytes }

@@ -714,3 +714,8 @@ func (p *Publisher) channelError(c *channel, err error) error {
 	}
 	return errors.New("heraldrabbit: channel closed")
 }
+
+// MaxMessageBytes is Config.MaxMessageBytes, the largest message the
+// publisher sends. A claim check configured by URL offloads the events
+// above it (heraldclaim.Limited).
+func (p *Publisher) MaxMessageBytes() int { return p.maxBytes }
