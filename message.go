@@ -129,7 +129,9 @@ func Prepare(msgs []Message, maxPayload int) ([]Message, error) {
 	return out, nil
 }
 
-func validate(i int, m *Message, maxPayload int) error { return validateMessage(i, m, maxPayload, false) }
+func validate(i int, m *Message, maxPayload int) error {
+	return validateMessage(i, m, maxPayload, false)
+}
 
 // validateMessage is validate; stored says m is a row read from the
 // outbox, which may carry HeaderBackfill: Herald's own mark of an event a

@@ -70,7 +70,7 @@ func (b backfillFlags) config() (*heraldbackfill.Config, error) {
 	}
 	cfg := &heraldbackfill.Config{
 		Name: strings.TrimSpace(*b.name), Topic: *b.topic, Type: *b.typ,
-		Source: heraldbackfill.Source{Table: *b.from, Query: *b.query, KeyColumns: cols, Key: *b.keyExpr, Payload: *b.payloadExpr},
+		Source:    heraldbackfill.Source{Table: *b.from, Query: *b.query, KeyColumns: cols, Key: *b.keyExpr, Payload: *b.payloadExpr},
 		BatchSize: *b.batch, Rate: *b.rate, MaxBacklog: *b.maxBacklog, Restart: *b.restart,
 	}
 	if err := cfg.Source.Validate(); err != nil {
