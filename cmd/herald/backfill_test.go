@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -57,7 +58,7 @@ func (w *backfillWorld) rowsDone(t *testing.T) (int64, bool) {
 	)
 	err := w.pool.QueryRow(context.Background(), fmt.Sprintf(`SELECT rows_done, done FROM %q.herald_outbox_backfills WHERE name = 'items-e2e'`,
 		w.schema)).Scan(&n, &done)
-	if err == pgx.ErrNoRows {
+	if errors.Is(err, pgx.ErrNoRows) {
 		return 0, false
 	}
 	require.NoError(t, err)

@@ -77,7 +77,7 @@ const (
 
 // backfillSource is a source's statements.
 type backfillSource struct {
-	from, cols, order, cursor string
+	from, cols, order string
 	keys                      []string
 }
 
