@@ -78,7 +78,7 @@ const (
 // backfillSource is a source's statements.
 type backfillSource struct {
 	from, cols, order string
-	keys                      []string
+	keys              []string
 }
 
 func newBackfillSource(s heraldbackfill.Source, values bool) (backfillSource, error) {
