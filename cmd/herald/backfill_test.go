@@ -209,7 +209,9 @@ func TestBackfillBesideLiveWritesKilledTwice(t *testing.T) {
 	quiet := func() {
 		// A stretch of live writes with no backfill: the reference.
 		backfills.Store("running", false)
+		cmu.Lock()
 		n := len(commits)
+		cmu.Unlock()
 		require.Eventually(t, func() bool { cmu.Lock(); defer cmu.Unlock(); return len(commits) >= n+400 }, time.Minute, 10*time.Millisecond)
 	}
 	args := w.args("--rate", strconv.Itoa(max(rows/8, 1000)), "--max-backlog", "5000")
