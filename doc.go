@@ -48,6 +48,10 @@
 //   - heraldprom: Prometheus metrics; heraldotel: trace context through
 //     the outbox (OpenTelemetry); heraldinbox: the consumer's side, which
 //     makes a handler idempotent;
+//   - heraldbackfill: events for rows that exist already (a table or a
+//     query), written in batches of their own transactions, resumable,
+//     throttled, never overtaking a live event of the same row
+//     (PostgreSQL);
 //   - heraldtest: assertions for a service's own tests (the events its
 //     code wrote, a Publisher that records what a relay sends);
 //   - contract kits for new implementations: driver/heralddrivertest (the

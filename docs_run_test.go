@@ -103,6 +103,7 @@ func runnableFiles(t *testing.T) []string {
 // it.
 var runners = map[string]func(t *testing.T, blocks []markedBlock, herald func(*testing.T) string){
 	"daemon-quickstart": runDaemonQuickStart,
+	"backfill":          runBackfillBlock,
 	"redis-relay":       runRelayBlock("redis-relay"),
 	"mqtt-relay":        runRelayBlock("mqtt-relay"),
 	"sqs-relay":         runRelayBlock("sqs-relay"),
@@ -233,6 +234,49 @@ func runDaemonQuickStart(t *testing.T, blocks []markedBlock, herald func(*testin
 	case <-time.After(time.Minute):
 		t.Fatalf("the relay did not stop within a minute of SIGTERM:\n%s", out)
 	}
+}
+
+// runBackfillBlock runs docs/backfill.md's block as a user would, with
+// herald on PATH, psql and bash, against a database of the test's own,
+// then checks what the page says the commands print and write.
+func runBackfillBlock(t *testing.T, blocks []markedBlock, herald func(*testing.T) string) {
+	testenv.Long(t) // builds the herald command
+	for _, tool := range []string{"bash", "psql"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			testenv.Unavailable(t, tool+" is not installed: the backfill page runs it (apt-get install bash postgresql-client)")
+		}
+	}
+	dsn := ownDatabase(t)
+	bin := herald(t)
+	var text strings.Builder
+	for _, b := range blocks {
+		text.WriteString(b.text)
+	}
+	cmd := exec.Command("bash", "-c", shellScript(pointAtTestServers(text.String()), nil))
+	cmd.Env = []string{"PATH=" + bin + string(os.PathListSeparator) + os.Getenv("PATH"), "DATABASE_URL=" + dsn, "HOME=" + t.TempDir()}
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	require.Contains(t, string(out), "dry run: backfill orders-snapshot would write 3 events to topic orders.snapshot from orders, "+
+		"from the first row, in batches of 500; nothing written")
+	require.Contains(t, string(out), "backfill orders-snapshot done: 3 rows (3 this run) in 1 batches, ")
+
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, dsn)
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	rows, err := conn.Query(ctx, `SELECT topic, key, convert_from(payload, 'UTF8'), headers->>'Herald-Backfill' FROM herald_outbox ORDER BY seq`)
+	require.NoError(t, err)
+	var got []string
+	for rows.Next() {
+		var topic, key, payload, mark string
+		require.NoError(t, rows.Scan(&topic, &key, &payload, &mark))
+		got = append(got, topic+" "+key+" "+mark)
+		if key == "1" {
+			require.JSONEq(t, `{"id": 1, "status": "paid", "total": 100}`, payload)
+		}
+	}
+	require.NoError(t, rows.Err())
+	require.Equal(t, []string{"orders.snapshot 1 orders-snapshot", "orders.snapshot 2 orders-snapshot", "orders.snapshot 3 orders-snapshot"}, got)
 }
 
 // readRelayedEvent reads the first message of the stream ORDERS, which the

@@ -130,6 +130,13 @@ func Prepare(msgs []Message, maxPayload int) ([]Message, error) {
 }
 
 func validate(i int, m *Message, maxPayload int) error {
+	return validateMessage(i, m, maxPayload, false)
+}
+
+// validateMessage is validate; stored says m is a row read from the
+// outbox, which may carry HeaderBackfill: Herald's own mark of an event a
+// backfill wrote (heraldbackfill), which WriteTx refuses from producers.
+func validateMessage(i int, m *Message, maxPayload int, stored bool) error {
 	if m.Topic == "" {
 		return &ValidationError{i, "topic", "required"}
 	}
@@ -162,7 +169,7 @@ func validate(i int, m *Message, maxPayload int) error {
 		return &ValidationError{i, "headers", fmt.Sprintf("more than %d headers", MaxHeaders)}
 	}
 	for name, value := range m.Headers {
-		if err := ValidateHeaderName(name); err != nil {
+		if err := ValidateHeaderName(name); err != nil && (!stored || name != HeaderBackfill) {
 			return &ValidationError{i, "headers", err.Error()}
 		}
 		if reason := checkText(value, MaxHeaderValueLen); reason != "" {

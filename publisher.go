@@ -48,4 +48,10 @@ const (
 	// otherwise); HeaderAggregateVersion only when the event has one.
 	HeaderEventVersion     = "Herald-Event-Version"
 	HeaderAggregateVersion = "Herald-Aggregate-Version"
+	// HeaderBackfill marks an event that a backfill wrote (heraldbackfill),
+	// not a live producer: its value is the backfill's name. It travels
+	// from the event's headers, where only a backfill puts it (producers
+	// cannot: the name is reserved), so that consumers can tell the
+	// current state of a row replayed from the state a live change wrote.
+	HeaderBackfill = "Herald-Backfill"
 )

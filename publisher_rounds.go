@@ -175,10 +175,10 @@ func BatchResult(errs []error) error {
 // EventHeaders calls set for each header of the broker message of env:
 // first the producer's headers whose names a producer may use (a row
 // written with plain SQL may hold a reserved one, such as Nats-Msg-Id or
-// CC: it is dropped), then Herald's own headers (HeaderID, HeaderTopic,
-// HeaderType, HeaderKey, HeaderAggregateType, HeaderAggregateID,
-// HeaderEventVersion, HeaderAggregateVersion) from the event's fields,
-// leaving out empty ones. Herald's come last, so they win over any header
+// CC: it is dropped), then HeaderBackfill when a backfill wrote the event,
+// then Herald's own headers (HeaderID, HeaderTopic, HeaderType, HeaderKey,
+// HeaderAggregateType, HeaderAggregateID, HeaderEventVersion,
+// HeaderAggregateVersion) from the event's fields, leaving out empty ones. Herald's come last, so they win over any header
 // of the same name. Every publisher maps headers through it; their Parse
 // functions read the same names back, the versions with ParseVersions.
 func EventHeaders(env *Envelope, set func(name, value string)) {
@@ -186,6 +186,9 @@ func EventHeaders(env *Envelope, set func(name, value string)) {
 		if ValidateHeaderName(name) == nil {
 			set(name, v)
 		}
+	}
+	if v := env.Headers[HeaderBackfill]; v != "" {
+		set(HeaderBackfill, v)
 	}
 	for _, h := range [...]struct{ name, v string }{
 		{HeaderID, env.ID},

@@ -176,6 +176,7 @@ func TestHeadersTableListsWhatEventHeadersSends(t *testing.T) {
 	env := herald.Envelope{Message: herald.Message{
 		ID: "0192c0de-0000-7000-8000-000000000001", Topic: "orders", Key: "42", Type: "order.placed",
 		AggregateType: "order", AggregateID: "42", EventVersion: 3, AggregateVersion: 17,
+		Headers: map[string]string{herald.HeaderBackfill: "orders-2026"}, // as a backfill writes it
 	}}
 	sent := map[string]bool{}
 	herald.EventHeaders(&env, func(name, _ string) { sent[name] = true })

@@ -59,7 +59,7 @@ func (r *Relay) send(c claimed) (errs []error, whole error) {
 			errs[i] = ErrHeldBack
 			continue
 		}
-		if err := validate(i, &env.Message, maxStoredPayload); err != nil {
+		if err := validateMessage(i, &env.Message, maxStoredPayload, true); err != nil {
 			// A Source's unreadable mark is no valid header name, so only
 			// an event the validation refuses can carry one.
 			if errs[i] = unreadable(&env.Message); errs[i] == nil {

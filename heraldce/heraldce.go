@@ -187,8 +187,13 @@ func header(h map[string]string, name string) string {
 // herald.ValidateHeaderName) except Content-Type, which becomes
 // datacontenttype, and the names that start with a binding's attribute
 // prefix ("ce-" or "ce_"), which a reader would take for attributes.
-// Herald's own Herald-* headers are not sent: the extensions carry them.
+// Herald's own Herald-* headers are not sent: the extensions carry them,
+// but for herald.HeaderBackfill, which marks an event a backfill wrote and
+// has no extension: it is sent as it is.
 func ProducerHeaders(env *herald.Envelope, set func(name, value string)) {
+	if v := env.Headers[herald.HeaderBackfill]; v != "" {
+		set(herald.HeaderBackfill, v)
+	}
 	for name, v := range env.Headers {
 		lower := strings.ToLower(name)
 		if herald.ValidateHeaderName(name) != nil || lower == "content-type" ||

@@ -31,6 +31,8 @@ var commands = []*command{
 	{name: "dead discard", args: "(ID... | --topic T | --all) [--resume]", summary: "delete dead events; --resume lets the keys they hold back go on", setup: setupDeadDiscard},
 	{name: "replay", args: "(ID... | --topic T | --key K | --type T | --since T | --until T | --all) [--dry-run] [--to NAME]",
 		summary: "republish published events, in their order, to their destination or another", setup: setupReplay},
+	{name: "backfill", args: "--name N --topic T (--from TABLE | --query SQL) --key-columns C [--rate N] [--max-backlog N] [--dry-run]",
+		summary: "write an event for each existing row of a table or a query, in batches, resumable; Ctrl-C stops after a batch", setup: setupBackfill},
 	{name: "keys blocked", args: "[--limit N] [--json]", summary: "keys parked behind a dead event: topic, key, dead event, waiting count, since", setup: setupKeysBlocked},
 	{name: "pause", args: "(--topic T | --destination D) [--reason TEXT] [--relay-admin URL] [--force]", summary: "stop every relay claiming a topic's events, or those of every topic routed to a destination", setup: setupPause},
 	{name: "resume", args: "(--topic T | --destination D)", summary: "end a pause: the events are claimed again, in order", setup: setupResume},
