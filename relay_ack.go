@@ -24,7 +24,7 @@ func (r *Relay) acknowledge(c claimed, d decision) {
 		res      CompleteResult
 		attempts int
 	)
-	err := r.retryStore(c.deadline, "acknowledging batch", func(ctx context.Context) (err error) {
+	err := r.retryStore(c.deadline, "acknowledging batch", []any{"rows", len(c.batch), "claim_token", c.token}, func(ctx context.Context) (err error) {
 		attempts++
 		res, err = r.cfg.Store.Complete(ctx, p)
 		return err
@@ -79,7 +79,7 @@ func (r *Relay) count(p CompleteParams, res CompleteResult, changed map[string]b
 
 // retryStore runs op until it succeeds or the deadline passes. A database
 // restart makes a few attempts fail; the pool reconnects meanwhile.
-func (r *Relay) retryStore(deadline time.Time, what string, op func(context.Context) error) error {
+func (r *Relay) retryStore(deadline time.Time, what string, attrs []any, op func(context.Context) error) error {
 	delay := 50 * time.Millisecond
 	for {
 		// Once Stop has given up waiting, the store gets a short grace
@@ -98,10 +98,10 @@ func (r *Relay) retryStore(deadline time.Time, what string, op func(context.Cont
 		}
 		if deadline.Sub(r.cfg.Clock.Now()) < delay {
 			r.log.Error(what+" failed; the rows will be rescued when their lease expires",
-				"error", Scrub(err.Error()))
+				append(attrs, "error", Scrub(err.Error()))...)
 			return err
 		}
-		r.log.Warn(what+" failed; retrying", "error", Scrub(err.Error()))
+		r.log.Warn(what+" failed; retrying", append(attrs, "error", Scrub(err.Error()))...)
 		<-r.cfg.Clock.After(delay)
 		delay = min(delay*2, 2*time.Second)
 	}

@@ -114,8 +114,9 @@ func (r *inproc) logName() string { return r.name }
 
 // counter is a relay's Observer: it counts what can lead to a duplicate.
 type counter struct {
-	failed  atomic.Int64 // events of a batch not recorded as published
-	rescued atomic.Int64 // rows this relay took back from an expired lease
+	failed    atomic.Int64 // events of a batch not recorded as published
+	rescued   atomic.Int64 // rows this relay took back from an expired lease
+	leaseLost atomic.Int64 // rows its acknowledgements found no longer theirs
 }
 
 // Acknowledged counts every failed event, held back ones included: when a
@@ -124,6 +125,7 @@ type counter struct {
 // even those the broker had stored.
 func (c *counter) Acknowledged(a herald.Acknowledgement) {
 	c.failed.Add(int64(len(a.Failed)))
+	c.leaseLost.Add(int64(a.LeaseLost))
 }
 
 func (c *counter) Rescued(n int) { c.rescued.Add(int64(n)) }
