@@ -114,7 +114,9 @@ type Config struct {
 	// 0 means no bound. Defaults to 0.
 	MaxBacklog int
 	// BacklogPoll is how often a paused backfill reads the backlog
-	// again. Defaults to 1s.
+	// again: a count of at most MaxBacklog+1 rows through the ready
+	// index, cheap enough to repeat often, so that the backfill resumes
+	// as soon as the relay has caught up. Defaults to 50ms.
 	BacklogPoll time.Duration
 	// MaxPayloadBytes caps an event's payload. Defaults to 1 MiB.
 	MaxPayloadBytes int
@@ -169,7 +171,7 @@ type Summary struct {
 const (
 	defaultBatchSize   = 500
 	maxBatchSize       = 10000
-	defaultBacklogPoll = time.Second
+	defaultBacklogPoll = 50 * time.Millisecond
 	maxNameLen         = 200
 )
 
