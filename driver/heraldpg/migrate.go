@@ -23,7 +23,10 @@ func latestVersion() int { return migrations[len(migrations)-1].Version }
 // Migrate creates or upgrades the outbox table. It runs in one transaction
 // under an advisory lock keyed by the table's name, so several processes may
 // migrate at once: one applies, the others then find nothing to do. It
-// refuses a table whose schema is newer than this driver knows.
+// refuses a table whose schema is newer than this driver knows. With
+// Config.FairBy set, it creates the index fair claims need, in the same
+// transaction (CREATE INDEX: it holds back writes to the table while it
+// reads the table once).
 func (d *Driver) Migrate(ctx context.Context) error { return d.migrate(ctx, migrations) }
 
 // MigrationSQL returns the SQL that Migrate runs to bring an outbox table
@@ -91,7 +94,10 @@ func (d *Driver) migrate(ctx context.Context, ms []sqlstore.Migration) error {
 		if err != nil {
 			return err
 		}
-		return d.afterMigrations(ctx, tx, current)
+		if err := d.afterMigrations(ctx, tx, current); err != nil {
+			return err
+		}
+		return d.createFairIndex(ctx, tx)
 	})
 	if err != nil {
 		return fmt.Errorf("heraldpg: migrate: %w", err)
