@@ -30,9 +30,15 @@ func TestFairByIsCheckedBeforeAnythingConnects(t *testing.T) {
 	r = cli(t, nil, "migrate", "--db", pg, "--fair-by", "column:Tenant")
 	require.Equal(t, 2, r.code, r.stderr)
 	require.Contains(t, r.stderr, "herald: --fair-by: \"column:Tenant\": a column name is lower-case")
+
+	// For a migration tool, the index follows the migrations.
+	r = cli(t, nil, "migrate", "--print-sql", "--fair-by", "header:tenant")
+	require.Zero(t, r.code, r.stderr)
+	require.Regexp(t, `(?s)COMMIT;\n.*\nCREATE INDEX IF NOT EXISTS "herald_outbox_fair_[0-9a-f]{8}_idx" ON "public"."herald_outbox" `+
+		`\(\(coalesce\(headers ->> 'tenant', ''\)\), topic, key, seq\) WHERE state = 'ready';\n$`, r.stdout)
 	r = cli(t, nil, "migrate", "--print-sql", "--fair-by", "topic")
-	require.Equal(t, 2, r.code, r.stderr)
-	require.Contains(t, r.stderr, "--print-sql prints the numbered migrations only")
+	require.Zero(t, r.code, r.stderr)
+	require.NotContains(t, r.stdout, "fair", "the key index serves topic")
 }
 
 // The steps of docs/how-the-relay-works.md, "Fair claims": herald migrate

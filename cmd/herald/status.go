@@ -53,9 +53,6 @@ func setupMigrate(f *flagSet) func(context.Context, *invocation) error {
 			return err
 		}
 		if *printSQL {
-			if *fairBy != "" {
-				return usagef("--print-sql prints the numbered migrations only: create the index of --fair-by with herald migrate --fair-by")
-			}
 			if p != nil {
 				return usagef("--print-sql prints the plain table's migrations only: create a partitioned table with herald migrate --partition")
 			}

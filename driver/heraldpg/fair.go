@@ -39,9 +39,10 @@ type fairKey struct {
 	index string // the index the probes need, unqualified; "" for topic (migration 002's)
 }
 
-// fairHeader is what a header name of FairBy may be: a header a producer
-// may set (herald.ValidateHeaderName) and no quote, so that it is a SQL
-// literal as it is.
+// parseFairBy parses Config.FairBy for the table named table. A header's
+// name is one a producer may set (herald.ValidateHeaderName) without a
+// quote or backslash, so that it is a SQL literal as it is; a column's is
+// an identifier, quoted.
 func parseFairBy(by, table string) (*fairKey, error) {
 	if by == "" {
 		return nil, nil
@@ -80,7 +81,7 @@ func parseFairBy(by, table string) (*fairKey, error) {
 	return f, nil
 }
 
-// fairIndexSQL creates the index a fair claim's probes need: the
+// indexSQL creates the index a fair claim's probes need: the
 // fairness key, then the key index's columns, on the ready rows. It runs
 // on a partitioned table as it is (an index on the parent is created on
 // every partition).
@@ -169,19 +170,20 @@ const fairRounds = 4
 // fairGroup is one value during a claim.
 type fairGroup struct {
 	val     string
+	start   [2]string // where its walk started this claim
 	from    [2]string
 	wrapped bool
-	visited [][2]string // the keys it took, in walk order, with...
+	visited [][2]string // the keys it visited, in walk order, with...
 	taken   []bool      // ...whether the walk took each
 	ranOut  bool
 }
 
 // fairKeyAt is a key a fair walk found, with its place in the claim.
 type fairKeyAt struct {
-	key          [2]string
-	round, n, g  int
-	size         int
-	free, chosen bool
+	key         [2]string
+	round, n, g int
+	size        int
+	free        bool
 }
 
 // walkFair is the fair claim's walk (see fairWalkSQL): the keys to claim,
@@ -220,7 +222,8 @@ func (d *Driver) walkFair(ctx context.Context, tx querier, p herald.ClaimParams,
 	groups := make([]*fairGroup, len(vals))
 	c.mu.Lock()
 	for i, v := range vals {
-		groups[i] = &fairGroup{val: v, from: c.keys[v].at}
+		at := c.keys[v].at
+		groups[i] = &fairGroup{val: v, start: at, from: at}
 	}
 	c.mu.Unlock()
 
@@ -342,7 +345,7 @@ func (c *fairCursor) moved(vals []string, full bool, groups []*fairGroup, claime
 		}
 		for i, k := range g.visited {
 			if cut && g.taken[i] && !got[k] {
-				at = [2]string{}
+				at = g.start
 				if i > 0 {
 					at = g.visited[i-1]
 				}

@@ -36,7 +36,8 @@ func (d *Driver) Migrate(ctx context.Context) error { return d.migrate(ctx, migr
 // the table at the version it expects. The script is one transaction
 // (BEGIN ... COMMIT; a tool that wraps each file in its own transaction
 // can drop those two lines). Unlike Migrate, it takes no advisory lock:
-// the tool serializes its own runs.
+// the tool serializes its own runs. With cfg.FairBy set, the index fair
+// claims need follows the script, as a statement of its own.
 func MigrationSQL(cfg *Config, from int) (string, error) {
 	n, err := cfg.names()
 	if err != nil {
@@ -46,6 +47,17 @@ func MigrationSQL(cfg *Config, from int) (string, error) {
 		[]string{`CREATE SCHEMA IF NOT EXISTS "` + n.Schema + `"`, createMigrationsSQL(n)}, migrations, from, n.render)
 	if err != nil {
 		return "", fmt.Errorf("heraldpg: %w", err)
+	}
+	if cfg != nil {
+		f, err := parseFairBy(cfg.FairBy, n.Table)
+		if err != nil {
+			return "", err
+		}
+		if f != nil && f.index != "" {
+			script += "\n-- The index of claims fair by " + f.by + " (Config.FairBy, herald migrate --fair-by).\n" +
+				"-- On a plain table, CREATE INDEX CONCURRENTLY (outside a transaction) builds it without holding back writes.\n" +
+				f.indexSQL(n) + ";\n"
+		}
 	}
 	return script, nil
 }

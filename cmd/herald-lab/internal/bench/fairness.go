@@ -42,6 +42,10 @@ type FairnessRun struct {
 	// stored it and delivers it); the consumer reads the trickle's
 	// subjects only, so that it never queues behind the backlog.
 	TrickleCommitToReceive Percentiles `json:"trickle_commit_to_receive"`
+	// TrickleCommitToClaim is from the commit to the relay's claim
+	// returning the event: the wait for a claim to start after the commit
+	// (one that started before misses it), and the claim's statements.
+	TrickleCommitToClaim Percentiles `json:"trickle_commit_to_claim"`
 	// TrickleCommitToAck is from the commit to the relay's publish call
 	// of its batch returning, every event of the batch acknowledged.
 	TrickleCommitToAck Percentiles `json:"trickle_commit_to_ack"`
@@ -185,6 +189,7 @@ func runFairOnce(ctx context.Context, e *env, mode string, out io.Writer) (*Fair
 	committed := make([]atomic.Int64, maxTrickle)
 	acked := make([]atomic.Int64, maxTrickle)
 	received := make([]atomic.Int64, maxTrickle)
+	claimed := make([]atomic.Int64, maxTrickle)
 	var nAcked, nReceived, backlogAcked, lastBacklogAck atomic.Int64
 
 	cons, err := e.nats.js.OrderedConsumer(ctx, fairStream, jetstream.OrderedConsumerConfig{
@@ -241,7 +246,7 @@ func runFairOnce(ctx context.Context, e *env, mode string, out io.Writer) (*Fair
 		return err
 	})
 	relay, err := herald.NewRelay(&herald.RelayConfig{
-		Store: d, Publisher: pub, Logger: e.log, Owner: "herald-bench-fairness",
+		Store: claimClock{Store: d, total: maxTrickle, claimed: claimed}, Publisher: pub, Logger: e.log, Owner: "herald-bench-fairness",
 		BatchSize: o.batchSize, MaxInFlight: o.maxInFlight,
 		PollInterval: o.pollInterval, IdlePollInterval: max(250*time.Millisecond, o.pollInterval),
 	})
@@ -317,9 +322,12 @@ wait:
 	if n := nReceived.Load(); n < int64(nCommitted) {
 		failures = append(failures, fmt.Sprintf("fairness %s: %d of %d trickle events received", mode, n, nCommitted))
 	}
-	var toAck, toReceive []time.Duration
+	var toAck, toReceive, toClaim []time.Duration
 	for i := range nCommitted {
 		c := committed[i].Load()
+		if cl := claimed[i].Load(); c != 0 && cl != 0 {
+			toClaim = append(toClaim, time.Duration(cl-c))
+		}
 		if a := acked[i].Load(); c != 0 && a != 0 {
 			toAck = append(toAck, time.Duration(a-c))
 		}
@@ -329,9 +337,10 @@ wait:
 	}
 	res.TrickleCommitted = nCommitted
 	res.TrickleCommitToAck, res.TrickleCommitToReceive = percentiles(toAck), percentiles(toReceive)
-	p, a := res.TrickleCommitToReceive, res.TrickleCommitToAck
-	fmt.Fprintf(out, "  %-6s trickle %5d events, commit-to-receive p50 %8.2fms p99 %9.2fms max %9.2fms, to batch PubAck p99 %9.2fms",
-		mode, nCommitted, p.P50, p.P99, p.Max, a.P99)
+	res.TrickleCommitToClaim = percentiles(toClaim)
+	p, c := res.TrickleCommitToReceive, res.TrickleCommitToClaim
+	fmt.Fprintf(out, "  %-6s trickle %5d events, commit-to-receive p50 %8.2fms p99 %9.2fms max %9.2fms, to claim p50 %8.2fms p99 %9.2fms",
+		mode, nCommitted, p.P50, p.P99, p.Max, c.P50, c.P99)
 	if backlog > 0 {
 		fmt.Fprintf(out, "   backlog drained at %s events/s in %.1fs", fmtRate(res.DrainPerSec), res.DrainSeconds)
 	}
