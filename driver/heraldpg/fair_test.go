@@ -1,6 +1,7 @@
 package heraldpg_test
 
 import (
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/herald-outbox/herald"
+	"github.com/herald-outbox/herald/driver/heralddrivertest"
 	"github.com/herald-outbox/herald/driver/heraldpg"
 	"github.com/herald-outbox/herald/driver/internal/pgtest"
 	"github.com/herald-outbox/herald/internal/testenv"
@@ -214,4 +216,72 @@ func TestFairByIsCheckedAndItsIndexRequired(t *testing.T) {
 	d, err = heraldpg.New(pool, &cfg)
 	require.NoError(t, err)
 	require.NoError(t, d.Ping(ctx))
+}
+
+// Three relays fair by a header, on a plain and on a partitioned table,
+// with a tenth of the publishes failing: every event of every tenant is
+// published, and each key's events are first delivered in commit order.
+func TestSeveralFairRelaysKeepEveryKeysOrderUnderFailures(t *testing.T) {
+	t.Parallel()
+	for _, partitioned := range []bool{false, true} {
+		t.Run(fmt.Sprintf("partitioned=%v", partitioned), func(t *testing.T) {
+			t.Parallel()
+			ctx := t.Context()
+			pool := testenv.PostgresPool(t)
+			cfg := heraldpg.Config{FairBy: "header:tenant"}
+			if partitioned {
+				cfg.Partition = &heraldpg.Partitioning{}
+			}
+			o := pgtest.New(t, pool, cfg) // Migrate makes the index, partitioned or not
+			require.NoError(t, o.Store.Ping(ctx))
+
+			// A backlog of one tenant over many keys, and a few events
+			// of nineteen others, keys shared between tenants too.
+			var msgs []herald.Message
+			for i := range 3000 {
+				msgs = append(msgs, fairCases[1].message("big", fmt.Sprintf("k%03d", i%300)))
+			}
+			for i := range 380 {
+				tenant := fmt.Sprintf("t%02d", i%19)
+				msgs = append(msgs, fairCases[1].message(tenant, fmt.Sprintf("%s-%d", tenant, i%3)))
+				if i%5 == 0 {
+					msgs = append(msgs, fairCases[1].message(tenant, fmt.Sprintf("k%03d", i)))
+				}
+			}
+			seqOf := map[string]int{}
+			for i, m := range msgs {
+				seqOf[m.ID] = i
+			}
+			for i := 0; i < len(msgs); i += 500 {
+				batch := msgs[i:min(i+500, len(msgs))]
+				require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return o.Writer.WriteTx(ctx, tx, batch...) }))
+			}
+
+			rec := heralddrivertest.NewRecorder()
+			rec.Fail = func(e herald.Envelope, attempt int) error {
+				if attempt == 1 && seqOf[e.ID]%10 == 3 {
+					return errors.New("injected broker failure")
+				}
+				return nil
+			}
+			for i := range 3 {
+				heralddrivertest.StartRelay(t, o.Driver.Open(t), rec, func(c *herald.RelayConfig) {
+					c.Owner = fmt.Sprintf("fair-relay-%d", i)
+					c.Lease = time.Minute
+				})
+			}
+			ids := make([]string, len(msgs))
+			for i, m := range msgs {
+				ids[i] = m.ID
+			}
+			rec.RequireAllDeliveredOnce(t, ids)
+			last := map[string]int{}
+			for _, e := range rec.Order() {
+				if n, ok := last[e.Key]; ok {
+					require.Greater(t, seqOf[e.ID], n, "key %s delivered out of commit order", e.Key)
+				}
+				last[e.Key] = seqOf[e.ID]
+			}
+		})
+	}
 }
