@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"path/filepath"
 	"testing"
@@ -74,8 +75,26 @@ func TestRelayFairByAHeader(t *testing.T) {
 	r = <-done
 	require.Equal(t, 0, r.code, r)
 
-	// Another header has no index: the relay stops at once, saying so.
+	// Another header has no index: the relay stops at once, saying so,
+	// and herald doctor reports it with the command that makes it.
 	r = d.cli(t, "relay", "--publisher", ns.URL(), "--fair-by", "header:region")
 	require.Equal(t, 1, r.code, r)
 	require.Contains(t, r.stderr, "run `herald migrate --fair-by header:region`")
+	for by, want := range map[string]finding{
+		"header:tenant": {Severity: "ok", Check: "fair_index"},
+		"header:region": {Severity: "error", Check: "fair_index",
+			Fix: "herald migrate --schema " + d.schema + " --table herald_outbox --fair-by header:region"},
+	} {
+		r = d.cli(t, "doctor", "--json", "--fair-by", by)
+		var found []finding
+		require.NoError(t, json.Unmarshal([]byte(r.stdout), &found), r)
+		var got []finding
+		for _, f := range found {
+			if f.Check == "fair_index" {
+				f.Message, f.Database = "", ""
+				got = append(got, f)
+			}
+		}
+		require.Equal(t, []finding{want}, got, by)
+	}
 }
