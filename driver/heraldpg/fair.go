@@ -141,8 +141,8 @@ func (d *Driver) fairIndexReady(ctx context.Context) error {
 	return nil
 }
 
-// fairCursor remembers where fair claims stopped: after which value the
-// next claim starts, and where each value's own walk over its keys
+// fairCursor remembers where fair claims stopped: after which value (in
+// the turn, from the last value down) the next claim starts, and where each value's own walk over its keys
 // stopped. Cursors of values not visited for a while are forgotten (the
 // value's walk then starts from its first key), so that memory stays
 // bounded whatever the number of values.
@@ -363,8 +363,9 @@ func (c *fairCursor) moved(vals []string, full bool, groups []*fairGroup, claime
 	}
 }
 
-// fairValues lists the values with ready events after from (from the
-// first unless after), at most limit.
+// fairValues lists the values with ready events that come after from in
+// the claims' turn, which runs from the last value down (from the last
+// unless after), at most limit.
 func (d *Driver) fairValues(ctx context.Context, tx querier, from string, after bool, limit int) ([]string, error) {
 	var vals []string
 	err := tx.query(ctx, d.q.fairValues, []any{from, !after, limit}, func(scan func(...any) error) error {

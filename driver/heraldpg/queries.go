@@ -228,23 +228,27 @@ const (
 	// migration 002).
 	//
 	// fairValuesSQL: the values with ready events, one index probe each
-	// (a loose index scan), from the first when $2, else after $1, at most
-	// $3 of them. Of the first two probes only the one whose $2 matches
-	// runs (a one-time filter).
+	// (a loose index scan), from the last when $2, else before $1, at most
+	// $3 of them. The scan runs from the last value down: a probe lands
+	// at the end of a value's range, where its newest keys are, not at
+	// its start, which a drained backlog leaves full of the index entries
+	// of published rows until vacuum clears them (each value's walk moves
+	// on from its cursor and does not pass them again). Of the first two
+	// probes only the one whose $2 matches runs (a one-time filter).
 	fairValuesSQL = `WITH RECURSIVE v(val, n) AS (
 		SELECT x.val, 1 FROM (
 			(SELECT {{.Fair}} AS val FROM {{.Table}} o
 			 WHERE $2::boolean AND o.state = 'ready'
-			 ORDER BY {{.Fair}} LIMIT 1)
+			 ORDER BY {{.Fair}} DESC LIMIT 1)
 			UNION ALL
 			(SELECT {{.Fair}} AS val FROM {{.Table}} o
-			 WHERE NOT $2::boolean AND o.state = 'ready' AND {{.Fair}} > $1::text
-			 ORDER BY {{.Fair}} LIMIT 1)
+			 WHERE NOT $2::boolean AND o.state = 'ready' AND {{.Fair}} < $1::text
+			 ORDER BY {{.Fair}} DESC LIMIT 1)
 		) x
 		UNION ALL
 		SELECT (SELECT {{.Fair}} FROM {{.Table}} o
-		        WHERE o.state = 'ready' AND {{.Fair}} > v.val
-		        ORDER BY {{.Fair}} LIMIT 1), v.n + 1
+		        WHERE o.state = 'ready' AND {{.Fair}} < v.val
+		        ORDER BY {{.Fair}} DESC LIMIT 1), v.n + 1
 		FROM v WHERE v.val IS NOT NULL AND v.n < $3
 	)
 	SELECT val FROM v WHERE val IS NOT NULL ORDER BY n`
