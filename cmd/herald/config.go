@@ -74,6 +74,7 @@ var configSettings = []configSetting{
 	{key: "relay.claim_concurrency", flag: "claim-concurrency"},
 	{key: "relay.lease", flag: "lease"},
 	{key: "relay.claim_rows", flag: "claim-rows"},
+	{key: "relay.fair_by", flag: "fair-by"},
 	{key: "relay.delete_on_publish", flag: "delete-on-publish"},
 	{key: "relay.poll_interval", flag: "poll-interval"},
 	{key: "relay.idle_poll_interval", flag: "idle-poll-interval"},

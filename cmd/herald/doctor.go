@@ -52,6 +52,7 @@ func setupDoctor(f *flagSet) func(context.Context, *invocation) error {
 	publisher := f.String("publisher", "", "check that the relay's destination `URL` can be reached (as herald relay --publisher)")
 	dests := addDestinationFlags(f)
 	nats := addNATSFlags(f)
+	fairBy := addFairByFlag(f)
 	return func(ctx context.Context, inv *invocation) error {
 		if err := noArgs(inv); err != nil {
 			return err
@@ -82,6 +83,9 @@ func setupDoctor(f *flagSet) func(context.Context, *invocation) error {
 		for _, src := range srcs {
 			db, err := d.parseDatabase(inv, src)
 			if err != nil {
+				return err
+			}
+			if err := setFairBy(inv, db, *fairBy); err != nil {
 				return err
 			}
 			parsed = append(parsed, db)

@@ -32,6 +32,7 @@ type relayFlags struct {
 	adminAddr                                        *string
 	deleteOnPublish                                  *bool
 	claimRows                                        *bool
+	fairBy                                           *string
 }
 
 func addRelayFlags(f *flagSet) *relayFlags {
@@ -58,6 +59,7 @@ func addRelayFlags(f *flagSet) *relayFlags {
 			"(the least database work per event; --retention then only clears rows published before)"),
 		claimRows: f.Bool("claim-rows", "PostgreSQL: an ordered claim writes every event it takes instead of leasing its key "+
 			"(one row per key; the default, less database work per event)"),
+		fairBy:          addFairByFlag(f),
 		cleanupInterval: f.Duration("cleanup-interval", time.Minute, "every `duration`, delete the published rows past --retention"),
 		shutdownTimeout: f.Duration("shutdown-timeout", 30*time.Second, "on the first SIGINT/SIGTERM, let in-flight batches finish for up to this `duration`"),
 		nats:            addNATSFlags(f),
@@ -287,6 +289,9 @@ func setupRelay(f *flagSet) func(context.Context, *invocation) error {
 				}
 				db.names.ClaimRows = true
 			}
+			if err := setFairBy(inv, db, *r.fairBy); err != nil {
+				return err
+			}
 			parsed = append(parsed, db)
 		}
 		cdc, err := source.config(inv, parsed)
@@ -454,5 +459,28 @@ func runRelay(ctx context.Context, fl *fleet, plan *plan, natsCfg *heraldnats.Co
 		return err
 	}
 	fmt.Fprint(inv.stdout, fl.summary())
+	return nil
+}
+
+// addFairByFlag is --fair-by, of the relay and of migrate (which creates
+// the index it needs).
+func addFairByFlag(f *flagSet) *string {
+	return f.String("fair-by", "", "PostgreSQL: make claims fair between the values of `KEY`: topic, header:NAME or column:NAME "+
+		"(a column of the outbox table), so that one value's backlog cannot hold back the others' events; "+
+		"herald migrate --fair-by KEY creates the index it needs")
+}
+
+// setFairBy checks --fair-by and sets it on db's driver configuration.
+func setFairBy(inv *invocation, db *database, by string) error {
+	if by == "" {
+		return nil
+	}
+	if db.names == nil {
+		return usagef("%s: only a PostgreSQL outbox has fair claims; MySQL and SQLite claim keys in order", inv.flags.label("fair-by"))
+	}
+	if err := (&heraldpg.Config{FairBy: by}).Validate(); err != nil {
+		return usagef("%s: %s", inv.flags.label("fair-by"), strings.TrimPrefix(err.Error(), "heraldpg: Config.FairBy "))
+	}
+	db.names.FairBy = by
 	return nil
 }

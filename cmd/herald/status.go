@@ -23,6 +23,7 @@ func setupMigrate(f *flagSet) func(context.Context, *invocation) error {
 	printSQL := f.LocalBool("print-sql", "print the SQL that migrating runs, for goose, Flyway or Atlas, instead of running it (no connection; without --db, PostgreSQL's)")
 	from := f.LocalInt("from", 0, "with --print-sql, the schema `version` the table is at (0: no table yet)")
 	part := addPartitionFlags(f)
+	fairBy := addFairByFlag(f)
 	return func(ctx context.Context, inv *invocation) error {
 		if _, err := d.logger(inv); err != nil {
 			return err
@@ -46,6 +47,9 @@ func setupMigrate(f *flagSet) func(context.Context, *invocation) error {
 		}
 		p, err := part.parse(db)
 		if err != nil {
+			return err
+		}
+		if err := setFairBy(inv, db, *fairBy); err != nil {
 			return err
 		}
 		if *printSQL {
@@ -96,6 +100,9 @@ func setupMigrate(f *flagSet) func(context.Context, *invocation) error {
 			made = nil // converted after it was made plain; said above
 		}
 		fmt.Fprintln(inv.stdout, migrated(driver.Table(), before, latest, made))
+		if *fairBy != "" {
+			fmt.Fprintln(inv.stdout, "migrate: claims fair by "+*fairBy+" have their index")
+		}
 		return nil
 	}
 }

@@ -38,6 +38,7 @@ const (
 	CheckCDCPub      = "cdc_publication"
 	CheckPartitions  = "partitions"
 	CheckClock       = "clock"
+	CheckFairIndex   = "fair_index" // only with Config.FairBy
 )
 
 // DiagnoseParams are what Diagnose checks the database against; Slot
@@ -345,7 +346,11 @@ func (d *Driver) Diagnose(ctx context.Context, p DiagnoseParams) ([]Finding, err
 	if err != nil {
 		return nil, fmt.Errorf("heraldpg: doctor: reading pg_replication_slots: %w", err)
 	}
-	return g.findings(p), nil
+	out := g.findings(p)
+	if f, ok := d.fairIndexFinding(ctx, g); ok {
+		out = append(out, f)
+	}
+	return out, nil
 }
 
 // findings judges a diagnosis: every threshold and every word of the
@@ -582,4 +587,20 @@ func (g diagnosis) cdcFindings() []Finding {
 		add(SeverityOK, CheckCDCPub, fmt.Sprintf("publication %s publishes the inserts of %s", g.publication, g.table), "")
 	}
 	return out
+}
+
+// fairIndexFinding reports, for a driver with Config.FairBy, whether the
+// index its claims probe is there; nothing without FairBy, or for "topic"
+// (the key index serves it), or while the table does not exist.
+func (d *Driver) fairIndexFinding(ctx context.Context, g diagnosis) (Finding, bool) {
+	if d.fair == nil || d.fair.index == "" || g.version == 0 {
+		return Finding{}, false
+	}
+	d.fairChecked.Store(false) // look again, whatever a claim found before
+	fix := fmt.Sprintf("herald migrate --schema %s --table %s --fair-by %s", g.schema, g.name, d.fair.by)
+	if err := d.fairIndexReady(ctx); err != nil {
+		return Finding{Severity: SeverityError, Check: CheckFairIndex, Message: strings.TrimPrefix(err.Error(), "heraldpg: "), Fix: fix}, true
+	}
+	return Finding{Severity: SeverityOK, Check: CheckFairIndex,
+		Message: fmt.Sprintf("claims fair by %s have their index %s", d.fair.by, d.fair.index)}, true
 }

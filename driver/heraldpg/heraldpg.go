@@ -164,6 +164,22 @@ type Config struct {
 	// from two events of a key in one batch (a backlog, a busy key).
 	// Defaults to 2; 1 leases every key.
 	LeaseMinEvents int
+	// FairBy makes claims fair between the values of a key, so that one
+	// value's backlog cannot hold back the events of the others: "topic",
+	// "header:NAME" (the value of a header, headers->>'NAME', exactly as
+	// written; events without it share the value "") or "column:NAME" (a
+	// column the user added to the outbox table, as text). Each claim
+	// visits the values with ready events in turn, at most 2 × the claim's
+	// limit of them (64 at least), and gives each an equal share of the
+	// batch, what one leaves going to the others; each key still takes its
+	// events in commit order. Unordered claims go through the same walk.
+	// Its probes need an index on (the key, topic, key, seq) of the ready
+	// rows, which Migrate creates when FairBy is set (for "topic", the
+	// table's key index serves); a claim without it fails, saying so. See
+	// docs/how-the-relay-works.md, "Fair claims". Defaults to "": claims
+	// walk keys in (topic, key) order, and unordered ones take the oldest
+	// events first.
+	FairBy string
 }
 
 // names are the validated, quoted identifiers a driver's SQL uses.
@@ -192,6 +208,9 @@ func (c *Config) names() (names, error) {
 			if _, err := c.Partition.withDefaults(); err != nil {
 				return names{}, err
 			}
+		}
+		if _, err := parseFairBy(c.FairBy, table); err != nil {
+			return names{}, err
 		}
 	}
 	n, err := sqlstore.NewNames("heraldpg", schema, table)
@@ -226,6 +245,11 @@ type Driver struct {
 	lockSpace int32
 
 	cursor sqlstore.KeyCursor // where the last ordered claim's walk stopped
+	// fair is Config.FairBy (nil without), with where its claims stopped
+	// and whether its index was found.
+	fair        *fairKey
+	fairCursor  fairCursor
+	fairChecked atomic.Bool
 	// serialClaims sends a claim's statements one by one even on a pgx
 	// pool, as on database/sql: for the benchmark that measures what
 	// pipelining them saves.
@@ -277,6 +301,13 @@ func newDriver(c conn, cfg *Config) (*Driver, error) {
 		d.q.publish, d.q.publishDelete = d.q.publishLeased, d.q.publishDeleteLeased
 		d.q.complete, d.q.completeDelete = d.q.completeLeased, d.q.completeDeleteLeased
 	}
+	if cfg != nil && cfg.FairBy != "" {
+		if d.fair, err = parseFairBy(cfg.FairBy, n.Table); err != nil {
+			return nil, err
+		}
+		d.q.fairValues = n.Render(fairValuesSQL, "{{.Fair}}", d.fair.expr)
+		d.q.fairWalk = n.Render(fairWalkSQL, "{{.Fair}}", d.fair.expr)
+	}
 	if cfg != nil && cfg.Partition != nil {
 		p, err := cfg.Partition.withDefaults()
 		if err != nil {
@@ -300,7 +331,7 @@ func (d *Driver) Ping(ctx context.Context) error {
 	if err := sqlstore.CheckVersion(d.names.Qualified, v, latestVersion()); err != nil {
 		return fmt.Errorf("heraldpg: %w", err)
 	}
-	return nil
+	return d.fairIndexReady(ctx)
 }
 
 // SchemaVersion returns the outbox table's schema version (0 when it does

@@ -23,7 +23,10 @@ func latestVersion() int { return migrations[len(migrations)-1].Version }
 // Migrate creates or upgrades the outbox table. It runs in one transaction
 // under an advisory lock keyed by the table's name, so several processes may
 // migrate at once: one applies, the others then find nothing to do. It
-// refuses a table whose schema is newer than this driver knows.
+// refuses a table whose schema is newer than this driver knows. With
+// Config.FairBy set, it creates the index fair claims need, in the same
+// transaction (CREATE INDEX: it holds back writes to the table while it
+// reads the table once).
 func (d *Driver) Migrate(ctx context.Context) error { return d.migrate(ctx, migrations) }
 
 // MigrationSQL returns the SQL that Migrate runs to bring an outbox table
@@ -33,7 +36,8 @@ func (d *Driver) Migrate(ctx context.Context) error { return d.migrate(ctx, migr
 // the table at the version it expects. The script is one transaction
 // (BEGIN ... COMMIT; a tool that wraps each file in its own transaction
 // can drop those two lines). Unlike Migrate, it takes no advisory lock:
-// the tool serializes its own runs.
+// the tool serializes its own runs. With cfg.FairBy set, the index fair
+// claims need follows the script, as a statement of its own.
 func MigrationSQL(cfg *Config, from int) (string, error) {
 	n, err := cfg.names()
 	if err != nil {
@@ -43,6 +47,17 @@ func MigrationSQL(cfg *Config, from int) (string, error) {
 		[]string{`CREATE SCHEMA IF NOT EXISTS "` + n.Schema + `"`, createMigrationsSQL(n)}, migrations, from, n.render)
 	if err != nil {
 		return "", fmt.Errorf("heraldpg: %w", err)
+	}
+	if cfg != nil {
+		f, err := parseFairBy(cfg.FairBy, n.Table)
+		if err != nil {
+			return "", err
+		}
+		if f != nil && f.index != "" {
+			script += "\n-- The index of claims fair by " + f.by + " (Config.FairBy, herald migrate --fair-by).\n" +
+				"-- On a plain table, CREATE INDEX CONCURRENTLY (outside a transaction) builds it without holding back writes.\n" +
+				f.indexSQL(n) + ";\n"
+		}
 	}
 	return script, nil
 }
@@ -91,7 +106,10 @@ func (d *Driver) migrate(ctx context.Context, ms []sqlstore.Migration) error {
 		if err != nil {
 			return err
 		}
-		return d.afterMigrations(ctx, tx, current)
+		if err := d.afterMigrations(ctx, tx, current); err != nil {
+			return err
+		}
+		return d.createFairIndex(ctx, tx)
 	})
 	if err != nil {
 		return fmt.Errorf("heraldpg: migrate: %w", err)

@@ -190,7 +190,14 @@ const (
 			) x
 			LIMIT 1
 		) nx
-		CROSS JOIN LATERAL (
+` + walkTakeSQL + `		WHERE w.n < $3 AND w.total < $4
+	)
+	SELECT topic, key, ok, size FROM walk WHERE n > 0 ORDER BY n`
+
+	// walkTakeSQL is what a walk decides of the key nx it found (see
+	// walkKeysSQL and fairWalkSQL): c.paused, c.ok (taken, locked when
+	// ordered) and sz.size (its ready events, at most $5, when taken).
+	walkTakeSQL = `CROSS JOIN LATERAL (
 			SELECT nx.topic = ANY($8::text[]) AS paused, CASE
 				WHEN nx.topic = ANY($8::text[]) THEN false
 				WHEN nx.key = '' OR $9::boolean OR nx.topic = ANY($6::text[]) THEN true
@@ -212,9 +219,70 @@ const (
 			ELSE 0 END AS size
 			OFFSET 0 -- evaluated once per key, not once per use
 		) sz
-		WHERE w.n < $3 AND w.total < $4
+`
+
+	// Fair claims (Config.FairBy, fair.go). {{.Fair}} is the fairness key
+	// of row o as text: o.topic, a header's value or a column's, '' when
+	// the row has none; an index on ({{.Fair}}, topic, key, seq) WHERE
+	// state = 'ready' serves every probe (for o.topic, the key index of
+	// migration 002).
+	//
+	// fairValuesSQL: the values with ready events, one index probe each
+	// (a loose index scan), from the last when $2, else before $1, at most
+	// $3 of them. The scan runs from the last value down: a probe lands
+	// at the end of a value's range, where its newest keys are, not at
+	// its start, which a drained backlog leaves full of the index entries
+	// of published rows until vacuum clears them (each value's walk moves
+	// on from its cursor and does not pass them again). Of the first two
+	// probes only the one whose $2 matches runs (a one-time filter).
+	fairValuesSQL = `WITH RECURSIVE v(val, n) AS (
+		SELECT x.val, 1 FROM (
+			(SELECT {{.Fair}} AS val FROM {{.Table}} o
+			 WHERE $2::boolean AND o.state = 'ready'
+			 ORDER BY {{.Fair}} DESC LIMIT 1)
+			UNION ALL
+			(SELECT {{.Fair}} AS val FROM {{.Table}} o
+			 WHERE NOT $2::boolean AND o.state = 'ready' AND {{.Fair}} < $1::text
+			 ORDER BY {{.Fair}} DESC LIMIT 1)
+		) x
+		UNION ALL
+		SELECT (SELECT {{.Fair}} FROM {{.Table}} o
+		        WHERE o.state = 'ready' AND {{.Fair}} < v.val
+		        ORDER BY {{.Fair}} DESC LIMIT 1), v.n + 1
+		FROM v WHERE v.val IS NOT NULL AND v.n < $3
 	)
-	SELECT topic, key, ok, size FROM walk WHERE n > 0 ORDER BY n`
+	SELECT val FROM v WHERE val IS NOT NULL ORDER BY n`
+
+	// fairWalkSQL walks the keys of several values at once, in turns: each
+	// value ($10) from its own cursor ($1, $2), one index probe per key,
+	// each until it has visited $3 keys or found about $4 events. The rows
+	// of one turn come out together (ORDER BY n, g), so that a claim of
+	// what the walk found in that order gives every value its share before
+	// it gives any more. What is taken of a key is decided as in
+	// walkKeysSQL (walkTakeSQL, with the same parameters $5 to $9).
+	fairWalkSQL = `WITH RECURSIVE walk(g, val, topic, key, n, total, ok, size, skip) AS (
+		SELECT g.g, g.val, g.topic, g.key, 0, 0, false, 0, false
+		FROM unnest($10::text[], $1::text[], $2::text[]) WITH ORDINALITY AS g(val, topic, key, g)
+		UNION ALL
+		SELECT w.g, w.val, nx.topic, nx.key, w.n + 1, w.total + sz.size, c.ok, sz.size, c.paused
+		FROM walk w
+		CROSS JOIN LATERAL (
+			SELECT x.topic, x.key FROM (
+				(SELECT o.topic, o.key FROM {{.Table}} o
+				 WHERE NOT w.skip AND o.state = 'ready' AND {{.Fair}} = w.val AND (o.topic, o.key) > (w.topic, w.key)
+				 ORDER BY {{.Fair}}, o.topic, o.key
+				 LIMIT 1)
+				UNION ALL
+				(SELECT o.topic, o.key FROM {{.Table}} o
+				 WHERE w.skip AND o.state = 'ready' AND {{.Fair}} = w.val AND o.topic > w.topic
+				 ORDER BY {{.Fair}}, o.topic, o.key
+				 LIMIT 1)
+			) x
+			LIMIT 1
+		) nx
+` + walkTakeSQL + `		WHERE w.n < $3 AND w.total < $4
+	)
+	SELECT g, topic, key, ok, size FROM walk WHERE n > 0 ORDER BY n, g`
 
 	// The second statement claims, for each key the first one took, the
 	// key's lowest ready events up to the first not yet available, at most
@@ -605,7 +673,9 @@ const (
 )
 
 type queries struct {
-	insertOne, insertMany, claim, walkKeys, claimKeys                   string
+	insertOne, insertMany, claim, walkKeys, claimKeys string
+	// fair claims (Config.FairBy): empty without one
+	fairValues, fairWalk                                                string
 	deleteOne, deleteMany                                               string
 	emitOne, emitMany                                                   string
 	publish, complete, publishDelete, completeDelete                    string

@@ -1,6 +1,7 @@
 package heraldpg
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -25,6 +26,12 @@ var (
 func (d *Driver) Claim(ctx context.Context, p herald.ClaimParams) ([]herald.Envelope, error) {
 	return sqlstore.Claim(ctx, "heraldpg", p, sqlstore.Claimers{
 		Unordered: func(ctx context.Context, p herald.ClaimParams) ([]sqlstore.ClaimedRow, error) {
+			if d.fair != nil {
+				// A fair claim walks the keys, every one free, as the
+				// claim with paused topics does: taking the oldest events
+				// first is what makes a backlog hold back the rest.
+				return d.claimOrdered(ctx, p, min(cmp.Or(max(p.PerKey, 0), p.Limit), p.Limit))
+			}
 			args := []any{p.Limit, p.Token, p.Owner, p.Lease.Microseconds(), p.MaxBytes}
 			if !d.claimsPartitioned(ctx) {
 				return d.claimRows(ctx, d.db, d.q.claim, p.Limit, args)
@@ -63,35 +70,29 @@ func (d *Driver) claimOrdered(ctx context.Context, p herald.ClaimParams, perKey 
 	if d.claimsPartitioned(ctx) {
 		set = noSortSQL
 	}
+	if err := d.fairIndexReady(ctx); err != nil {
+		return nil, err
+	}
 	err := d.inClaimTx(ctx, set, func(tx claimTx) error {
 		var (
 			topics, keys []string
 			free         []bool
-			seen         = map[[2]string]bool{}
+			done         func([]sqlstore.ClaimedRow)
+			err          error
 		)
-		err := d.cursor.Walk(maxKeys, p.Limit, func(from [2]string) (visited, rows int, last [2]string, err error) {
-			err = tx.query(ctx, d.q.walkKeys, []any{from[0], from[1], maxKeys, p.Limit, perKey, unordered, d.lockSpace, paused, p.Unordered},
-				func(scan func(...any) error) error {
-					var (
-						k    [2]string
-						ok   bool
-						size int
-					)
-					if err := scan(&k[0], &k[1], &ok, &size); err != nil {
-						return err
-					}
-					visited, rows, last = visited+1, rows+size, k
-					if ok && !seen[k] {
-						seen[k] = true
-						topics, keys = append(topics, k[0]), append(keys, k[1])
-						free = append(free, p.Unordered || k[1] == "" || slices.Contains(unordered, k[0]))
-					}
-					return nil
-				})
-			return visited, rows, last, err
-		})
-		if err != nil || len(keys) == 0 {
+		if d.fair != nil {
+			topics, keys, free, done, err = d.walkFair(ctx, tx, p, perKey, unordered, paused, maxKeys)
+		} else {
+			topics, keys, free, err = d.walkKeys(ctx, tx, p, perKey, unordered, paused, maxKeys)
+		}
+		if err != nil {
 			return err
+		}
+		if len(keys) == 0 {
+			if done != nil {
+				done(nil)
+			}
+			return nil
 		}
 		args := []any{topics, keys, free, perKey, p.Limit, p.Token, p.Owner, p.Lease.Microseconds(), p.MaxBytes}
 		if d.leaseKeys {
@@ -99,12 +100,46 @@ func (d *Driver) claimOrdered(ctx context.Context, p herald.ClaimParams, perKey 
 		}
 		claimed, err = d.claimRows(ctx, lastQuery{tx}, d.q.claimKeys, p.Limit, args)
 		leasesOnly = err == nil && d.leaseKeys && len(claimed) > 0 && !claimedRows(claimed, topics, keys, free, d.leaseMin)
+		if err == nil && done != nil {
+			done(claimed)
+		}
 		return err
 	})
 	if err == nil && leasesOnly {
 		d.leaseOnly.add(p.Token, time.Now().Add(p.Lease))
 	}
 	return claimed, err
+}
+
+// walkKeys is the ordered claim's walk (walkKeysSQL) from the driver's
+// cursor: the keys to claim, and whether each is free (taken without a
+// lock: keyless, of an unordered topic, or every key of an unordered
+// claim).
+func (d *Driver) walkKeys(ctx context.Context, tx querier, p herald.ClaimParams, perKey int, unordered, paused []string,
+	maxKeys int) (topics, keys []string, free []bool, err error) {
+	seen := map[[2]string]bool{}
+	err = d.cursor.Walk(maxKeys, p.Limit, func(from [2]string) (visited, rows int, last [2]string, err error) {
+		err = tx.query(ctx, d.q.walkKeys, []any{from[0], from[1], maxKeys, p.Limit, perKey, unordered, d.lockSpace, paused, p.Unordered},
+			func(scan func(...any) error) error {
+				var (
+					k    [2]string
+					ok   bool
+					size int
+				)
+				if err := scan(&k[0], &k[1], &ok, &size); err != nil {
+					return err
+				}
+				visited, rows, last = visited+1, rows+size, k
+				if ok && !seen[k] {
+					seen[k] = true
+					topics, keys = append(topics, k[0]), append(keys, k[1])
+					free = append(free, p.Unordered || k[1] == "" || slices.Contains(unordered, k[0]))
+				}
+				return nil
+			})
+		return visited, rows, last, err
+	})
+	return topics, keys, free, err
 }
 
 // claimRows runs a claim statement and scans the rows it returns. A row

@@ -71,9 +71,14 @@ type options struct {
 	relays        int    // Herald's relays draining together
 	cdc           bool   // also (drain) or instead (latency) run the change-data-capture relay
 	cpuProfile    string // directory for a CPU profile of each drain
+	// fairness: heraldpg FairBy, the backlog, its keys, the trickle's
+	// tenants and its rate
+	fairBy                        string
+	backlog, backlogKeys, tenants int
+	trickleRate                   int
 }
 
-const usage = `usage: herald-lab bench [producers|drain|latency|all] [flags]
+const usage = `usage: herald-lab bench [producers|drain|latency|fairness|all] [flags]
 
 Benchmarks Herald against PostgreSQL and an embedded NATS JetStream server.
 Subcommands (default all):
@@ -81,6 +86,11 @@ Subcommands (default all):
              outbox INSERT, + heraldpg WriteTx, + INSERT and pg_notify
   drain      relay drain rate of a backlog, to JetStream and to a discard publisher
   latency    commit-to-receive latency at a fixed rate through JetStream
+  fairness   one tenant's backlog beside a trickle of other tenants' events,
+             through JetStream: the trickle's p99 commit-to-PubAck with
+             fairness on (heraldpg FairBy) against its p99 with no
+             backlog, and the backlog's drain rate with fairness on
+             against off, in rounds that rotate the three runs (not in all)
 
 Flags:
   --db DSN               PostgreSQL URL (default $HERALD_DB, else
@@ -161,6 +171,13 @@ Flags:
                          says whether the relay kept up (its backlog when
                          the producers stop, and how long the tail took)
   --poll-interval D      relay poll interval (latency) (default 5ms)
+  --fair-by KEY          header:tenant or topic: how the tenants are told
+                         apart (fairness) (default header:tenant)
+  --backlog N            the backlog tenant's events (fairness) (default 1000000)
+  --backlog-keys N       the keys they are spread over (fairness) (default 100000)
+  --tenants N            the other tenants (fairness) (default 10)
+  --trickle-rate N       their events/s, all together (fairness) (default 100);
+                         the run without a backlog lasts --duration
 `
 
 var errHelp = errors.New("help requested")
@@ -203,6 +220,11 @@ func parseArgs(args []string) (options, string, error) {
 	fs.IntVar(&o.relays, "relays", 1, "")
 	fs.BoolVar(&o.cdc, "cdc", false, "")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "")
+	fs.StringVar(&o.fairBy, "fair-by", "header:tenant", "")
+	fs.IntVar(&o.backlog, "backlog", 1000000, "")
+	fs.IntVar(&o.backlogKeys, "backlog-keys", 100000, "")
+	fs.IntVar(&o.tenants, "tenants", 10, "")
+	fs.IntVar(&o.trickleRate, "trickle-rate", 100, "")
 
 	parse := func(a []string) error {
 		err := fs.Parse(a)
@@ -267,9 +289,12 @@ func parseArgs(args []string) (options, string, error) {
 		return o, "", err
 	}
 	switch sub {
-	case "producers", "drain", "latency", "all":
+	case "producers", "drain", "latency", "fairness", "all":
 	default:
-		return o, "", fmt.Errorf("unknown subcommand %q: want producers, drain, latency or all", sub)
+		return o, "", fmt.Errorf("unknown subcommand %q: want producers, drain, latency, fairness or all", sub)
+	}
+	if o.fairBy != "header:tenant" && o.fairBy != "topic" {
+		return o, "", fmt.Errorf("--fair-by: %q is not header:tenant or topic", o.fairBy)
 	}
 	for _, c := range []struct {
 		name string
@@ -278,6 +303,7 @@ func parseArgs(args []string) (options, string, error) {
 	}{
 		{"producers", o.producers, 1}, {"rounds", o.rounds, 1}, {"events", o.events, 1},
 		{"keys", o.keys, 1}, {"batch-size", o.batchSize, 1}, {"max-in-flight", o.maxInFlight, 1},
+		{"backlog", o.backlog, 1}, {"backlog-keys", o.backlogKeys, 1}, {"tenants", o.tenants, 1}, {"trickle-rate", o.trickleRate, 1},
 	} {
 		if c.v < c.min {
 			return o, "", fmt.Errorf("--%s must be at least %d, got %d", c.name, c.min, c.v)
@@ -320,8 +346,9 @@ type Results struct {
 	Drain     *DrainResult     `json:"drain,omitempty"`
 	Latency   *LatencyResult   `json:"latency,omitempty"`
 	// LatencyRounds replaces Latency with --rounds above 1.
-	LatencyRounds *LatencyRounds `json:"latency_rounds,omitempty"`
-	Noise         *Noise         `json:"noise,omitempty"`
+	LatencyRounds *LatencyRounds  `json:"latency_rounds,omitempty"`
+	Fairness      *FairnessResult `json:"fairness,omitempty"`
+	Noise         *Noise          `json:"noise,omitempty"`
 }
 
 // Machine describes where the benchmark ran.
@@ -441,7 +468,7 @@ func run(ctx context.Context, o options, sub string, out, logOut io.Writer, res 
 		}
 		fmt.Fprintln(out)
 	}()
-	wantNATS := sub == "drain" || sub == "latency" || sub == "all"
+	wantNATS := sub == "drain" || sub == "latency" || sub == "fairness" || sub == "all"
 	if wantNATS {
 		if err := e.startNATS(ctx); err != nil {
 			return err
@@ -473,6 +500,15 @@ func run(ctx context.Context, o options, sub string, out, logOut io.Writer, res 
 		if err != nil {
 			return fmt.Errorf("drain: %w", err)
 		}
+	}
+	if sub == "fairness" {
+		r, failures, err := runFairness(ctx, e, out)
+		res.Fairness = r
+		res.Failures = append(res.Failures, failures...)
+		if err != nil {
+			return fmt.Errorf("fairness: %w", err)
+		}
+		return nil
 	}
 	if sub == "latency" || sub == "all" {
 		if e.o.rounds > 1 {

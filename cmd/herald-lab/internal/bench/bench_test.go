@@ -284,6 +284,46 @@ func TestLatencyRoundsGiveMedianAndRange(t *testing.T) {
 	require.Contains(t, stderr.String(), "latency over 3 rounds, median (range)")
 }
 
+// A tiny fairness run: two rounds of the three runs, each run's figures
+// and the rounds' ratios against references of the same round.
+func TestFairnessRunComparesWithinEachRound(t *testing.T) {
+	dsn := testenv.PostgresDSN(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+
+	var stdout, stderr bytes.Buffer
+	code := bench.Main(ctx, []string{"fairness", "--db", dsn, "--json", "--rounds", "2", "--backlog", "3000",
+		"--backlog-keys", "300", "--duration", "500ms", "--trickle-rate", "40", "--batch-size", "100"}, &stdout, &stderr)
+	require.Equal(t, 0, code, "stderr:\n%s", stderr.String())
+	var res struct {
+		OK       bool                  `json:"ok"`
+		Fairness *bench.FairnessResult `json:"fairness"`
+	}
+	require.NoError(t, json.Unmarshal(stdout.Bytes(), &res), stdout.String())
+	require.True(t, res.OK)
+	f := res.Fairness
+	require.NotNil(t, f)
+	require.Equal(t, "header:tenant", f.FairBy)
+	require.Len(t, f.Runs, 6)
+	modes := map[string]int{}
+	for _, r := range f.Runs {
+		modes[r.Mode]++
+		require.Positive(t, r.TrickleCommitted, r.Mode)
+		require.Equal(t, r.TrickleCommitted, r.TrickleCommitToReceive.Count, "%s: every trickle event received", r.Mode)
+		if r.Mode == "quiet" {
+			require.Zero(t, r.DrainPerSec)
+		} else {
+			require.Positive(t, r.DrainPerSec, r.Mode)
+		}
+	}
+	require.Equal(t, map[string]int{"quiet": 2, "fair": 2, "unfair": 2}, modes)
+	require.Len(t, f.P99Ratio.Values, 2)
+	require.Len(t, f.DrainRatio.Values, 2)
+	require.Equal(t, f.P99Ratio.Median <= 3, f.P99Met)
+	require.Equal(t, f.DrainRatio.Median >= 0.8, f.DrainMet)
+	require.Contains(t, stderr.String(), "backlog drain rate, fairness on over off")
+}
+
 func TestBadArgumentsExit2WithOneLine(t *testing.T) {
 	for _, args := range [][]string{
 		{"--producers", "0"},
@@ -295,6 +335,8 @@ func TestBadArgumentsExit2WithOneLine(t *testing.T) {
 		{"drain", "--relays", "0"},
 		{"drain", "--relays", "65"},
 		{"drain", "--ordering", "all"},
+		{"fairness", "--fair-by", "column:tenant"},
+		{"fairness", "--backlog", "0"},
 		{"drain", "--cpuprofile", filepath.Join(t.TempDir(), "missing")},
 	} {
 		var stdout, stderr bytes.Buffer
