@@ -268,10 +268,10 @@ func TestVersionSaysWhichHeraldAndGo(t *testing.T) {
 func TestDidYouMeanOnlySuggestsWhatIsClose(t *testing.T) {
 	t.Parallel()
 	words := topCommands()
-	require.ElementsMatch(t, []string{"help", "version", "migrate", "relay", "doctor", "status", "dead", "keys", "replay", "pause", "resume", "config", "source"}, words)
+	require.ElementsMatch(t, []string{"help", "version", "migrate", "relay", "doctor", "status", "dead", "keys", "replay", "pause", "resume", "config", "source", "backfill"}, words)
 	for typed, want := range map[string]string{
 		"stauts": "status", "STATUS": "status", "migarte": "migrate", "mgirate": "migrate",
-		"relays": "relay", "replya": "replay", "deda": "dead", "kyes": "keys", "vresion": "version", "puase": "pause", "resmue": "resume", "suorce": "source", "cnofig": "config",
+		"relays": "relay", "replya": "replay", "deda": "dead", "kyes": "keys", "vresion": "version", "puase": "pause", "resmue": "resume", "suorce": "source", "cnofig": "config", "bakcfill": "backfill",
 		"frobnicate": "", "x": "", "publish": "", "de": "", strings.Repeat("status", 40): "",
 	} {
 		got := didYouMean(typed, words...)
