@@ -235,14 +235,20 @@ func TestBackfillBesideLiveWritesKilledTwice(t *testing.T) {
 	}
 	// The backlog bound is the relay's batch: live events then wait behind
 	// at most one claim's worth of backfilled ones.
-	args := w.args("--rate", strconv.Itoa(max(rows/8, 1000)), "--max-backlog", "200", "--batch-size", "200")
+	// HERALD_BACKFILL_MAX_BACKLOG sets another bound (and the backfill's
+	// batch), for a measurement of its effect.
+	bound := "200"
+	if v := os.Getenv("HERALD_BACKFILL_MAX_BACKLOG"); v != "" {
+		bound = v
+	}
+	args := w.args("--rate", strconv.Itoa(max(rows/8, 1000)), "--max-backlog", bound, "--batch-size", bound)
 	runUntil := func(fraction float64) *child {
 		c := startChild(t, args...)
 		backfills.Store("running", true)
 		require.Eventually(t, func() bool {
 			n, done := w.rowsDone(t)
 			return done || float64(n) >= fraction*float64(rows)
-		}, 10*time.Minute, 5*time.Millisecond, "backfill output:\n%s", c.out)
+		}, 30*time.Minute, 5*time.Millisecond, "backfill output:\n%s", c.out)
 		return c
 	}
 	quiet()
