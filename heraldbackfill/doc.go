@@ -22,7 +22,7 @@
 // whole or not at all: running the backfill again (same Name) resumes
 // after the last key that committed, so no row gets two events and none
 // is skipped. The record is a row of the outbox's <table>_backfills table
-// (heraldpg's migration 011). Ctrl-C stops after the batch under way.
+// (made by the first backfill). Ctrl-C stops after the batch under way.
 //
 // # Order against live writes of the same rows
 //

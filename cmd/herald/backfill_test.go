@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -60,8 +61,9 @@ func (w *backfillWorld) rowsDone(t *testing.T) (int64, bool) {
 	)
 	err := w.pool.QueryRow(context.Background(), fmt.Sprintf(`SELECT rows_done, done FROM %q.herald_outbox_backfills WHERE name = 'items-e2e'`,
 		w.schema)).Scan(&n, &done)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return 0, false
+	var pgErr *pgconn.PgError
+	if errors.Is(err, pgx.ErrNoRows) || (errors.As(err, &pgErr) && pgErr.Code == "42P01") {
+		return 0, false // no record yet: the first backfill makes the table
 	}
 	require.NoError(t, err)
 	return n, done

@@ -53,7 +53,8 @@ func TestARelayWithASourceMakesInsertsStreamedOnceItsSlotExists(t *testing.T) {
 	require.Eventually(t, func() bool {
 		rows := f.rows(t, w.ids)
 		return rows[before[0]].state == "published" && rows[between[0]].state == "published" && rows[after[0]].state == "streamed"
-	}, relayTimeout, 20*time.Millisecond, "the ready rows are claimed and acknowledged; the streamed one is published from the log and left as it is")
+	}, relayTimeout, 20*time.Millisecond, "the ready rows are claimed and acknowledged; the streamed one is published from the log and left as it is: %+v; relay %+v",
+		f.rows(t, w.ids), relay.Stats())
 }
 
 // The wrong order, by hand: inserts made streamed while no slot exists.

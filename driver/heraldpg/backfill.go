@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
+
 	"github.com/herald-outbox/herald"
 	"github.com/herald-outbox/herald/heraldbackfill"
 )
@@ -46,6 +48,22 @@ const (
 	// it ends.
 	backfillRunningSQL = `SELECT count(*) FROM pg_locks
 	WHERE locktype = 'virtualxid' AND virtualxid = ANY($1::text[])`
+
+	// backfillTableSQL is the backfills' record, made by the first
+	// backfill of an outbox rather than by a migration: relays never
+	// read it. A batch's events and the update of its row commit in one
+	// transaction, so a backfill resumes after the last key whose events
+	// committed. source is the backfill's definition, compared on every
+	// resume.
+	backfillTableSQL = `CREATE TABLE IF NOT EXISTS {{.Schema}}."{{.Name}}_backfills" (
+		name       text        PRIMARY KEY CHECK (name <> ''),
+		source     text        NOT NULL,
+		last_key   text[],
+		rows_done  bigint      NOT NULL DEFAULT 0,
+		done       boolean     NOT NULL DEFAULT false,
+		started_at timestamptz NOT NULL DEFAULT now(),
+		updated_at timestamptz NOT NULL DEFAULT now()
+	)`
 
 	backfillCreateSQL = `INSERT INTO {{.Schema}}."{{.Name}}_backfills" (name, source) VALUES ($1, $2)
 	ON CONFLICT (name) DO NOTHING`
@@ -158,6 +176,9 @@ func (d *Driver) BackfillStart(ctx context.Context, p heraldbackfill.StartParams
 	if _, err := newBackfillSource(p.Source, false); err != nil {
 		return heraldbackfill.Progress{}, err
 	}
+	if err := d.backfillTable(ctx); err != nil {
+		return heraldbackfill.Progress{}, err
+	}
 	if _, err := d.db.exec(ctx, d.names.render(backfillCreateSQL), p.Name, p.Fingerprint); err != nil {
 		return heraldbackfill.Progress{}, fmt.Errorf("heraldpg: recording backfill %q: %w", p.Name, err)
 	}
@@ -203,7 +224,7 @@ func (d *Driver) BackfillCount(ctx context.Context, p heraldbackfill.StartParams
 		var source string
 		prog, source, err = d.backfillRecord(ctx, d.db, d.names.render(backfillRecordSQL), p.Name)
 		switch {
-		case err != nil && strings.Contains(err.Error(), "is not recorded"):
+		case err != nil && (strings.Contains(err.Error(), "is not recorded") || isUndefinedTable(err)):
 			prog, err = heraldbackfill.Progress{}, nil
 		case err != nil:
 			return prog, 0, err
@@ -229,8 +250,26 @@ func (d *Driver) BackfillCount(ctx context.Context, p heraldbackfill.StartParams
 	return prog, n, nil
 }
 
+// backfillTable makes the backfills' record if it is not there. Two
+// backfills that make it at once may collide in the catalog: the loser
+// finds it made.
+func (d *Driver) backfillTable(ctx context.Context) error {
+	_, err := d.db.exec(ctx, d.names.render(backfillTableSQL))
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && (pgErr.Code == "23505" || pgErr.Code == "42P07") {
+		_, err = d.db.exec(ctx, d.names.render(backfillTableSQL))
+	}
+	if err != nil {
+		return fmt.Errorf("heraldpg: making the backfills' record: %w", err)
+	}
+	return nil
+}
+
 // BackfillReset forgets a backfill's record (heraldbackfill.Store).
 func (d *Driver) BackfillReset(ctx context.Context, name string) error {
+	if err := d.backfillTable(ctx); err != nil {
+		return err
+	}
 	if _, err := d.db.exec(ctx, d.names.render(backfillResetSQL), name); err != nil {
 		return fmt.Errorf("heraldpg: resetting backfill %q: %w", name, err)
 	}
@@ -459,4 +498,11 @@ func (d *Driver) backfillWrite(ctx context.Context, c conn, p heraldbackfill.Bat
 		return fmt.Errorf("writing %d events: %w", n, err)
 	}
 	return nil
+}
+
+// isUndefinedTable reports whether err is PostgreSQL's "relation does not
+// exist": a dry run before any backfill finds no record.
+func isUndefinedTable(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "42P01"
 }
