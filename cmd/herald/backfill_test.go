@@ -10,7 +10,6 @@ import (
 	"os"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -144,7 +143,7 @@ func TestBackfillBesideLiveWritesKilledTwice(t *testing.T) {
 		mu  sync.Mutex
 		got []published
 	)
-	var relayLog syncBuffer
+	var relayLog testenv.LogBuffer
 	relay, err := herald.NewRelay(&herald.RelayConfig{Store: w.driver, BatchSize: 500,
 		Logger: slog.New(slog.NewTextHandler(&relayLog, &slog.HandlerOptions{Level: slog.LevelDebug})),
 		Publisher: herald.PublisherFunc(func(_ context.Context, batch []herald.Envelope) error {
@@ -346,22 +345,4 @@ func TestBackfillBesideLiveWritesKilledTwice(t *testing.T) {
 	if os.Getenv("HERALD_BACKFILL_CHECK_P99") == "1" {
 		require.LessOrEqual(t, ratio, 2.0, "live p99 beside the backfill within 2x of its value without")
 	}
-}
-
-// syncBuffer is a buffer written by a logger from several goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
