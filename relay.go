@@ -140,7 +140,13 @@ func (r *Relay) Start(ctx context.Context) error {
 	slots := make(chan struct{}, r.cfg.MaxInFlight)
 	r.loops.Add(2 + r.cfg.ClaimConcurrency)
 	for range r.cfg.ClaimConcurrency {
-		go func() { defer r.loops.Done(); r.claimLoop(loopCtx, slots) }()
+		go func() { defer r.loops.Done(); r.claimLoop(loopCtx, slots, claimLane{batch: r.cfg.BatchSize}) }()
+	}
+	lane, fair := r.fairLane()
+	if fair {
+		laneSlots := make(chan struct{}, fairLaneInFlight)
+		r.loops.Add(1)
+		go func() { defer r.loops.Done(); r.claimLoop(loopCtx, laneSlots, lane) }()
 	}
 	go func() { defer r.loops.Done(); r.every(loopCtx, r.cfg.RescueInterval, r.rescue) }()
 	go func() {
@@ -160,7 +166,7 @@ func (r *Relay) Start(ctx context.Context) error {
 		close(r.done)
 	}()
 	r.log.Info("relay started", "batch_size", r.cfg.BatchSize, "max_in_flight", r.cfg.MaxInFlight, "lease", r.cfg.Lease,
-		"ordered", !r.cfg.Unordered, "change_stream", r.cfg.Source != nil)
+		"ordered", !r.cfg.Unordered, "change_stream", r.cfg.Source != nil, "fair_lane", fair)
 	return nil
 }
 

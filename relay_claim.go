@@ -19,19 +19,19 @@ import (
 // that ran out of time is retried for half as many rows, so that a
 // database too slow for a whole batch within the claim's deadline still
 // makes progress, and the batch grows back as claims succeed.
-func (r *Relay) claimLoop(ctx context.Context, slots chan struct{}) {
+func (r *Relay) claimLoop(ctx context.Context, slots chan struct{}, lane claimLane) {
 	idle := r.cfg.PollInterval
 	errDelay := r.cfg.PollInterval
-	limit := r.cfg.BatchSize
+	limit := lane.batch
 	for {
 		budget, ok := r.awaitClaim(ctx, slots)
 		if !ok {
 			return
 		}
-		c, err := r.claim(ctx, budget, limit)
+		c, err := r.claim(ctx, budget, limit, lane.skipBacklogged)
 		r.settleReservation(budget, c.bytes)
 		r.noteDatabase(err)
-		limit = nextLimit(err, limit, r.cfg.BatchSize)
+		limit = nextLimit(err, limit, lane.batch)
 		if err != nil {
 			r.noteLostClaim(c.token)
 			<-slots
@@ -65,6 +65,30 @@ func (r *Relay) claimLoop(ctx context.Context, slots chan struct{}) {
 			return
 		}
 	}
+}
+
+// claimLane is what a claim loop claims: the relay's batches, or those of
+// the fair lane (FairClaims).
+type claimLane struct {
+	batch          int // the rows of a full claim
+	skipBacklogged bool
+}
+
+// The fair lane's claims: small, so that they are published and their
+// slot free again in a few milliseconds, with a second slot so that the
+// next claim runs while a batch is acknowledged.
+const (
+	fairLaneBatch    = 100
+	fairLaneInFlight = 2
+)
+
+// fairLane is the lane a relay runs beside its batches when its Store's
+// claims are fair, and false when they are not.
+func (r *Relay) fairLane() (claimLane, bool) {
+	if f, ok := r.cfg.Store.(FairClaims); !ok || !f.ClaimsFair() {
+		return claimLane{}, false
+	}
+	return claimLane{batch: min(fairLaneBatch, r.cfg.BatchSize), skipBacklogged: true}, true
 }
 
 // nextLimit is the row limit of the claim after one that ended with err:
@@ -164,7 +188,7 @@ type claimed struct {
 }
 
 // claim claims one batch and marks which of its events are ordered.
-func (r *Relay) claim(ctx context.Context, maxBytes int64, limit int) (claimed, error) {
+func (r *Relay) claim(ctx context.Context, maxBytes int64, limit int, skipBacklogged bool) (claimed, error) {
 	token := uuid.NewString()
 	// The claim runs to completion even when Stop is called meanwhile:
 	// cancelling it could leave rows claimed that this relay never saw.
@@ -180,7 +204,7 @@ func (r *Relay) claim(ctx context.Context, maxBytes int64, limit int) (claimed, 
 	batch, err := r.cfg.Store.Claim(claimCtx, ClaimParams{
 		Token: token, Owner: r.cfg.Owner, Limit: limit, Lease: r.cfg.Lease,
 		Unordered: r.cfg.Unordered, UnorderedTopics: r.cfg.UnorderedTopics, PerKey: r.cfg.MaxPerKey,
-		MaxBytes: maxBytes, PausedTopics: paused,
+		MaxBytes: maxBytes, PausedTopics: paused, SkipBacklogged: skipBacklogged,
 	})
 	cancel()
 	if err != nil || len(batch) == 0 {

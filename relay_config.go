@@ -27,7 +27,8 @@ type RelayConfig struct {
 	// MaxInFlight is how many claimed batches may be publishing at once.
 	// A batch that is sent gives its slot to the next claim while its
 	// acknowledgement is written; as many as MaxInFlight may wait for
-	// theirs. Defaults to 4.
+	// theirs. Defaults to 4. A Store with fair claims (FairClaims) gets
+	// two more slots, for the fair lane's small batches.
 	MaxInFlight int
 	// ClaimConcurrency is how many claims may run at once, sharing the
 	// MaxInFlight publish slots: while one claim waits for the database,

@@ -156,6 +156,27 @@ type ClaimParams struct {
 	// of those before them are under it, so the first row is always
 	// taken. 0 means no bound.
 	MaxBytes int64
+
+	// SkipBacklogged is a claim of the relay's fair lane (FairClaims): it
+	// takes events only of the fairness values that are not backlogged,
+	// those whose ready events all fitted in their share of the store's
+	// latest full claims, and nothing while none is backlogged. A store
+	// without fair claims never sees it set.
+	SkipBacklogged bool
+}
+
+// FairClaims is what a Store implements whose claims are fair between the
+// values of a key (heraldpg's Config.FairBy). A fair claim gives a value
+// with a trickle of events its share of the batch, but while a backlogged
+// value keeps every publish slot busy with full batches, the next claim,
+// and so the trickle's events, wait for a slot. So the relay of a Store
+// whose ClaimsFair reports true runs one more claim loop beside its
+// MaxInFlight slots, the fair lane: small claims with
+// ClaimParams.SkipBacklogged, which take the events of the values that
+// have no backlog as soon as they are committed. Its claims take keys as
+// every other claim does, so each key keeps its order.
+type FairClaims interface {
+	ClaimsFair() bool
 }
 
 // CompleteParams are the arguments of Store.Complete.

@@ -50,11 +50,19 @@ func TestARelayWithASourceMakesInsertsStreamedOnceItsSlotExists(t *testing.T) {
 	waitPublished(t, rec, w.ids)
 	requireKeyOrder(t, w, rec.Published(), nil)
 	require.Positive(t, relay.Stats().Streamed, "the event after the switch came from the log")
+	// The streamed event is published from the log and its row left as
+	// it is, unless it reached the relay while the key's earlier events
+	// were still in the table: then it was held back behind them, its row
+	// written back ready, and the claims published and acknowledged it.
+	// Every event is published by now, so HeldBack has its final count.
+	want := "streamed"
+	if relay.Stats().HeldBack > 0 {
+		want = "published"
+	}
 	require.Eventually(t, func() bool {
 		rows := f.rows(t, w.ids)
-		return rows[before[0]].state == "published" && rows[between[0]].state == "published" && rows[after[0]].state == "streamed"
-	}, relayTimeout, 20*time.Millisecond, "the ready rows are claimed and acknowledged; the streamed one is published from the log and left as it is: %+v; relay %+v",
-		f.rows(t, w.ids), relay.Stats())
+		return rows[before[0]].state == "published" && rows[between[0]].state == "published" && rows[after[0]].state == want
+	}, relayTimeout, 20*time.Millisecond, "the ready rows are claimed and acknowledged, the one after the switch is %s", want)
 }
 
 // The wrong order, by hand: inserts made streamed while no slot exists.

@@ -81,6 +81,10 @@ func parseFairBy(by, table string) (*fairKey, error) {
 	return f, nil
 }
 
+// ClaimsFair reports whether claims are fair (Config.FairBy), for the
+// relay's fair lane (herald.FairClaims).
+func (d *Driver) ClaimsFair() bool { return d.fair != nil }
+
 // indexSQL creates the index a fair claim's probes need: the
 // fairness key, then the key index's columns, on the ready rows. It runs
 // on a partitioned table as it is (an index on the parent is created on
@@ -152,6 +156,11 @@ type fairCursor struct {
 	after  bool
 	keys   map[string]fairAt
 	claims uint64
+	// backlogged are the values a claim left wanting more than the
+	// batch had room for, with that claim's number; a claim that finds a
+	// value's keys run out removes it. The fair lane's claims
+	// (herald.ClaimParams.SkipBacklogged) leave them out.
+	backlogged map[string]uint64
 }
 
 type fairAt struct {
@@ -161,6 +170,24 @@ type fairAt struct {
 
 // fairForgetAfter is how many claims a value's cursor is kept unmoved.
 const fairForgetAfter = 256
+
+// fairBackloggedFor is how many claims a value stays backlogged unless
+// one of them finds it so again: a value no claim has visited for that
+// long is left to the fair lane too, for its share of a lane's batch.
+const fairBackloggedFor = 16
+
+// backloggedNow returns the values the fair lane leaves out now.
+func (c *fairCursor) backloggedNow() map[string]bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make(map[string]bool, len(c.backlogged))
+	for v, at := range c.backlogged {
+		if c.claims-at < fairBackloggedFor {
+			out[v] = true
+		}
+	}
+	return out
+}
 
 // fairRounds bounds the walks of one claim: the first gives every value
 // its share, the next hand what some left over to the others (and take a
@@ -176,6 +203,7 @@ type fairGroup struct {
 	visited [][2]string // the keys it visited, in walk order, with...
 	taken   []bool      // ...whether the walk took each
 	ranOut  bool
+	cut     bool // its last round ended at its share: it may want more
 }
 
 // fairKeyAt is a key a fair walk found, with its place in the claim.
@@ -192,13 +220,30 @@ type fairKeyAt struct {
 func (d *Driver) walkFair(ctx context.Context, tx querier, p herald.ClaimParams, perKey int, unordered, paused []string,
 	maxKeys int) (topics, keys []string, free []bool, done func(claimed []sqlstore.ClaimedRow), err error) {
 	c := &d.fairCursor
+	var skip map[string]bool
+	if p.SkipBacklogged {
+		// The fair lane: the values that are not backlogged, from the
+		// first, with the cursors left where the full claims put them.
+		if skip = c.backloggedNow(); len(skip) == 0 {
+			return nil, nil, nil, func([]sqlstore.ClaimedRow) {}, nil
+		}
+	}
 	c.mu.Lock()
 	from, after := c.value, c.after
 	c.mu.Unlock()
+	if p.SkipBacklogged {
+		from, after = "", false
+	}
 
 	vals, err := d.fairValues(ctx, tx, from, after, maxKeys)
 	if err != nil {
 		return nil, nil, nil, nil, err
+	}
+	if skip != nil {
+		vals = slices.DeleteFunc(vals, func(v string) bool { return skip[v] })
+		if len(vals) == 0 {
+			return nil, nil, nil, func([]sqlstore.ClaimedRow) {}, nil
+		}
 	}
 	if len(vals) < maxKeys && after {
 		// The values after the cursor ran out: go on from the first.
@@ -215,6 +260,7 @@ func (d *Driver) walkFair(ctx context.Context, tx querier, p herald.ClaimParams,
 	if len(vals) == 0 {
 		c.mu.Lock()
 		c.after = false
+		clear(c.backlogged) // nothing is ready: nothing is backlogged
 		c.mu.Unlock()
 		return nil, nil, nil, func([]sqlstore.ClaimedRow) {}, nil
 	}
@@ -274,8 +320,10 @@ func (d *Driver) walkFair(ctx context.Context, tx querier, p herald.ClaimParams,
 		for i, g := range active {
 			keysLeft -= visited[i]
 			eventLeft -= rows[i]
+			g.cut = false
 			switch {
 			case visited[i] >= qk || rows[i] >= qe:
+				g.cut = true
 				next = append(next, g) // cut by its share: it may want more
 			case !g.wrapped && starts[i] != [2]string{}:
 				// It ran out of keys after its cursor on its first walk:
@@ -299,7 +347,9 @@ func (d *Driver) walkFair(ctx context.Context, tx querier, p herald.ClaimParams,
 		topics, keys, free = append(topics, k.key[0]), append(keys, k.key[1]), append(free, k.free)
 	}
 	done = func(claimed []sqlstore.ClaimedRow) {
-		d.fairCursor.moved(vals, len(vals) >= maxKeys, groups, claimed, cutShort(claimed, p))
+		if !p.SkipBacklogged {
+			d.fairCursor.moved(vals, len(vals) >= maxKeys, groups, claimed, cutShort(claimed, p))
+		}
 	}
 	return topics, keys, free, done, nil
 }
@@ -325,7 +375,10 @@ func cutShort(claimed []sqlstore.ClaimedRow, p herald.ClaimParams) bool {
 // last key its walk visited, except, when the claim was cut short, that
 // a key the walk took and the claim got no event of is visited again:
 // the cursor stops before it. A value that ran out of keys starts from
-// its first key next time.
+// its first key next time. A value whose keys ran out is not
+// backlogged; when the claim was full, one its share cut in the claim's
+// last round is. (A claim that is not full may have passed keys other
+// claims hold: it changes nothing of the others.)
 func (c *fairCursor) moved(vals []string, full bool, groups []*fairGroup, claimed []sqlstore.ClaimedRow, cut bool) {
 	got := make(map[[2]string]bool, len(claimed))
 	for i := range claimed {
@@ -335,7 +388,7 @@ func (c *fairCursor) moved(vals []string, full bool, groups []*fairGroup, claime
 	defer c.mu.Unlock()
 	c.claims++
 	if c.keys == nil {
-		c.keys = map[string]fairAt{}
+		c.keys, c.backlogged = map[string]fairAt{}, map[string]uint64{}
 	}
 	c.value, c.after = vals[len(vals)-1], full
 	for _, g := range groups {
@@ -353,6 +406,17 @@ func (c *fairCursor) moved(vals []string, full bool, groups []*fairGroup, claime
 			}
 		}
 		c.keys[g.val] = fairAt{at: at, claim: c.claims}
+		switch {
+		case g.ranOut:
+			delete(c.backlogged, g.val)
+		case cut && g.cut:
+			c.backlogged[g.val] = c.claims
+		}
+	}
+	for v, at := range c.backlogged {
+		if c.claims-at >= fairBackloggedFor {
+			delete(c.backlogged, v)
+		}
 	}
 	if len(c.keys) > 4*len(vals)+1024 {
 		for v, a := range c.keys {

@@ -1,8 +1,10 @@
 package heraldpg_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -284,4 +286,141 @@ func TestSeveralFairRelaysKeepEveryKeysOrderUnderFailures(t *testing.T) {
 			}
 		})
 	}
+}
+
+// The fair lane's claims (herald.ClaimParams.SkipBacklogged) take events
+// only of the values that are not backlogged: none before a full claim
+// has found a backlog, then every value but the one a full claim left
+// wanting more, and none again once full claims have drained it.
+func TestFairLaneClaimsLeaveBackloggedValuesOut(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	c := fairCases[0]
+	o, d, _ := fairOutbox(t, c, true, 400, 2)
+	claim := func(limit int, lane bool) []herald.Envelope {
+		t.Helper()
+		token := uuid.NewString()
+		batch, err := d.Claim(ctx, herald.ClaimParams{Token: token, Owner: "fair-test", Limit: limit, Lease: time.Minute,
+			SkipBacklogged: lane})
+		require.NoError(t, err)
+		ids := make([]string, len(batch))
+		for i, e := range batch {
+			ids[i] = e.ID
+		}
+		_, err = d.Complete(ctx, herald.CompleteParams{Token: token, Published: ids})
+		require.NoError(t, err)
+		return batch
+	}
+	write := func(tenants ...string) {
+		t.Helper()
+		var msgs []herald.Message
+		for _, tn := range tenants {
+			msgs = append(msgs, c.message(tn, tn+"-1"), c.message(tn, tn+"-2"))
+		}
+		require.NoError(t, pgx.BeginFunc(ctx, o.Pool, func(tx pgx.Tx) error { return o.Writer.WriteTx(ctx, tx, msgs...) }))
+	}
+	topics := func(batch []herald.Envelope) map[string]int {
+		n := map[string]int{}
+		for _, e := range batch {
+			n[e.Topic]++
+		}
+		return n
+	}
+
+	require.Empty(t, claim(100, true), "the lane claimed before any claim found a backlog")
+	require.Len(t, claim(50, false), 50, "the full claim")
+	write("c", "d")
+	require.Equal(t, map[string]int{"t-c": 2, "t-d": 2}, topics(claim(100, true)),
+		"the lane takes every value's events but the backlogged one's")
+
+	// Full claims drain the backlog; the last finds its keys run out.
+	for n := 0; ; n++ {
+		require.Less(t, n, 50, "the backlog did not drain")
+		if len(claim(1000, false)) == 0 {
+			break
+		}
+	}
+	write("e")
+	require.Empty(t, claim(100, true), "the lane claimed with no value backlogged")
+	require.Equal(t, map[string]int{"t-e": 2}, topics(claim(100, false)))
+}
+
+// While a backlogged tenant's batches hold every publish slot of a fair
+// relay (its publishes block), another tenant's events are published by
+// the fair lane, each key in order; without the lane they would wait for
+// a slot, and this test would time out.
+func TestFairLanePublishesWhileBacklogBatchesHoldEverySlot(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool := testenv.PostgresPool(t)
+	o := pgtest.New(t, pool, heraldpg.Config{FairBy: "header:tenant"})
+	c := fairCases[1]
+	var backlog []herald.Message
+	for i := range 2000 {
+		backlog = append(backlog, c.message("big", fmt.Sprintf("big-%04d", i)))
+	}
+	require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return o.Writer.WriteTx(ctx, tx, backlog...) }))
+
+	var (
+		mu       sync.Mutex
+		gate     = make(chan struct{})
+		blocked  int
+		trickled []herald.Envelope
+		seen     = map[string]int{}
+	)
+	pub := herald.PublisherFunc(func(_ context.Context, batch []herald.Envelope) error {
+		for _, e := range batch {
+			if e.Headers["tenant"] == "big" {
+				mu.Lock()
+				blocked++
+				mu.Unlock()
+				<-gate
+				break
+			}
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		for _, e := range batch {
+			seen[e.ID]++
+			if e.Headers["tenant"] != "big" {
+				trickled = append(trickled, e)
+			}
+		}
+		return nil
+	})
+	heralddrivertest.StartRelay(t, o.Store, pub, func(cfg *herald.RelayConfig) {
+		cfg.BatchSize, cfg.MaxInFlight, cfg.ClaimConcurrency = 50, 2, 1
+		cfg.Lease, cfg.PublishTimeout = 5*time.Minute, 2*time.Minute
+	})
+	t.Cleanup(func() { close(gate) }) // before the relay's Stop
+	require.Eventually(t, func() bool { mu.Lock(); defer mu.Unlock(); return blocked == 2 }, time.Minute, 5*time.Millisecond,
+		"the backlog's batches did not take both slots")
+
+	var trickle []herald.Message
+	for i := range 30 {
+		tenant := fmt.Sprintf("t%d", i%3)
+		trickle = append(trickle, c.message(tenant, fmt.Sprintf("%s-k%d", tenant, i%2)))
+	}
+	for _, m := range trickle {
+		require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return o.Writer.WriteTx(ctx, tx, m) }))
+	}
+	require.Eventually(t, func() bool { mu.Lock(); defer mu.Unlock(); return len(trickled) >= len(trickle) }, time.Minute,
+		5*time.Millisecond, "the other tenants' events waited behind the backlog's batches")
+
+	mu.Lock()
+	defer mu.Unlock()
+	require.Equal(t, 2, blocked, "a batch of the backlog was claimed beyond the two slots")
+	order := map[string]int{}
+	for i, m := range trickle {
+		order[m.ID] = i
+	}
+	last := map[string]int{}
+	for _, e := range trickled {
+		require.Equal(t, 1, seen[e.ID], "event %s published twice", e.ID)
+		if n, ok := last[e.Key]; ok {
+			require.Greater(t, order[e.ID], n, "key %s out of commit order", e.Key)
+		}
+		last[e.Key] = order[e.ID]
+	}
+	require.Len(t, trickled, len(trickle))
 }

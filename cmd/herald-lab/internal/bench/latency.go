@@ -478,6 +478,13 @@ func (s claimClock) Claim(ctx context.Context, p herald.ClaimParams) ([]herald.E
 	return envs, err
 }
 
+// ClaimsFair passes on the wrapped Store's, so that a relay on a fair
+// store runs its fair lane here too (herald.FairClaims).
+func (s claimClock) ClaimsFair() bool {
+	f, ok := s.Store.(herald.FairClaims)
+	return ok && f.ClaimsFair()
+}
+
 func seqOf(s string, total int) (int, bool) {
 	i, err := strconv.Atoi(s)
 	return i, err == nil && i >= 0 && i < total
