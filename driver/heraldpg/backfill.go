@@ -77,6 +77,30 @@ const (
 
 	// backfillInsertSQL is insertManySQL with each event's seq given:
 	// those the batch drew before it read its rows.
+	// backfillKeyLocksSQL takes the ordered claims' key locks ($1, the
+	// driver's lock space) of the batch's keys ($2 topics, $3 keys), in
+	// one order, until the batch commits: no claim takes these keys
+	// meanwhile (a claim's walk passes a key whose lock it cannot take).
+	backfillKeyLocksSQL = `SELECT count(*) FROM (
+		SELECT pg_advisory_xact_lock($1::integer, h) FROM (
+			SELECT DISTINCT hashtext(b.topic || E'\n' || b.key) AS h
+			FROM unnest($2::text[], $3::text[]) AS b(topic, key)
+			WHERE b.key <> ''
+			ORDER BY 1) k) l`
+
+	// backfillLeasedSQL counts the leases in force, of any relay, whose
+	// seq range spans one of the batch's events ($1 topics, $2 keys, $3
+	// seqs): a claim that took the key's events on both sides of the
+	// event's seq while the batch, which drew its seqs first, waited for
+	// the transactions before it. Such a lease would not end with its
+	// acknowledgement while the event is ready in its range, and the key
+	// would wait for the lease to expire; the batch is tried again with
+	// new seqs instead.
+	backfillLeasedSQL = `SELECT count(*) FROM {{.Leases}} l
+		JOIN unnest($1::text[], $2::text[], $3::bigint[]) AS b(topic, key, seq)
+		  ON l.topic = b.topic AND l.key = b.key AND b.seq BETWEEN l.first_seq AND l.last_seq
+		WHERE l.lease_until > now()`
+
 	backfillInsertSQL = `INSERT INTO {{.Table}}
 	(id, seq, topic, key, type, aggregate_type, aggregate_id, payload, headers, available_at,
 	 event_version, aggregate_version)
@@ -286,8 +310,9 @@ func (d *Driver) ReadyBacklog(ctx context.Context, limit int) (int, error) {
 }
 
 // backfillHooks are test hooks: waiting is called when a batch found
-// transactions to wait for, locked when it has read and locked its rows.
-var backfillHooks struct{ waiting, locked func() }
+// transactions to wait for, locked when it has read and locked its rows,
+// leased when an attempt found a lease over its events (errBackfillLeased).
+var backfillHooks struct{ waiting, locked, leased func() }
 
 // BackfillBatch writes the next batch of a backfill (heraldbackfill.Store):
 // its seq values drawn, the transactions then holding the outbox waited
@@ -303,6 +328,33 @@ func (d *Driver) BackfillBatch(ctx context.Context, p heraldbackfill.BatchParams
 	if p.Limit < 1 {
 		return res, errors.New("heraldpg: BackfillBatch: Limit must be positive")
 	}
+	for attempt := 1; ; attempt++ {
+		res, err = d.backfillBatchOnce(ctx, p, src, attempt < backfillLeaseAttempts)
+		if !errors.Is(err, errBackfillLeased) {
+			return res, err
+		}
+		if backfillHooks.leased != nil {
+			backfillHooks.leased()
+		}
+	}
+}
+
+// backfillLeaseAttempts bounds the attempts of a batch that finds a lease
+// over its events (errBackfillLeased): the last one commits anyway, and
+// the key then waits for that lease to expire.
+const backfillLeaseAttempts = 5
+
+// errBackfillLeased rolls back a batch one of whose events a key lease in
+// force spans (backfillLeasedSQL); the next attempt draws new seqs, above
+// the lease's range.
+var errBackfillLeased = errors.New("a key lease spans one of the batch's events")
+
+// backfillBatchOnce is one attempt of BackfillBatch; with checkLeases it
+// fails with errBackfillLeased, writing nothing, when a lease in force
+// spans one of its events.
+func (d *Driver) backfillBatchOnce(ctx context.Context, p heraldbackfill.BatchParams, src backfillSource,
+	checkLeases bool) (heraldbackfill.BatchResult, error) {
+	var res heraldbackfill.BatchResult
 	seqs, err := d.backfillSeqs(ctx, p.Limit)
 	if err != nil {
 		return res, err
@@ -323,7 +375,7 @@ func (d *Driver) BackfillBatch(ctx context.Context, p heraldbackfill.BatchParams
 			backfillHooks.locked()
 		}
 		if len(rows) > 0 {
-			if err := d.backfillWrite(ctx, c, p, rows, seqs); err != nil {
+			if err := d.backfillWrite(ctx, c, p, rows, seqs, checkLeases); err != nil {
 				return err
 			}
 			prog.LastKey = last
@@ -336,6 +388,9 @@ func (d *Driver) BackfillBatch(ctx context.Context, p heraldbackfill.BatchParams
 		res = heraldbackfill.BatchResult{Rows: len(rows), Progress: prog}
 		return nil
 	})
+	if errors.Is(err, errBackfillLeased) {
+		return heraldbackfill.BatchResult{}, err
+	}
 	if err != nil {
 		return heraldbackfill.BatchResult{}, fmt.Errorf("heraldpg: backfill batch: %w", err)
 	}
@@ -459,7 +514,8 @@ func (d *Driver) backfillRead(ctx context.Context, c conn, src backfillSource, l
 
 // backfillWrite writes the rows' events, with the batch's seq values in
 // key order and the Herald-Backfill header.
-func (d *Driver) backfillWrite(ctx context.Context, c conn, p heraldbackfill.BatchParams, rows []heraldbackfill.Row, seqs []int64) error {
+func (d *Driver) backfillWrite(ctx context.Context, c conn, p heraldbackfill.BatchParams, rows []heraldbackfill.Row, seqs []int64,
+	checkLeases bool) error {
 	msgs, err := p.Messages(rows)
 	if err != nil {
 		return err
@@ -493,9 +549,22 @@ func (d *Driver) backfillWrite(ctx context.Context, c conn, p heraldbackfill.Bat
 		payloads[i], avail[i] = payload(m.Payload), availableAt(m.AvailableAt)
 		versions[i], aggVers[i] = eventVersion(m.EventVersion), aggregateVersion(m.AggregateVersion)
 	}
+	if _, err := c.exec(ctx, d.names.render(backfillKeyLocksSQL), d.lockSpace, topics, keys); err != nil {
+		return fmt.Errorf("locking the keys of %d events: %w", n, err)
+	}
 	if _, err := c.exec(ctx, d.names.render(backfillInsertSQL), uuidArray(ids), seqs[:n], topics, keys, types, aggTypes, aggIDs,
 		payloads, headers, avail, versions, aggVers); err != nil {
 		return fmt.Errorf("writing %d events: %w", n, err)
+	}
+	if !checkLeases {
+		return nil
+	}
+	var leased int
+	if err := queryRow(ctx, c, d.names.render(backfillLeasedSQL), []any{topics, keys, seqs[:n]}, &leased); err != nil {
+		return fmt.Errorf("looking for key leases over the batch's events: %w", err)
+	}
+	if leased > 0 {
+		return errBackfillLeased
 	}
 	return nil
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
@@ -40,7 +41,7 @@ func setupOrder(t *testing.T) *orderCase {
 	_, err = pool.Exec(t.Context(), fmt.Sprintf(`CREATE TABLE %q.items (id int PRIMARY KEY, version int NOT NULL);
 		INSERT INTO %q.items VALUES (1, 1)`, cfg.Schema, cfg.Schema))
 	require.NoError(t, err)
-	t.Cleanup(func() { backfillHooks.waiting, backfillHooks.locked = nil, nil })
+	t.Cleanup(func() { backfillHooks.waiting, backfillHooks.locked, backfillHooks.leased = nil, nil, nil })
 	return &orderCase{pool: pool, d: d, w: w, schema: cfg.Schema}
 }
 
@@ -184,5 +185,74 @@ func TestBackfillMakesALaterLiveChangeWaitAndComeAfter(t *testing.T) {
 	close(release)
 	require.NoError(t, <-done)
 	require.NoError(t, <-liveDone)
+	c.requireInOrder(t)
+}
+
+// A relay's claim that leases the key's live events on both sides of the
+// seq the batch drew (it drew first, then waited for the live transaction
+// that wrote the newer one): the batch rolls back and writes its event
+// again with a new seq. Committed inside the lease's range, its event
+// would keep the key leased after the claim's acknowledgement, until the
+// lease expired; here the next claim takes it.
+func TestBackfillWaitsForALeaseOverItsSeq(t *testing.T) {
+	c := setupOrder(t)
+	ctx := t.Context()
+	// Version 2 and its event, committed before the batch draws its seq.
+	require.NoError(t, pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
+		if err := c.update(ctx, tx, 2); err != nil {
+			return err
+		}
+		return c.w.WriteTx(ctx, tx, herald.Message{Topic: "items", Key: "1", Payload: []byte(`{"version": 2}`)})
+	}))
+	reached, release := make(chan string, 2), make(chan struct{})
+	leased := make(chan struct{}, 1)
+	backfillHooks.waiting = func() { reached <- "waiting" }
+	backfillHooks.locked = func() { reached <- "locked"; <-release }
+	backfillHooks.leased = func() {
+		select {
+		case leased <- struct{}{}:
+		default:
+		}
+	}
+
+	// A live transaction holds the outbox as the batch draws its seq.
+	live, err := c.pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = live.Rollback(ctx) }()
+	require.NoError(t, c.w.WriteTx(ctx, live, herald.Message{Topic: "items", Key: "other", Payload: []byte(`{"version": 0}`)}))
+	done := c.backfill(t)
+	require.Equal(t, "waiting", <-reached)
+	// Version 3: its event's seq is drawn after the batch's.
+	require.NoError(t, c.update(ctx, live, 3))
+	c.liveEvent(t, live, 3)
+	require.NoError(t, live.Commit(ctx))
+	require.Equal(t, "locked", <-reached)
+
+	// The claim leases key 1 (two events) over the batch's seq.
+	token := uuid.NewString()
+	batch, err := c.d.Claim(ctx, herald.ClaimParams{Token: token, Owner: "lease-test", Limit: 10, Lease: time.Minute})
+	require.NoError(t, err)
+	require.Len(t, batch, 3)
+	close(release)
+	// The batch finds the lease over its event, rolls back, and commits
+	// with a new seq, above the lease's range.
+	require.NoError(t, <-done)
+	select {
+	case <-leased:
+	default:
+		t.Fatal("the batch did not find the lease over its event")
+	}
+	ids := make([]string, len(batch))
+	for i, e := range batch {
+		ids[i] = e.ID
+	}
+	_, err = c.d.Complete(ctx, herald.CompleteParams{Token: token, Published: ids})
+	require.NoError(t, err)
+
+	next, err := c.d.Claim(ctx, herald.ClaimParams{Token: uuid.NewString(), Owner: "lease-test", Limit: 10, Lease: time.Minute})
+	require.NoError(t, err)
+	require.Len(t, next, 1, "the backfilled event is claimed, not kept behind a lease whose own events are published")
+	require.Equal(t, "1", next[0].Key)
+	require.Equal(t, "order", next[0].Headers[herald.HeaderBackfill])
 	c.requireInOrder(t)
 }
